@@ -1,0 +1,125 @@
+"""Events a run yields, and the records it leaves: Step and RunResult.
+
+The agent never prints; it yields these. The CLI renders them, the run log
+stores them, a UI can stream them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from .messages import Usage
+
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    run_id: str
+    step: int = 0  # 1-based step number; 0 for run-level events
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunStarted(Event):
+    task: str
+    model: str
+    backend: str
+    tools: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOutput(Event):
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    duration: float = 0.0
+    input_messages: int = 0
+    input_chars: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TextDelta(Event):
+    """A streamed piece of model output (only when the model streams)."""
+
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeAction(Event):
+    code: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall(Event):
+    name: str
+    arguments: dict[str, Any]
+    result: Any = None
+    error: str | None = None
+    duration: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observation(Event):
+    text: str  # exactly what the model will see
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    duration: float = 0.0
+    truncated: bool = False
+    artifacts: list[str] = field(default_factory=list)
+    images: list[bytes] = field(default_factory=list, repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalAnswer(Event):
+    answer: Any
+    status: RunStatus
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorEvent(Event):
+    message: str
+    kind: str = "error"  # parse, model, sandbox, tool, internal
+    fatal: bool = False
+
+
+@dataclass
+class Step:
+    """One model turn and the action it took."""
+
+    index: int
+    model_output: str = ""
+    code: str | None = None
+    observation: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model_time: float = 0.0
+    sandbox_time: float = 0.0
+    duration: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    task: str
+    answer: Any = None
+    status: RunStatus = "running"
+    steps: list[Step] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    duration: float = 0.0
+    artifacts: list[Path] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFinished(Event):
+    result: RunResult

@@ -1,0 +1,89 @@
+"""The interface every sandbox backend implements."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from .functions import HostFunction
+from .result import ExecutionResult, FunctionCall
+
+#: Default per-run time limit, seconds.
+DEFAULT_TIMEOUT = 30.0
+#: Default cap on captured stdout and stderr, characters each (head and tail kept).
+DEFAULT_OUTPUT_LIMIT = 100_000
+
+StreamCallback = Callable[[str, str], None]
+"""Called with ``(name, text)`` as output arrives; name is "stdout" or "stderr"."""
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file in the sandbox's working directory."""
+
+    path: str  # relative to the working directory, "/"-separated
+    size: int
+    mtime: float
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A stateful Python session that runs untrusted code.
+
+    Variables survive between :meth:`run` calls. Host functions registered on
+    the session are callable from the code by name. Use it as a context
+    manager so that it is always closed::
+
+        with open_sandbox() as sb:
+            sb.run("x = 41")
+            print(sb.run("print(x + 1)").stdout)
+    """
+
+    #: "docker", "local" or "restricted".
+    backend: str
+    #: The working directory as the sandboxed code sees it (e.g. "/workspace").
+    workdir: str
+
+    def run(
+        self,
+        code: str,
+        *,
+        timeout: float | None = None,
+        on_output: StreamCallback | None = None,
+        on_call: Callable[[FunctionCall], None] | None = None,
+    ) -> ExecutionResult:
+        """Run ``code``; never raises for errors in the code itself."""
+        ...
+
+    def upload(self, source: str | os.PathLike[str] | bytes, dest: str | None = None) -> str:
+        """Copy a host file (or bytes) into the working directory; returns the sandbox path."""
+        ...
+
+    def download(self, path: str) -> bytes:
+        """Read a file from the sandbox (relative paths are under the working directory)."""
+        ...
+
+    def list_files(self) -> list[FileInfo]:
+        """Every file under the working directory."""
+        ...
+
+    def register(self, *functions: Callable[..., Any] | HostFunction) -> None:
+        """Offer more host functions to the running session."""
+        ...
+
+    def unregister(self, *names: str) -> None:
+        """Withdraw host functions; their stubs disappear from the session."""
+        ...
+
+    def restart(self) -> None:
+        """Start a fresh interpreter: variables are lost, files and host functions stay."""
+        ...
+
+    def close(self) -> None:
+        """Release everything (container, processes, temporary files). Idempotent."""
+        ...
+
+    def __enter__(self) -> "Sandbox": ...
+
+    def __exit__(self, *exc: object) -> None: ...
