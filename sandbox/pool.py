@@ -1,0 +1,92 @@
+"""A warm pool of started sessions, for callers that open many.
+
+Starting a kernel takes most of a second; a pool keeps ``size`` sessions
+started in the background so that :meth:`SandboxPool.acquire` returns one at
+once. Sessions are never reused: the caller closes what it acquired, and the
+pool starts a replacement.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable
+
+from .kernel import KernelSandbox
+
+
+class SandboxPool:
+    """Keep ``size`` sandbox sessions started, refilled by a background thread.
+
+    Example::
+
+        with SandboxPool(lambda: DockerSandbox(functions=[f]), size=4) as pool:
+            with pool.acquire() as sb:
+                sb.run("print(1)")
+    """
+
+    def __init__(self, factory: Callable[[], KernelSandbox], size: int = 2) -> None:
+        if size < 1:
+            raise ValueError("a pool needs size >= 1")
+        self.factory = factory
+        self.size = size
+        self._ready: queue.Queue[KernelSandbox] = queue.Queue()
+        self._wanted = threading.Semaphore(size)
+        self._closed = threading.Event()
+        self._errors: list[BaseException] = []
+        self._filler = threading.Thread(target=self._fill, daemon=True, name="sandbox-pool")
+        self._filler.start()
+
+    def _fill(self) -> None:
+        while not self._closed.is_set():
+            if not self._wanted.acquire(timeout=0.2):
+                continue
+            if self._closed.is_set():
+                break
+            try:
+                session = self.factory()
+                session.start()
+            except BaseException as exc:  # keep the last few errors for acquire() to report
+                self._errors = (self._errors + [exc])[-3:]
+                self._wanted.release()
+                self._closed.wait(1.0)
+                continue
+            if self._closed.is_set():
+                session.close()
+                break
+            self._ready.put(session)
+
+    def acquire(self, timeout: float | None = None) -> KernelSandbox:
+        """A started session. With no ready one: wait up to ``timeout`` s if given, else start one now."""
+        try:
+            session = self._ready.get_nowait()
+        except queue.Empty:
+            if timeout is None:
+                return self.factory().start()
+            try:
+                session = self._ready.get(timeout=timeout)
+            except queue.Empty:
+                last = self._errors[-1] if self._errors else None
+                raise TimeoutError(f"no sandbox became ready within {timeout:g} s") from last
+        self._wanted.release()
+        return session
+
+    @property
+    def ready(self) -> int:
+        return self._ready.qsize()
+
+    def close(self) -> None:
+        """Close all idle sessions and stop refilling. Acquired sessions are the caller's."""
+        self._closed.set()
+        self._filler.join(timeout=120)
+        while True:
+            try:
+                self._ready.get_nowait().close()
+            except queue.Empty:
+                break
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
