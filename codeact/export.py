@@ -1,0 +1,330 @@
+"""Export a recorded run (:class:`~codeact.runlog.RunRecord`) as JSONL or a Jupyter notebook.
+
+JSONL (:func:`export_jsonl`) is for machines: one JSON object per line, a
+``run`` line, one ``step`` line per step (tool calls, artifacts and images
+inside it), then a ``result`` line. Images are embedded as base64 by default
+so the file stands alone; with ``include_images=False`` each image keeps only
+its MIME type, size and SHA-256, and the step's ``artifacts`` list still names
+the files on disk.
+
+The notebook (:func:`export_notebook`) is for people: the task, then for each
+step the model's prose and a code cell with the outputs it produced (stdout,
+stderr, the error with its traceback, the images), then the answer. Open it
+in Jupyter to read the run or re-run it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from .runlog import ArtifactRecord, RunRecord, StepRecord, ToolCallRecord, jsonable
+
+if TYPE_CHECKING:  # nbformat is imported lazily: `import codeact.runlog` must stay cheap
+    from nbformat import NotebookNode
+
+__all__ = ["export_jsonl", "export_notebook", "model_prose", "to_notebook"]
+
+#: Format tag written on the ``run`` line of a JSONL export.
+JSONL_FORMAT = "codeact.run/1"
+
+#: The model's prose in a notebook is cut to this many characters.
+PROSE_LIMIT = 2000
+
+# A fenced code block (any language) or an <execute> block: the code action.
+# An unterminated fence runs to the end (models get cut off at max tokens).
+_CODE_BLOCK = re.compile(r"```[^\n]*\n.*?(?:```|\Z)|<execute>.*?(?:</execute>|\Z)", re.DOTALL | re.IGNORECASE)
+# The last line of a Python traceback: "pkg.ErrorName: message" (or just the name).
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_EXC_NAME = re.compile(r"(Error|Exception|Warning|Interrupt|Exit|Timeout)$")
+
+
+# --------------------------------------------------------------------------- JSONL
+
+
+def _usage(u: Any) -> dict[str, int]:
+    return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "requests": u.requests}
+
+
+def _artifact(a: ArtifactRecord) -> dict[str, Any]:
+    return {"path": a.path, "mime": a.mime, "size": a.size}
+
+
+def _tool_call(c: ToolCallRecord) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "arguments": c.arguments,
+        "result": c.result,
+        "error": c.error,
+        "duration": c.duration,
+        "time": c.time,
+    }
+
+
+def _image(data: bytes, include: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "mime": "image/png",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    if include:
+        out["base64"] = base64.b64encode(data).decode("ascii")
+    return out
+
+
+def _write_line(fp: TextIO, obj: dict[str, Any]) -> None:
+    # json.dumps escapes newlines inside strings, so each object is one line.
+    fp.write(json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False))
+    fp.write("\n")
+
+
+def export_jsonl(record: RunRecord, fp: TextIO, *, include_images: bool = True) -> None:
+    """Write ``record`` to ``fp`` as JSON Lines.
+
+    Lines, in order:
+
+    * ``{"type": "run", "format": "codeact.run/1", "id", "task", "model", "backend",
+      "tools", "files", "status", "started", "finished", "duration", "usage", "steps"}``
+    * one ``{"type": "step", "step", "model_output", "code", "observation", "stdout",
+      "stderr", "error", "truncated", "usage", "model_time", "sandbox_time",
+      "input_messages", "input_chars", "started", "duration", "tool_calls",
+      "artifacts", "images"}`` per step; each image is ``{"mime", "size",
+      "sha256", "base64"}`` (``base64`` left out when ``include_images`` is false)
+    * ``{"type": "result", "id", "status", "answer", "answer_type", "error",
+      "usage", "duration", "artifacts", "errors"}``
+    """
+    _write_line(
+        fp,
+        {
+            "type": "run",
+            "format": JSONL_FORMAT,
+            "id": record.id,
+            "task": record.task,
+            "model": record.model,
+            "backend": record.backend,
+            "tools": record.tools,
+            "files": record.files,
+            "status": record.status,
+            "started": record.started,
+            "finished": record.finished,
+            "duration": record.duration,
+            "usage": _usage(record.usage),
+            "steps": len(record.steps),
+        },
+    )
+    for s in record.steps:
+        _write_line(
+            fp,
+            {
+                "type": "step",
+                "run_id": record.id,
+                "step": s.step,
+                "model_output": s.model_output,
+                "code": s.code,
+                "observation": s.observation,
+                "stdout": s.stdout,
+                "stderr": s.stderr,
+                "error": s.error,
+                "truncated": s.truncated,
+                "usage": _usage(s.usage),
+                "model_time": s.model_time,
+                "sandbox_time": s.sandbox_time,
+                "input_messages": s.input_messages,
+                "input_chars": s.input_chars,
+                "started": s.started,
+                "duration": s.duration,
+                "tool_calls": [_tool_call(c) for c in s.tool_calls],
+                "artifacts": [_artifact(a) for a in s.artifacts],
+                "images": [_image(img, include_images) for img in s.images],
+            },
+        )
+    _write_line(
+        fp,
+        {
+            "type": "result",
+            "id": record.id,
+            "status": record.status,
+            "answer": record.answer,
+            "answer_type": record.answer_type,
+            "error": record.error,
+            "usage": _usage(record.usage),
+            "duration": record.duration,
+            "artifacts": [_artifact(a) for a in record.artifacts],
+            "errors": [
+                {"step": e.step, "kind": e.kind, "message": e.message, "fatal": e.fatal, "time": e.time}
+                for e in record.errors
+            ],
+        },
+    )
+
+
+# --------------------------------------------------------------------------- notebook
+
+
+def model_prose(text: str, limit: int = PROSE_LIMIT) -> str:
+    """The model's output without its code block(s), whitespace tidied, cut to ``limit`` characters."""
+    prose = _CODE_BLOCK.sub("", text or "")
+    prose = re.sub(r"\n{3,}", "\n\n", prose).strip()
+    if len(prose) > limit:
+        prose = prose[:limit].rstrip() + " …"
+    return prose
+
+
+def _error_output(nbf: Any, error: str) -> Any:
+    """A notebook ``error`` output from the recorded error text (usually a traceback)."""
+    lines = error.rstrip("\n").splitlines() or [error]
+    ename, evalue = "Error", lines[-1].strip()
+    for line in reversed(lines):
+        m = _EXC_LINE.match(line.strip())
+        if m and (m.group(2) is not None or _EXC_NAME.search(m.group(1))):
+            ename, evalue = m.group(1), (m.group(2) or "")
+            break
+    return nbf.new_output("error", ename=ename, evalue=evalue, traceback=lines)
+
+
+def _step_outputs(nbf: Any, step: StepRecord) -> list[Any]:
+    outputs: list[Any] = []
+    if step.stdout:
+        outputs.append(nbf.new_output("stream", name="stdout", text=step.stdout))
+    if step.stderr:
+        outputs.append(nbf.new_output("stream", name="stderr", text=step.stderr))
+    for img in step.images:
+        outputs.append(
+            nbf.new_output(
+                "display_data",
+                data={"image/png": base64.b64encode(img).decode("ascii"), "text/plain": "<image>"},
+            )
+        )
+    if step.error:
+        outputs.append(_error_output(nbf, step.error))
+    if not outputs and step.observation:
+        # Nothing raw was captured (some backends report only the observation):
+        # show what the model saw rather than an empty cell.
+        outputs.append(nbf.new_output("stream", name="stdout", text=step.observation))
+    return outputs
+
+
+def _fence(text: str, lang: str = "") -> str:
+    # A fence longer than any backtick run inside the text, so it cannot close early.
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def _answer_markdown(record: RunRecord) -> str:
+    parts = ["## Answer", ""]
+    answer = record.answer
+    if answer is None:
+        parts.append("*(no answer)*")
+    elif isinstance(answer, str) and record.answer_type in (None, "str"):
+        parts.append(answer)
+    elif isinstance(answer, str):
+        # An object stored via str() (a DataFrame, say): keep its layout.
+        parts.append(f"`{record.answer_type}`")
+        parts.append("")
+        parts.append(_fence(answer))
+    else:
+        parts.append(_fence(json.dumps(answer, indent=2, ensure_ascii=False), "json"))
+    parts.append("")
+    facts = [f"**Status:** {record.status}", f"{len(record.steps)} steps"]
+    if record.usage.total_tokens:
+        facts.append(f"{record.usage.input_tokens} in / {record.usage.output_tokens} out tokens")
+    if record.duration:
+        facts.append(f"{record.duration:.1f} s")
+    parts.append(" · ".join(facts))
+    if record.error:
+        parts += ["", "**Error:**", "", _fence(record.error)]
+    if record.artifacts:
+        parts += ["", "**Artifacts:**", ""] + [f"- `{a.path}`" for a in record.artifacts]
+    return "\n".join(parts)
+
+
+def _header_markdown(record: RunRecord) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started)) if record.started else "?"
+    meta = [f"model `{record.model or '?'}`", f"backend `{record.backend or '?'}`", f"status **{record.status}**"]
+    lines = ["# Task", "", record.task or "*(no task recorded)*", "", " · ".join(meta), "", f"Run `{record.id}` · {when}"]
+    if record.tools:
+        lines += ["", "Tools: " + ", ".join(f"`{t}`" for t in record.tools)]
+    if record.files:
+        lines += ["", "Files: " + ", ".join(f"`{f}`" for f in record.files)]
+    return "\n".join(lines)
+
+
+def to_notebook(record: RunRecord) -> NotebookNode:
+    """Build the nbformat v4 notebook for ``record`` (see :func:`export_notebook`)."""
+    import nbformat.v4 as nbf  # lazy: only exports need it
+
+    cells: list[Any] = [nbf.new_markdown_cell(_header_markdown(record))]
+    for step in record.steps:
+        prose = model_prose(step.model_output)
+        if prose:
+            cells.append(nbf.new_markdown_cell(f"**Step {step.step}**\n\n{prose}", metadata={"codeact": {"step": step.step}}))
+        if step.code is None:
+            if step.error and not prose:
+                cells.append(nbf.new_markdown_cell(f"**Step {step.step}** failed:\n\n{_fence(step.error)}"))
+            continue
+        meta = {
+            "codeact": {
+                "step": step.step,
+                "model_time": step.model_time,
+                "sandbox_time": step.sandbox_time,
+                "usage": _usage(step.usage),
+                "truncated": step.truncated,
+                "tool_calls": [_tool_call(c) for c in step.tool_calls],
+                "artifacts": [a.path for a in step.artifacts],
+            }
+        }
+        cells.append(
+            nbf.new_code_cell(
+                source=step.code,
+                execution_count=step.step,
+                outputs=_step_outputs(nbf, step),
+                metadata=jsonable(meta),
+            )
+        )
+    cells.append(nbf.new_markdown_cell(_answer_markdown(record)))
+    return nbf.new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+            "codeact": jsonable(
+                {
+                    "run_id": record.id,
+                    "model": record.model,
+                    "backend": record.backend,
+                    "status": record.status,
+                    "started": record.started,
+                    "usage": _usage(record.usage),
+                }
+            ),
+        },
+    )
+
+
+def export_notebook(record: RunRecord, path: str | os.PathLike[str]) -> None:
+    """Write ``record`` as a Jupyter notebook (nbformat v4) to ``path``.
+
+    Cells: a markdown cell with the task, model, backend and status; per
+    step, a markdown cell with the model's prose (its output minus the code,
+    cut short) and a code cell with the code, ``execution_count`` = step
+    number, and outputs: stdout/stderr streams, ``display_data`` PNGs and an
+    ``error`` output (ename, evalue, traceback) when the step failed; last, a
+    markdown cell with the answer and status. The notebook is validated
+    before it is written.
+    """
+    import nbformat  # lazy: keeps `import codeact.runlog` / `codeact.export` light
+
+    nb = to_notebook(record)
+    nbformat.validate(nb)
+    target = os.fspath(path)
+    parent = os.path.dirname(target)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(target, "w", encoding="utf-8") as fp:
+        nbformat.write(nb, fp)

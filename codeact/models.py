@@ -1,0 +1,701 @@
+"""Language models behind one small interface.
+
+- :class:`Model`: the protocol the agents use (``complete``, ``stream``, ``acomplete``).
+- :class:`OpenAIModel`: any OpenAI-compatible Chat Completions endpoint (OpenAI,
+  vLLM, Ollama, llama.cpp server, LiteLLM, DashScope, ...), with streaming,
+  retries with backoff and token usage.
+- :class:`ScriptedModel`: replays given replies (tests, demos, replays).
+
+Nothing here sends the ``stop`` parameter: some reasoning models reject it, and
+the agents never need it for correctness.
+
+Example::
+
+    from codeact.messages import Message
+    from codeact.models import OpenAIModel
+
+    model = OpenAIModel("gpt-4o-mini")          # or CODEACT_MODEL=... in the environment
+    reply = model.complete([Message("user", "Say hi")])
+    print(reply.text, reply.usage.total_tokens)
+
+``openai`` is imported on first use, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
+
+from .errors import (
+    ConfigError,
+    ContextOverflowError,
+    ModelAuthError,
+    ModelError,
+    ModelNotFoundError,
+    ModelOutputError,
+    ModelUnavailableError,
+)
+from .messages import Message, ModelResponse, ToolCallRequest, Usage
+
+if TYPE_CHECKING:
+    import openai
+
+__all__ = ["Model", "OpenAIModel", "ScriptedModel", "ScriptedReply", "estimate_tokens"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Local servers (vLLM, Ollama, llama.cpp) ignore the key, but the openai client insists on one.
+PLACEHOLDER_API_KEY = "not-needed"
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What an agent needs from a language model.
+
+    ``tools`` are OpenAI function schemas (``{"type": "function", "function": {...}}``)
+    for native function calling; the CodeAct loop passes none.
+
+    Example::
+
+        def ask(model: Model, question: str) -> str:
+            return model.complete([Message("user", question)]).text
+    """
+
+    name: str
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """One completion for ``messages``."""
+        ...
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+        """Yield text deltas as they arrive, then exactly one final :class:`ModelResponse`."""
+        ...
+
+    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """Like :meth:`complete`, for asyncio code."""
+        ...
+
+
+def estimate_tokens(chars: int) -> int:
+    """A rough token count for ``chars`` characters (4 characters per token, rounded up)."""
+    return (max(chars, 0) + 3) // 4
+
+
+def _message_chars(messages: Iterable[Message]) -> int:
+    total = 0
+    for m in messages:
+        total += len(m.content)
+        for call in m.tool_calls:
+            total += len(call.name) + len(call.arguments)
+    return total
+
+
+def _reply_chars(message: Message) -> int:
+    return _message_chars((message,))
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible
+
+
+class _MalformedResponse(Exception):
+    """The endpoint answered 2xx with something that is not a usable completion (retryable)."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A retryable failure: a one-line summary and the server's Retry-After, if any."""
+
+    summary: str
+    retry_after: float | None = None
+
+
+def _parse_retry_after(headers: Any, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP-date)."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    from datetime import timezone
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # HTTP-dates are GMT
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_detail(exc: Any) -> str:
+    """The server's own error message, on one line."""
+    body = getattr(exc, "body", None)
+    detail: Any = None
+    if isinstance(body, dict):
+        detail = body.get("message") or body.get("detail") or body.get("error")
+    if not detail:
+        detail = getattr(exc, "message", None) or str(exc)
+    text = " ".join(str(detail).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    if cause is None:
+        return str(exc)
+    return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+
+
+def _optional_module(name: str) -> Any:
+    import sys
+
+    # Only modules already imported can have raised the exception; never import here.
+    return sys.modules.get(name)
+
+
+def _is_context_overflow(code: str | None, detail: str) -> bool:
+    if code in ("context_length_exceeded", "string_above_max_length"):
+        return True
+    text = detail.lower()
+    return any(
+        s in text
+        for s in ("context length", "context_length", "maximum context", "context window", "maximum input length")
+    )
+
+
+class _Attempts:
+    """Retry bookkeeping for one call (all attempts share one start time and one budget)."""
+
+    def __init__(self, model: OpenAIModel) -> None:
+        self.model = model
+        self.count = 0
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def delay_after(self, exc: BaseException) -> float:
+        """Seconds to wait before retrying after ``exc``; raises if the call must stop here."""
+        self.count += 1
+        failure = self.model._classify(exc)  # raises for errors that retrying cannot fix
+        if self.count > self.model.max_retries:
+            raise ModelUnavailableError(
+                f"no usable answer from {self.model.base_url} (model {self.model.name!r}) after "
+                f"{self.count} attempt{'s' if self.count != 1 else ''} in {self.elapsed():.1f}s; "
+                f"last error: {failure.summary}. Check that the server is running and that "
+                f"base_url / OPENAI_BASE_URL is right."
+            ) from exc
+        return self.model._delay(self.count, failure.retry_after)
+
+
+class _StreamState:
+    """Assembles a streamed completion: text, tool-call fragments, usage, finish reason."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.usage: Any = None
+        self.finish_reason: str | None = None
+        self.model = ""
+        self.chunks = 0
+        self.yielded = 0  # characters handed to the caller; > 0 means no more retries
+
+    def add(self, chunk: Any) -> str:
+        """Absorb one chunk; return its text delta ("" if none)."""
+        self.chunks += 1
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = chunk.usage
+        self.model = getattr(chunk, "model", None) or self.model
+        out: list[str] = []
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "index", 0) not in (0, None):
+                continue  # we ask for one choice; ignore any others
+            if getattr(choice, "finish_reason", None):
+                self.finish_reason = choice.finish_reason
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            if getattr(delta, "content", None):
+                out.append(delta.content)
+            for tc in getattr(delta, "tool_calls", None) or ():
+                index = tc.index if getattr(tc, "index", None) is not None else len(self.calls)
+                slot = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+                if getattr(tc, "id", None) and not slot["id"]:
+                    slot["id"] = tc.id  # some servers repeat the id on every fragment
+                fn = getattr(tc, "function", None)
+                if fn is not None:
+                    # Same rule as the openai SDK's own accumulator: name and arguments are concatenated.
+                    slot["name"] += getattr(fn, "name", None) or ""
+                    slot["arguments"] += getattr(fn, "arguments", None) or ""
+        text = "".join(out)
+        self.text.append(text)
+        return text
+
+    def message(self) -> Message:
+        calls = tuple(
+            ToolCallRequest(slot["id"] or f"call_{index}", slot["name"], slot["arguments"])
+            for index, slot in sorted(self.calls.items())
+        )
+        return Message("assistant", "".join(self.text), tool_calls=calls)
+
+
+class OpenAIModel:
+    """A model behind any OpenAI-compatible Chat Completions endpoint.
+
+    Args:
+        model: model name; default ``$CODEACT_MODEL``.
+        base_url: API root (e.g. ``http://localhost:8000/v1``); default ``$OPENAI_BASE_URL``,
+            else OpenAI.
+        api_key: default ``$OPENAI_API_KEY``, else a placeholder (fine for local servers).
+        temperature, max_tokens: sent only when given.
+        timeout: seconds per HTTP attempt (for streams: between chunks).
+        max_retries: retries after the first attempt, on 408/409/429/5xx, timeouts,
+            connection errors and malformed responses. Auth, not-found, context
+            overflow and other 4xx errors are never retried.
+        backoff, max_backoff: exponential backoff ``backoff * 2**n`` seconds with
+            jitter, capped at ``max_backoff``; a server's ``Retry-After`` /
+            ``retry-after-ms`` wins (also capped).
+        extra_body: extra JSON fields for the request body (e.g. ``{"top_k": 20}``).
+
+    Raises:
+        ConfigError: no model name, or a bad option.
+
+    Example::
+
+        model = OpenAIModel("qwen2.5-coder", base_url="http://localhost:11434/v1")
+        for part in model.stream([Message("user", "Count to 3")]):
+            if isinstance(part, str):
+                print(part, end="")
+            else:
+                print("\\n", part.usage)
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 120,
+        max_retries: int = 4,
+        backoff: float = 1.0,
+        max_backoff: float = 30,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        name = model or os.environ.get("CODEACT_MODEL", "").strip()
+        if not name:
+            raise ConfigError("no model name: pass model=... (e.g. OpenAIModel('gpt-4o-mini')) or set CODEACT_MODEL")
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_retries < 0:
+            raise ConfigError(f"max_retries must be >= 0, got {max_retries}")
+        if backoff < 0 or max_backoff < 0:
+            raise ConfigError("backoff and max_backoff must be >= 0")
+        if extra_body and "stop" in extra_body:
+            raise ConfigError(
+                "extra_body must not contain 'stop': some reasoning models reject it and codeact does not need it"
+            )
+        self.name: str = name
+        self.base_url: str = (base_url or os.environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL).rstrip("/")
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY", "").strip() or PLACEHOLDER_API_KEY
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.extra_body = dict(extra_body) if extra_body else None
+        self._random = random.Random()  # per instance: jitter without touching global state
+        self._lock = threading.Lock()
+        self._client: openai.OpenAI | None = None
+        self._aclient: openai.AsyncOpenAI | None = None
+        self._aclient_loop: object | None = None
+        # Some older servers reject stream_options; we drop it for this instance once they do.
+        self._stream_usage = True
+
+    def __repr__(self) -> str:  # never show the API key
+        return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
+
+    # -- clients (created once, on first use, so that importing/constructing stays cheap)
+
+    def _client_options(self) -> dict[str, Any]:
+        # max_retries=0: we retry ourselves, with our own policy and error messages.
+        return {"api_key": self._api_key, "base_url": self.base_url, "timeout": self.timeout, "max_retries": 0}
+
+    def _sync_client(self) -> openai.OpenAI:
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(**self._client_options())
+            return self._client
+
+    def _async_client(self) -> openai.AsyncOpenAI:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            # An async HTTP pool belongs to the loop that opened its connections; a new
+            # loop (e.g. a second asyncio.run) gets a new client instead of dead sockets.
+            if self._aclient is None or self._aclient_loop is not loop:
+                import openai
+
+                self._aclient = openai.AsyncOpenAI(**self._client_options())
+                self._aclient_loop = loop
+            return self._aclient
+
+    def close(self) -> None:
+        """Close the HTTP connections of the sync client (the async one closes with its loop)."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> OpenAIModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- request / response
+
+    def _request(self, messages: Sequence[Message], tools: Sequence[dict] | None, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in messages]}
+        if tools:
+            body["tools"] = list(tools)
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if stream:
+            body["stream"] = True
+            if self._stream_usage:
+                body["stream_options"] = {"include_usage": True}
+        if self.extra_body:
+            body["extra_body"] = dict(self.extra_body)
+        return body
+
+    def _usage(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
+        prompt = getattr(raw, "prompt_tokens", None) if raw is not None else None
+        if prompt is None:
+            # The server did not report usage (common for local servers): estimate quietly.
+            return Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+        completion = getattr(raw, "completion_tokens", None) or 0
+        return Usage(int(prompt), int(completion), 1)
+
+    def _response(self, raw: Any, messages: Sequence[Message], attempts: _Attempts) -> ModelResponse:
+        """Turn a ChatCompletion into a ModelResponse; _MalformedResponse if it is not one."""
+        choices = getattr(raw, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            # Some proxies answer 200 with an error object instead of an HTTP error.
+            error = getattr(raw, "error", None)
+            if error:
+                detail = error.get("message", error) if isinstance(error, dict) else error
+                raise _MalformedResponse(f"an error object instead of a completion: {detail}")
+            raise _MalformedResponse(f"no choices in the response ({type(raw).__name__})")
+        choice = choices[0]
+        msg = getattr(choice, "message", None)
+        if msg is None:
+            raise _MalformedResponse("the first choice has no message")
+        content = getattr(msg, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise _MalformedResponse(f"message content is {type(content).__name__}, not text")
+        calls: list[ToolCallRequest] = []
+        for i, tc in enumerate(getattr(msg, "tool_calls", None) or ()):
+            fn = getattr(tc, "function", None)
+            if fn is None or not getattr(fn, "name", None):
+                raise _MalformedResponse("a tool call has no function name")
+            calls.append(ToolCallRequest(getattr(tc, "id", None) or f"call_{i}", fn.name, fn.arguments or ""))
+        message = Message("assistant", content or "", tool_calls=tuple(calls))
+        return ModelResponse(
+            message=message,
+            usage=self._usage(getattr(raw, "usage", None), messages, message),
+            duration=attempts.elapsed(),
+            model=getattr(raw, "model", None) or self.name,
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+    # -- error policy
+
+    def _classify(self, exc: BaseException) -> _Failure:
+        """A retryable failure's summary, or raise the final error for ``exc``."""
+        import json
+
+        import openai
+
+        if isinstance(exc, openai.APIStatusError):
+            status, code, detail = exc.status_code, exc.code, _error_detail(exc)
+            where = f"{self.base_url} (HTTP {status}: {detail})"
+            if status in (401, 403):
+                raise ModelAuthError(f"{where} rejected the request for model {self.name!r}; check OPENAI_API_KEY") from exc
+            if status == 404 or code == "model_not_found":
+                raise ModelNotFoundError(
+                    f"model {self.name!r} not found at {where}; check the model name "
+                    f"(GET {self.base_url}/models lists them) and that the base URL is the API root (often ending in /v1)"
+                ) from exc
+            if status in (400, 413, 422) and _is_context_overflow(code, detail):
+                raise ContextOverflowError(
+                    f"the prompt is longer than the context window of {self.name!r} at {where}; "
+                    "shorten the conversation or use a model with a longer context"
+                ) from exc
+            if status == 429 and code == "insufficient_quota":
+                raise ModelError(f"{where}: the account's quota is used up; check the plan and billing") from exc
+            if status in (408, 409, 429) or status >= 500:
+                return _Failure(f"HTTP {status}: {detail}", _parse_retry_after(exc.response.headers))
+            raise ModelError(f"{where} refused the request for model {self.name!r}") from exc
+        if isinstance(exc, openai.APITimeoutError):
+            return _Failure(f"timed out after {self.timeout:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            return _Failure(f"connection failed ({_cause(exc)})")
+        if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, _MalformedResponse)):
+            return _Failure(f"malformed response ({exc})")
+        if isinstance(exc, openai.APIError):
+            # E.g. an error event inside a stream: no status code, only a message.
+            detail = _error_detail(exc)
+            if _is_context_overflow(exc.code, detail):
+                raise ContextOverflowError(
+                    f"the prompt is longer than the context window of {self.name!r} at {self.base_url} ({detail}); "
+                    "shorten the conversation or use a model with a longer context"
+                ) from exc
+            return _Failure(f"error from the server: {detail}")
+        for module in ("httpx2", "httpx"):  # transport errors raised while reading a stream
+            httpx = _optional_module(module)
+            if httpx is not None and isinstance(exc, httpx.TransportError):
+                if isinstance(exc, httpx.TimeoutException):
+                    return _Failure(f"timed out after {self.timeout:g}s")
+                return _Failure(f"connection failed ({type(exc).__name__}: {exc})")
+        raise exc  # not an endpoint problem (a bug, KeyboardInterrupt, ...): let it through unchanged
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_backoff)
+        base = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+        # "Equal jitter": clients that failed together do not retry together, and
+        # nobody waits less than half the nominal backoff.
+        return base * (0.5 + 0.5 * self._random.random())
+
+    def _rejects_stream_options(self, exc: BaseException) -> bool:
+        import openai
+
+        return (
+            self._stream_usage
+            and isinstance(exc, openai.APIStatusError)
+            and exc.status_code in (400, 422)
+            and "stream_options" in _error_detail(exc)
+        )
+
+    # -- public API
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """One completion, retried per the policy; ``duration`` covers all attempts.
+
+        Raises:
+            ModelAuthError, ModelNotFoundError, ContextOverflowError: at once, no retry.
+            ModelUnavailableError: retries exhausted.
+            ModelError: any other refusal (e.g. a 400 for a bad parameter).
+
+        Example::
+
+            r = model.complete([Message("system", "Be brief."), Message("user", "2+2?")])
+            r.text, r.usage.input_tokens, r.usage.output_tokens
+        """
+        messages = list(messages)
+        client = self._sync_client()
+        body = self._request(messages, tools, stream=False)
+        attempts = _Attempts(self)
+        while True:
+            try:
+                raw = client.chat.completions.create(**body)
+                return self._response(raw, messages, attempts)
+            except Exception as exc:
+                time.sleep(attempts.delay_after(exc))
+
+    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """Async :meth:`complete` (``AsyncOpenAI``; same retry policy, waits with ``asyncio.sleep``).
+
+        Example::
+
+            r = await model.acomplete([Message("user", "hi")])
+        """
+        import asyncio
+
+        messages = list(messages)
+        client = self._async_client()
+        body = self._request(messages, tools, stream=False)
+        attempts = _Attempts(self)
+        while True:
+            try:
+                raw = await client.chat.completions.create(**body)
+                return self._response(raw, messages, attempts)
+            except Exception as exc:
+                await asyncio.sleep(attempts.delay_after(exc))
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+        """Yield text deltas, then one :class:`ModelResponse` (full message, usage, duration).
+
+        Failures are retried only until the first delta has been yielded; a stream
+        that breaks later raises :class:`ModelUnavailableError` (the caller already
+        holds part of the answer). Tool-call fragments are assembled into
+        ``response.message.tool_calls``; they are not yielded as text. Usage comes
+        from the server's usage chunk, or is estimated when the server sends none.
+
+        Example::
+
+            for part in model.stream(messages):
+                if isinstance(part, str):
+                    print(part, end="", flush=True)
+                else:
+                    response = part
+        """
+        messages = list(messages)
+        client = self._sync_client()
+        attempts = _Attempts(self)
+        while True:
+            state = _StreamState()
+            try:
+                chunks = client.chat.completions.create(**self._request(messages, tools, stream=True))
+                try:
+                    for chunk in chunks:
+                        delta = state.add(chunk)
+                        if delta:
+                            state.yielded += len(delta)
+                            yield delta
+                finally:
+                    chunks.close()
+                if state.chunks == 0:
+                    raise _MalformedResponse("the stream ended without any chunk")
+                break
+            except Exception as exc:
+                if state.yielded:
+                    failure = self._classify(exc)  # non-retryable errors keep their own type
+                    raise ModelUnavailableError(
+                        f"the stream from {self.base_url} (model {self.name!r}) broke after "
+                        f"{state.yielded} characters: {failure.summary}"
+                    ) from exc
+                if self._rejects_stream_options(exc):
+                    self._stream_usage = False
+                    continue  # the server's fault, not a failed attempt: ask again without it
+                time.sleep(attempts.delay_after(exc))
+        message = state.message()
+        yield ModelResponse(
+            message=message,
+            usage=self._usage(state.usage, messages, message),
+            duration=attempts.elapsed(),
+            model=state.model or self.name,
+            finish_reason=state.finish_reason,
+        )
+
+    def list_models(self) -> list[str]:
+        """Model ids the endpoint serves (``GET /models``), with the same retry policy.
+
+        Example::
+
+            OpenAIModel("x", base_url="http://localhost:8000/v1").list_models()
+        """
+        client = self._sync_client()
+        attempts = _Attempts(self)
+        while True:
+            try:
+                return [m.id for m in client.models.list()]
+            except Exception as exc:
+                time.sleep(attempts.delay_after(exc))
+
+
+# --------------------------------------------------------------------------- scripted
+
+
+ScriptedReply = Union[str, Message, Callable[[list[Message]], Union[str, Message]]]
+
+
+class ScriptedModel:
+    """Replays given replies in order, for tests, demos and replays. Zero latency.
+
+    Each reply is a ``str`` (an assistant message), a :class:`Message`, or a
+    callable ``(messages) -> str | Message`` that can react to the conversation
+    so far (e.g. to the last observation). Every call's messages are recorded in
+    ``.requests`` and its ``tools`` in ``.tool_schemas``. Usage is estimated as
+    characters / 4.
+
+    Example::
+
+        model = ScriptedModel([
+            "```python\\nprint(1 + 1)\\n```",
+            lambda msgs: f"The answer is {msgs[-1].content.strip()}",
+        ])
+        model.complete([Message("user", "1+1?")]).text
+        assert len(model.requests) == 1
+
+    Raises:
+        ModelOutputError: when asked for more replies than were given.
+    """
+
+    def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted") -> None:
+        self.name = name
+        self._replies: list[ScriptedReply] = list(replies)
+        self._next = 0
+        self.requests: list[list[Message]] = []
+        self.tool_schemas: list[list[dict] | None] = []
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel(name={self.name!r}, replies={len(self._replies)}, used={self._next})"
+
+    @property
+    def remaining(self) -> int:
+        """Replies not used yet."""
+        return len(self._replies) - self._next
+
+    def _reply(self, messages: Sequence[Message], tools: Sequence[dict] | None) -> Message:
+        history = list(messages)
+        self.requests.append(history)
+        self.tool_schemas.append(list(tools) if tools is not None else None)
+        if self._next >= len(self._replies):
+            raise ModelOutputError(f"scripted model has no reply left ({len(self._replies)} given)")
+        reply = self._replies[self._next]
+        self._next += 1
+        if callable(reply) and not isinstance(reply, Message):
+            reply = reply(list(history))  # a copy: the callable must not edit the record
+        if isinstance(reply, str):
+            return Message("assistant", reply)
+        if isinstance(reply, Message):
+            return reply
+        raise TypeError(f"scripted reply #{self._next} must be str or Message, got {type(reply).__name__}")
+
+    def _response(self, messages: Sequence[Message], reply: Message) -> ModelResponse:
+        usage = Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        return ModelResponse(message=reply, usage=usage, duration=0.0, model=self.name, finish_reason=finish)
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """The next scripted reply."""
+        reply = self._reply(messages, tools)
+        return self._response(messages, reply)
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+        """The next scripted reply in up to 4 text chunks, then the ModelResponse."""
+        reply = self._reply(messages, tools)
+        text = reply.content
+        size = max(1, -(-len(text) // 4))
+        for i in range(0, len(text), size):
+            yield text[i : i + size]
+        yield self._response(messages, reply)
+
+    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        """Same as :meth:`complete`."""
+        return self.complete(messages, tools=tools)

@@ -1,0 +1,70 @@
+"""Turn an execution result into the text the model sees next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sandbox.result import ExecutionResult
+
+NOTHING_PRINTED = (
+    "(The code ran and printed nothing. Use print() to see values, or call final_answer(...) when done.)"
+)
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    """Keep the head and the tail of ``text`` within ``limit`` characters and say what was cut."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters cut from the middle of this output ...]\n{text[-tail:]}"
+
+
+@dataclass
+class ObservationParts:
+    """Pieces of an observation, before they are joined."""
+
+    artifacts: list[str] = field(default_factory=list)  # saved image/file names, for the summary
+    changed_files: list[tuple[str, int]] = field(default_factory=list)  # files the code wrote
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def format_observation(result: ExecutionResult, parts: ObservationParts | None = None,
+                       *, limit: int = 8000) -> str:
+    """The observation for one code action: output, rich results, errors, files, hints."""
+    parts = parts or ObservationParts()
+    sections: list[str] = []
+    sections.extend(result.notices)
+    if result.stdout:
+        sections.append(result.stdout.rstrip("\n"))
+    if result.stderr.strip():
+        sections.append("[stderr]\n" + result.stderr.rstrip("\n"))
+    image_names = iter(parts.artifacts)
+    for out in result.outputs:
+        if out.is_image:
+            name = next(image_names, None)
+            sections.append(f"[image {out.mime} shown{f', saved as {name}' if name else ''}]")
+        elif out.text is not None:
+            label = "Out" if out.kind == "result" else "Display"
+            sections.append(f"{label}: {out.text}")
+        else:
+            sections.append(f"[{out.mime} output, {sum(len(v) for v in out.data.values())} characters]")
+    if parts.changed_files:
+        listing = ", ".join(f"{p} ({_size(s)})" for p, s in parts.changed_files)
+        sections.append(f"Files written in the working directory: {listing}")
+    if result.error is not None:
+        tb = result.error.traceback.strip() or str(result.error)
+        if str(result.error) not in tb:
+            tb = f"{tb}\n{result.error}"
+        sections.append("Error:\n" + tb)
+    if not sections:
+        sections.append(NOTHING_PRINTED)
+    return truncate_middle("\n".join(sections), limit)
