@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Set up a fresh machine and run the demo or the whole test suite.
+#
+#   scripts/dev.sh demo     # Docker engine + sandbox image + venv, then `codeact demo`
+#   scripts/dev.sh test     # the same setup, then the whole pytest suite
+#   scripts/dev.sh setup    # only the setup
+#
+# Idempotent: every step checks first and skips what is already there.
+# As root it installs and starts a Docker engine (Debian's docker.io) when none
+# answers; otherwise it says what to do. With CI=true a missing engine fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${CODEACT_VENV:-.venv}
+PY=${PYTHON:-python3}
+log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+apt_install() {
+  if [ -z "${_APT_UPDATED:-}" ]; then apt-get update -qq; _APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_docker() {
+  if docker info >/dev/null 2>&1; then return 0; fi
+  if ! is_root; then
+    log "No Docker engine answers and this is not root: start Docker yourself (docker tests will skip)."
+    return 1
+  fi
+  if ! command -v dockerd >/dev/null 2>&1; then
+    log "Installing a Docker engine (docker.io)"
+    apt_install docker.io
+  fi
+  log "Starting dockerd"
+  nohup dockerd >/var/log/codeact-dockerd.log 2>&1 &
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  log "dockerd did not come up; see /var/log/codeact-dockerd.log"
+  return 1
+}
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "Creating $VENV"
+    "$PY" -m venv "$VENV"
+  fi
+  local stamp="$VENV/.codeact-installed" want
+  want=$(sha256sum pyproject.toml | cut -c1-16)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "Installing codeact and its test dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    echo "$want" > "$stamp"
+  fi
+}
+
+ensure_image() {
+  # The tag carries the recipe hash: an unchanged recipe is never rebuilt.
+  if "$VENV/bin/python" -c "from sandbox.image import image_exists; raise SystemExit(0 if image_exists() else 1)" 2>/dev/null; then
+    return 0
+  fi
+  if is_root && ! command -v debootstrap >/dev/null 2>&1; then
+    apt_install debootstrap  # the offline recipe, for machines that cannot pull images
+  fi
+  log "Building the sandbox image (about 3 minutes the first time)"
+  "$VENV/bin/codeact" image build
+}
+
+setup() {
+  local docker_ok=1
+  ensure_venv
+  if ensure_docker; then
+    ensure_image || docker_ok=0
+  else
+    docker_ok=0
+  fi
+  if [ "$docker_ok" = 0 ] && [ "${CI:-}" = "true" ]; then
+    log "CI=true needs a working Docker engine and sandbox image"
+    exit 1
+  fi
+}
+
+cmd=${1:-demo}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)
+    setup
+    exec "$VENV/bin/codeact" demo "$@"
+    ;;
+  test)
+    setup
+    set +e
+    "$VENV/bin/python" -m pytest "$@"
+    rc=$?
+    set -e
+    if [ "$rc" = 5 ]; then
+      echo "pytest collected no tests: failing on purpose" >&2
+      exit 1
+    fi
+    exit "$rc"
+    ;;
+  *) echo "usage: scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
+esac
