@@ -71,7 +71,9 @@ class Model(Protocol):
         """One completion for ``messages``."""
         ...
 
-    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+    def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+    ) -> Iterator[str | ModelResponse]:
         """Yield text deltas as they arrive, then exactly one final :class:`ModelResponse`."""
         ...
 
@@ -111,6 +113,7 @@ class _Failure:
 
     summary: str
     retry_after: float | None = None
+    hint: str = "check that the server is running and that base_url / OPENAI_BASE_URL is right"
 
 
 def _parse_retry_after(headers: Any, now: float | None = None) -> float | None:
@@ -148,6 +151,8 @@ def _error_detail(exc: Any) -> str:
     detail: Any = None
     if isinstance(body, dict):
         detail = body.get("message") or body.get("detail") or body.get("error")
+        if isinstance(detail, dict):  # {"error": {"message": ...}} arriving unwrapped
+            detail = detail.get("message") or detail
     if not detail:
         detail = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(detail).split())
@@ -178,6 +183,10 @@ def _is_context_overflow(code: str | None, detail: str) -> bool:
     )
 
 
+_MALFORMED_HINT = "check that base_url points at an OpenAI-compatible API root (often ending in /v1)"
+_TIMEOUT_HINT = "check that the server is up and not overloaded, or raise timeout"
+
+
 class _Attempts:
     """Retry bookkeeping for one call (all attempts share one start time and one budget)."""
 
@@ -196,9 +205,8 @@ class _Attempts:
         if self.count > self.model.max_retries:
             raise ModelUnavailableError(
                 f"no usable answer from {self.model.base_url} (model {self.model.name!r}) after "
-                f"{self.count} attempt{'s' if self.count != 1 else ''} in {self.elapsed():.1f}s; "
-                f"last error: {failure.summary}. Check that the server is running and that "
-                f"base_url / OPENAI_BASE_URL is right."
+                f"{self.count} attempt{'s' if self.count != 1 else ''} in {self.elapsed():.1f}s "
+                f"(last error: {failure.summary}); {failure.hint}"
             ) from exc
         return self.model._delay(self.count, failure.retry_after)
 
@@ -444,11 +452,15 @@ class OpenAIModel:
             status, code, detail = exc.status_code, exc.code, _error_detail(exc)
             where = f"{self.base_url} (HTTP {status}: {detail})"
             if status in (401, 403):
-                raise ModelAuthError(f"{where} rejected the request for model {self.name!r}; check OPENAI_API_KEY") from exc
+                raise ModelAuthError(
+                    f"{self.base_url} rejected the API key for model {self.name!r} (HTTP {status}: {detail}); "
+                    "check OPENAI_API_KEY"
+                ) from exc
             if status == 404 or code == "model_not_found":
                 raise ModelNotFoundError(
                     f"model {self.name!r} not found at {where}; check the model name "
-                    f"(GET {self.base_url}/models lists them) and that the base URL is the API root (often ending in /v1)"
+                    f"(GET {self.base_url}/models lists them) and that the base URL is the API root "
+                    "(often ending in /v1)"
                 ) from exc
             if status in (400, 413, 422) and _is_context_overflow(code, detail):
                 raise ContextOverflowError(
@@ -457,15 +469,19 @@ class OpenAIModel:
                 ) from exc
             if status == 429 and code == "insufficient_quota":
                 raise ModelError(f"{where}: the account's quota is used up; check the plan and billing") from exc
-            if status in (408, 409, 429) or status >= 500:
-                return _Failure(f"HTTP {status}: {detail}", _parse_retry_after(exc.response.headers))
+            retry_after = _parse_retry_after(exc.response.headers)
+            if status == 429:
+                hint = "the endpoint is rate limiting: wait, or raise max_retries / max_backoff"
+                return _Failure(f"HTTP 429: {detail}", retry_after, hint)
+            if status in (408, 409) or status >= 500:
+                return _Failure(f"HTTP {status}: {detail}", retry_after)
             raise ModelError(f"{where} refused the request for model {self.name!r}") from exc
         if isinstance(exc, openai.APITimeoutError):
-            return _Failure(f"timed out after {self.timeout:g}s")
+            return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT)
         if isinstance(exc, openai.APIConnectionError):
             return _Failure(f"connection failed ({_cause(exc)})")
         if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, _MalformedResponse)):
-            return _Failure(f"malformed response ({exc})")
+            return _Failure(f"malformed response ({exc})", None, _MALFORMED_HINT)
         if isinstance(exc, openai.APIError):
             # E.g. an error event inside a stream: no status code, only a message.
             detail = _error_detail(exc)
@@ -479,7 +495,7 @@ class OpenAIModel:
             httpx = _optional_module(module)
             if httpx is not None and isinstance(exc, httpx.TransportError):
                 if isinstance(exc, httpx.TimeoutException):
-                    return _Failure(f"timed out after {self.timeout:g}s")
+                    return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT)
                 return _Failure(f"connection failed ({type(exc).__name__}: {exc})")
         raise exc  # not an endpoint problem (a bug, KeyboardInterrupt, ...): let it through unchanged
 
@@ -547,7 +563,9 @@ class OpenAIModel:
             except Exception as exc:
                 await asyncio.sleep(attempts.delay_after(exc))
 
-    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+    def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+    ) -> Iterator[str | ModelResponse]:
         """Yield text deltas, then one :class:`ModelResponse` (full message, usage, duration).
 
         Failures are retried only until the first delta has been yielded; a stream
@@ -687,7 +705,9 @@ class ScriptedModel:
         reply = self._reply(messages, tools)
         return self._response(messages, reply)
 
-    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> Iterator[str | ModelResponse]:
+    def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+    ) -> Iterator[str | ModelResponse]:
         """The next scripted reply in up to 4 text chunks, then the ModelResponse."""
         reply = self._reply(messages, tools)
         text = reply.content

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextvars
 import copy
 import dataclasses
 import difflib
@@ -67,6 +68,7 @@ from typing import (
     Iterable,
     Literal,
     Mapping,
+    ParamSpec,
     TypeVar,
     Union,
     overload,
@@ -90,11 +92,6 @@ __all__ = [
     "ensure_tools",
     "load_tools",
 ]
-
-if sys.version_info >= (3, 10):
-    from typing import ParamSpec
-else:  # pragma: no cover - requires-python is >=3.10
-    from typing_extensions import ParamSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -488,11 +485,10 @@ class Tool(Generic[P, R]):
             return_annotation=hints.get("return", full_signature.return_annotation),
         )
 
-        doc = _parse_docstring(inspect.getdoc(func) or "")
+        doc = _parse_docstring(_docstring_of(func))
         self._returns_doc = doc.returns
-        # The stub renders the description and the Returns text as separate
-        # docstring sections; the plain description (for function calling,
-        # which has no place for return values) carries both.
+        # Function-calling schemas have no place for the return value, so the
+        # description carries the Returns text; the stub gives it its own section.
         self._summary = inspect.cleandoc(description) if description is not None else doc.description
         self.description = self._summary
         if description is None and doc.returns:
@@ -532,7 +528,7 @@ class Tool(Generic[P, R]):
 
         # Look like the wrapped function to introspection (help(), inspect.signature, pickling by name).
         self.__wrapped__ = func
-        self.__doc__ = getattr(func, "__doc__", None)
+        self.__doc__ = _docstring_of(func) or None
         self.__name__ = getattr(func, "__name__", tool_name)
         self.__qualname__ = getattr(func, "__qualname__", tool_name)
         self.__module__ = getattr(func, "__module__", None) or __name__
@@ -620,7 +616,7 @@ class Tool(Generic[P, R]):
 
     def __repr__(self) -> str:
         flags = [f for f, on in (("return_direct", self.return_direct), ("requires_approval", self.requires_approval)) if on]
-        return f"Tool({self.name}{self.signature}{', ' + ', '.join(flags) if flags else ''})"
+        return f"Tool({self.name}{_render_signature(self.signature)}{', ' + ', '.join(flags) if flags else ''})"
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """Validate and coerce the model's arguments; return what the function will receive.
@@ -677,25 +673,32 @@ class Tool(Generic[P, R]):
         """Map a Python call ``tool(*args, **kwargs)`` to a dict of named arguments.
 
         Uses the public signature (no context parameter). Defaults are not
-        filled in. The result goes to :meth:`validate` / :meth:`call`.
+        filled in, and missing or unknown names are left for :meth:`validate`,
+        which reports them all at once with suggestions.
 
         Raises:
-            ToolArgumentError: the call does not fit the signature (too many
-                positional arguments, a missing or repeated argument...).
+            ToolArgumentError: the call cannot be mapped: too many positional
+                arguments, a value given twice, a positional-only argument
+                passed by keyword.
         """
-        try:
-            bound = self.signature.bind(*args, **kwargs)
-        except TypeError as exc:
+        params = self.signature.parameters
+        positional = [p for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        usage = f"; its signature is {self.name}{_render_signature(self._display_signature())}"
+        if len(args) > len(positional):
             raise ToolArgumentError(
-                f"cannot call tool {self.name!r} this way: {exc}; its signature is "
-                f"{self.name}{_render_signature(self._display_signature())}"
-            ) from None
-        out: dict[str, Any] = {}
-        for name, value in bound.arguments.items():
-            if self._var_keyword is not None and name == self._var_keyword.name:
-                out.update(value)
-            else:
-                out[name] = value
+                f"tool {self.name!r} takes {len(positional)} positional argument"
+                f"{'' if len(positional) == 1 else 's'} but {len(args)} were given{usage}"
+            )
+        out = {p.name: value for p, value in zip(positional, args)}
+        for key, value in kwargs.items():
+            if key in out:
+                raise ToolArgumentError(f"tool {self.name!r} got multiple values for argument {key!r}{usage}")
+            param = params.get(key)
+            if param is not None and param.kind is param.POSITIONAL_ONLY:
+                raise ToolArgumentError(
+                    f"tool {self.name!r}: argument {key!r} is positional-only; pass it by position{usage}"
+                )
+            out[key] = value
         return out
 
     def call(self, arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
@@ -726,7 +729,7 @@ class Tool(Generic[P, R]):
         args, kwargs = self._call_arguments(self.validate(arguments), context)
         if self.is_async:
             return await self._await_with_timeout(self.func(*args, **kwargs))
-        result = await self._await_with_timeout(asyncio.to_thread(self.func, *args, **kwargs))
+        result = await self._await_with_timeout(_to_daemon_thread(functools.partial(self.func, *args, **kwargs), self.name))
         if inspect.isawaitable(result):
             result = await self._await_with_timeout(result)
         return result
@@ -949,6 +952,13 @@ def _first_line(exc: BaseException) -> str:
     return text.split(". Set `arbitrary_types_allowed", 1)[0].rstrip(".")
 
 
+def _docstring_of(func: Any) -> str:
+    """The docstring of the function a partial wraps, not ``functools.partial``'s own."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.getdoc(func) or ""
+
+
 def _is_coroutine_callable(func: Any) -> bool:
     while isinstance(func, functools.partial):
         func = func.func
@@ -1062,6 +1072,35 @@ def _run_sync(coroutine: Awaitable[Any]) -> Any:
     return _call_in_thread(lambda: asyncio.run(_as_coroutine(coroutine)), None, "")
 
 
+async def _to_daemon_thread(fn: Callable[[], Any], tool_name: str) -> Any:
+    """Await ``fn()`` run on a daemon thread.
+
+    Not ``asyncio.to_thread``: the loop's executor is joined when the loop
+    closes, so a sync tool abandoned after its timeout would hold up
+    ``asyncio.run`` until it finished anyway.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():  # it may have been cancelled by a timeout
+            (future.set_result if ok else future.set_exception)(value)
+
+    def target() -> None:
+        try:
+            outcome = (True, context.run(fn))
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (False, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:
+            pass  # the loop is closed: nobody waits for this result any more
+
+    threading.Thread(target=target, name=f"tool-{tool_name}", daemon=True).start()
+    return await future
+
+
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
@@ -1075,10 +1114,11 @@ def _call_in_thread(fn: Callable[[], Any], timeout: float | None, tool_name: str
     """
     outcome: dict[str, Any] = {}
     done = threading.Event()
+    context = contextvars.copy_context()
 
     def target() -> None:
         try:
-            outcome["value"] = fn()
+            outcome["value"] = context.run(fn)
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
         finally:
@@ -1212,17 +1252,22 @@ def load_tools(spec: str) -> list[Tool[Any, Any]]:
         return ensure_tools(_all_tools(module, target))
 
     namespace = vars(module)
+    # A name is a module attribute or the name of a Tool (@tool(name=...) may differ).
+    by_tool_name = {obj.name: obj for obj in namespace.values() if isinstance(obj, Tool)}
     tools: list[Tool[Any, Any]] = []
     for name in names:
-        if name not in namespace:
-            available = ", ".join(_candidate_names(module)) or "none"
-            hint = difflib.get_close_matches(name, list(namespace), n=1)
+        if name in namespace:
+            obj = namespace[name]
+        elif name in by_tool_name:
+            obj = by_tool_name[name]
+        else:
+            candidates = _candidate_names(module)
+            hint = difflib.get_close_matches(name, candidates + list(namespace), n=1)
             raise UnknownToolError(
                 f"{target} has no tool or function named {name!r}"
                 + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                + f"; available: {available}"
+                + f"; available: {', '.join(candidates) or 'none'}"
             )
-        obj = namespace[name]
         if isinstance(obj, Tool):
             tools.append(obj)
         elif callable(obj) and not inspect.isclass(obj):
@@ -1322,9 +1367,12 @@ def _public_functions(module: types.ModuleType) -> list[tuple[str, Callable[...,
 
 
 def _candidate_names(module: types.ModuleType) -> list[str]:
-    names = [name for name, obj in vars(module).items() if isinstance(obj, Tool)]
-    names += [name for name, _ in _public_functions(module)]
-    return names
+    tools: list[Tool[Any, Any]] = []
+    for obj in vars(module).values():
+        if isinstance(obj, Tool) and not any(obj is t for t in tools):
+            tools.append(obj)
+    wrapped = {id(t.func) for t in tools}
+    return [t.name for t in tools] + [name for name, f in _public_functions(module) if id(f) not in wrapped]
 
 
 def _all_tools(module: types.ModuleType, target: str) -> list[Tool[Any, Any]]:

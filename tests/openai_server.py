@@ -1,0 +1,642 @@
+"""A real, scriptable OpenAI-compatible HTTP server for tests and benchmarks.
+
+It speaks just enough of the OpenAI API for the real ``openai`` client:
+``POST /v1/chat/completions`` (JSON and SSE streaming, with the usage chunk when
+the client asks for ``stream_options={"include_usage": True}``) and
+``GET /v1/models``. It runs on 127.0.0.1 on a free port in background threads.
+
+Replies come from a queue of planned items, consumed one per chat request.
+An item is a :class:`Reply` (text and/or tool calls) or a :class:`Fault`
+(HTTP error, malformed body, stall, dropped connection). When the queue is
+empty the server answers with ``default_reply`` (a string, or a callable that
+sees the request and returns a string, a Reply or a Fault). Every request is
+recorded in ``server.requests`` for assertions.
+
+Example::
+
+    with OpenAITestServer() as server:
+        server.plan_rate_limit(retry_after=0.2)
+        server.plan_text("Hello!", usage=(12, 3))
+        client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        ...
+        assert len(server.chat_requests) == 2
+
+In pytest, use the :func:`openai_server` fixture::
+
+    from tests.openai_server import openai_server  # noqa: F401
+
+    def test_something(openai_server):
+        openai_server.plan_text("hi")
+        model = OpenAIModel("test-model", base_url=openai_server.base_url)
+
+Faults apply to streaming and non-streaming requests alike (status errors are
+sent before any SSE data).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal, Union
+
+try:  # pytest is only needed for the fixture; benchmarks can use the server without it
+    import pytest
+except ImportError:  # pragma: no cover
+    pytest = None  # type: ignore[assignment]
+
+__all__ = [
+    "Fault",
+    "OpenAITestServer",
+    "RecordedRequest",
+    "Reply",
+    "ToolCall",
+    "free_port",
+    "openai_server",
+]
+
+
+# --------------------------------------------------------------------------- plan items
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A native function call the server puts in a reply.
+
+    ``arguments`` may be a dict (serialised to JSON) or raw JSON text.
+    ``id`` defaults to ``call_<n>``.
+    """
+
+    name: str
+    arguments: str | dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_json(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful completion.
+
+    Attributes:
+        text: assistant content ("" with tool calls is sent as ``null``, like OpenAI).
+        tool_calls: native function calls to include.
+        usage: ``(prompt_tokens, completion_tokens)``; default: characters / 4.
+        send_usage: False imitates servers that never report usage (not even
+            when streaming with ``include_usage``).
+        finish_reason: default "tool_calls" when there are tool calls, else "stop".
+        chunks: explicit streaming pieces of ``text`` (default: 4-character pieces).
+        delay: seconds to wait before answering (simulated model latency).
+        drop_after_chunks: streaming only: close the connection abruptly after
+            this many content chunks (a stream that breaks mid-way).
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: tuple[int, int] | None = None
+    send_usage: bool = True
+    finish_reason: str | None = None
+    chunks: tuple[str, ...] | None = None
+    delay: float = 0.0
+    drop_after_chunks: int | None = None
+
+
+FaultKind = Literal["error", "malformed", "stall", "drop"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure the server produces instead of a completion.
+
+    kind:
+        ``"error"``: HTTP ``status`` with JSON ``body`` and extra ``headers``.
+        ``"malformed"``: HTTP 200, JSON content type, body that is not JSON
+        (for streaming: one SSE event whose data is not JSON).
+        ``"stall"``: read the request, send nothing for ``seconds``, then close.
+        ``"drop"``: read the request, then close the connection without a response.
+    """
+
+    kind: FaultKind
+    status: int = 500
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+PlanItem = Union[str, Reply, Fault]
+DefaultReply = Union[str, Callable[["RecordedRequest"], PlanItem]]
+
+
+def _error_body(message: str, *, type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    # Same shape as api.openai.com error responses.
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+# --------------------------------------------------------------------------- recorded requests
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One HTTP request the server received.
+
+    ``headers`` has lower-case names; ``body`` is the parsed JSON body (None if
+    absent or not JSON); ``time`` is ``time.monotonic()`` at arrival.
+    """
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    time: float
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The ``messages`` of a chat request ([] otherwise)."""
+        return list(self.body.get("messages", [])) if isinstance(self.body, dict) else []
+
+    @property
+    def stream(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+    @property
+    def last_user_text(self) -> str:
+        """Content of the last user message (handy in ``default_reply`` callables)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                c = m.get("content")
+                return c if isinstance(c, str) else json.dumps(c)
+        return ""
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now (for "endpoint down" tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    # Non-daemon handler threads, joined by server_close(): shutdown is clean, and
+    # stalls wake up early because they wait on the owner's stop event.
+    daemon_threads = False
+    block_on_close = True
+    allow_reuse_address = True
+
+    owner: OpenAITestServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        # A client that hangs up early (timeout, closed stream) is normal in fault tests.
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
+
+
+class OpenAITestServer:
+    """A scriptable OpenAI-compatible server on ``127.0.0.1:<free port>``.
+
+    Args:
+        default_reply: answer when the plan queue is empty: a string, or a
+            callable ``(RecordedRequest) -> str | Reply | Fault``.
+        models: ids listed by ``GET /v1/models``.
+
+    Attributes:
+        base_url: ``http://127.0.0.1:PORT/v1`` (pass it as ``base_url=``).
+        requests: every request received, in order (a copy).
+        chat_requests: the ``/chat/completions`` requests only.
+    """
+
+    def __init__(self, *, default_reply: DefaultReply = "OK", models: Sequence[str] = ("test-model",)) -> None:
+        self.default_reply: DefaultReply = default_reply
+        self.models = list(models)
+        self._plan: deque[PlanItem] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ids = itertools.count(1)
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+
+    # -- lifecycle
+
+    def start(self) -> OpenAITestServer:
+        """Bind a free port and serve in a background thread; returns self."""
+        if self._httpd is not None:
+            return self
+        self._stop.clear()
+        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.owner = self
+        self._httpd = httpd
+        port = httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=f"openai-test-server-{port}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, wake stalled handlers, join all threads, free the port."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stop.set()
+        httpd.shutdown()
+        httpd.server_close()  # joins handler threads (block_on_close)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAITestServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- planning
+
+    def plan(self, *items: PlanItem) -> None:
+        """Queue replies/faults; a plain string means ``Reply(text=...)``."""
+        with self._lock:
+            self._plan.extend(items)
+
+    def plan_text(self, text: str, **options: Any) -> None:
+        """Queue a text reply; ``options`` are :class:`Reply` fields (usage, chunks, delay, ...)."""
+        self.plan(Reply(text=text, **options))
+
+    def plan_tool_call(
+        self, name: str, arguments: str | dict[str, Any] | None = None, *, call_id: str | None = None, text: str = ""
+    ) -> None:
+        """Queue a reply with one native function call."""
+        self.plan(Reply(text=text, tool_calls=(ToolCall(name, arguments or {}, call_id),)))
+
+    def plan_tool_calls(self, calls: Sequence[ToolCall], *, text: str = "", **options: Any) -> None:
+        """Queue a reply with several native function calls."""
+        self.plan(Reply(text=text, tool_calls=tuple(calls), **options))
+
+    def plan_error(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Queue an HTTP error with an OpenAI-style JSON error body."""
+        body = _error_body(message, type=type, code=code, param=param)
+        self.plan(Fault("error", status=status, body=body, headers=dict(headers or {})))
+
+    def plan_rate_limit(self, retry_after: float | str | None = 0.2, *, retry_after_ms: float | None = None) -> None:
+        """Queue a 429. ``retry_after``: seconds (sent as a number) or a raw header
+        value such as an HTTP-date; ``retry_after_ms`` adds a ``retry-after-ms`` header."""
+        headers: dict[str, str] = {}
+        if retry_after is not None:
+            headers["Retry-After"] = retry_after if isinstance(retry_after, str) else f"{retry_after:g}"
+        if retry_after_ms is not None:
+            headers["retry-after-ms"] = f"{retry_after_ms:g}"
+        self.plan_error(
+            429,
+            "Rate limit reached for requests. Please try again later.",
+            code="rate_limit_exceeded",
+            type="requests",
+            headers=headers,
+        )
+
+    def plan_server_error(
+        self, status: int = 500, message: str = "The server had an error while processing your request."
+    ) -> None:
+        """Queue a 5xx with an OpenAI-style body."""
+        self.plan_error(status, message, code=None, type="server_error")
+
+    def plan_auth_error(self, status: int = 401) -> None:
+        """Queue a 401 (or 403) like OpenAI's for a wrong key."""
+        message = (
+            "Incorrect API key provided: sk-****. "
+            "You can find your API key at https://platform.openai.com/account/api-keys."
+        )
+        self.plan_error(status, message, code="invalid_api_key")
+
+    def plan_model_not_found(self) -> None:
+        """Queue a 404 like OpenAI's for an unknown model (message names the requested model)."""
+        # The model name is only known when the request arrives: "{model}" is filled in then.
+        self.plan(
+            Fault(
+                "error",
+                status=404,
+                body=_error_body(
+                    "The model `{model}` does not exist or you do not have access to it.",
+                    type="invalid_request_error",
+                    code="model_not_found",
+                ),
+            )
+        )
+
+    def plan_context_overflow(self) -> None:
+        """Queue a 400 ``context_length_exceeded`` like OpenAI's."""
+        self.plan_error(
+            400,
+            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens. "
+            "Please reduce the length of the messages.",
+            code="context_length_exceeded",
+            param="messages",
+        )
+
+    def plan_malformed(self) -> None:
+        """Queue a 200 response whose body is not JSON."""
+        self.plan(Fault("malformed"))
+
+    def plan_stall(self, seconds: float = 5.0) -> None:
+        """Queue a response that sends nothing for ``seconds`` (use > client timeout), then closes."""
+        self.plan(Fault("stall", seconds=seconds))
+
+    def plan_drop(self) -> None:
+        """Queue a connection that is closed without any response."""
+        self.plan(Fault("drop"))
+
+    def clear(self) -> None:
+        """Forget planned items and recorded requests."""
+        with self._lock:
+            self._plan.clear()
+            self._requests.clear()
+
+    # -- inspection
+
+    @property
+    def pending(self) -> int:
+        """Planned items not consumed yet."""
+        with self._lock:
+            return len(self._plan)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # -- used by the handler
+
+    def _record(self, req: RecordedRequest) -> None:
+        with self._lock:
+            self._requests.append(req)
+
+    def _next_item(self, req: RecordedRequest) -> PlanItem:
+        with self._lock:
+            if self._plan:
+                return self._plan.popleft()
+        default = self.default_reply
+        return default(req) if callable(default) else default
+
+    def _next_id(self) -> str:
+        return f"chatcmpl-test{next(self._ids)}"
+
+
+def _estimate(chars: int) -> int:
+    return max(1, (chars + 3) // 4)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 so streams use chunked encoding: a connection dropped mid-stream is then
+    # an error for the client, not a silently shorter body. Every response closes the
+    # connection, so no handler thread lingers on an idle keep-alive socket.
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # socket read timeout: a silent client cannot block shutdown forever
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
+        pass
+
+    @property
+    def owner(self) -> OpenAITestServer:
+        return self.server.owner
+
+    # -- routing
+
+    def do_GET(self) -> None:  # noqa: N802
+        req = self._read_request()
+        if req.path.rstrip("/").endswith("/models"):
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in self.owner.models]
+            self._send_json(200, {"object": "list", "data": data})
+        else:
+            self._send_json(404, _error_body(f"Unknown path {req.path}", type="invalid_request_error", code=None))
+
+    def do_POST(self) -> None:  # noqa: N802
+        req = self._read_request()
+        if not req.path.rstrip("/").endswith("/chat/completions"):
+            self._send_json(404, _error_body(f"Unknown path {req.path}", type="invalid_request_error", code=None))
+            return
+        if not isinstance(req.body, dict):
+            error = _error_body("Request body is not a JSON object", type="invalid_request_error", code=None)
+            self._send_json(400, error)
+            return
+        item = self.owner._next_item(req)
+        if isinstance(item, str):
+            item = Reply(text=item)
+        if isinstance(item, Fault):
+            self._fault(item, req)
+        elif req.stream:
+            self._stream_reply(item, req)
+        else:
+            self._json_reply(item, req)
+
+    # -- io helpers
+
+    def _read_request(self) -> RecordedRequest:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        req = RecordedRequest(
+            method=self.command,
+            path=self.path.split("?", 1)[0],
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            time=time.monotonic(),
+        )
+        self.owner._record(req)
+        return req
+
+    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self._send_bytes(status, data, "application/json", headers)
+
+    def _send_bytes(self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _start_sse(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _sse(self, payload: Any) -> None:
+        text = payload if isinstance(payload, str) else json.dumps(payload)
+        self._write_chunk(f"data: {text}\n\n".encode())
+
+    def _end_sse(self) -> None:
+        self._sse("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _abort(self) -> None:
+        """Close the TCP connection at once (RST), without finishing the response."""
+        self.close_connection = True
+        try:
+            # SO_LINGER 0 makes close() send RST: the client sees a hard connection error.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # -- faults
+
+    def _fault(self, fault: Fault, req: RecordedRequest) -> None:
+        if fault.kind == "error":
+            body = fault.body
+            if isinstance(body, dict) and isinstance(body.get("error"), dict):
+                err = dict(body["error"])
+                if isinstance(err.get("message"), str):
+                    err["message"] = err["message"].replace("{model}", str(req.body.get("model")))
+                body = {**body, "error": err}
+            self._send_json(fault.status, body if body is not None else {}, fault.headers)
+        elif fault.kind == "malformed":
+            if req.stream:
+                self._start_sse()
+                self._write_chunk(b'data: {"id": "chatcmpl-broken", "choices": [\n\n')
+                self._end_sse()
+            else:
+                self._send_bytes(200, b'{"id": "chatcmpl-broken", "choices": [{"index": 0, "mess', "application/json")
+        elif fault.kind == "stall":
+            self.owner._stop.wait(fault.seconds)
+            self._abort()
+        elif fault.kind == "drop":
+            self._abort()
+        else:  # pragma: no cover - guarded by the Literal type
+            raise ValueError(f"unknown fault kind {fault.kind!r}")
+
+    # -- replies
+
+    def _usage(self, reply: Reply, req: RecordedRequest) -> dict[str, int]:
+        if reply.usage is not None:
+            p, c = reply.usage
+        else:
+            prompt_chars = sum(len(str(m.get("content") or "")) for m in req.messages)
+            out_chars = len(reply.text) + sum(len(t.name) + len(t.arguments_json()) for t in reply.tool_calls)
+            p, c = _estimate(prompt_chars), _estimate(out_chars)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    @staticmethod
+    def _finish_reason(reply: Reply) -> str:
+        return reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+    @staticmethod
+    def _call_ids(reply: Reply) -> list[str]:
+        return [t.id or f"call_{i}" for i, t in enumerate(reply.tool_calls)]
+
+    def _json_reply(self, reply: Reply, req: RecordedRequest) -> None:
+        if reply.delay:
+            self.owner._stop.wait(reply.delay)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or (None if reply.tool_calls else "")}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": cid, "type": "function", "function": {"name": t.name, "arguments": t.arguments_json()}}
+                for cid, t in zip(self._call_ids(reply), reply.tool_calls)
+            ]
+        payload: dict[str, Any] = {
+            "id": self.owner._next_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.body.get("model", ""),
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": self._finish_reason(reply), "logprobs": None}
+            ],
+        }
+        if reply.send_usage:
+            payload["usage"] = self._usage(reply, req)
+        self._send_json(200, payload)
+
+    def _stream_reply(self, reply: Reply, req: RecordedRequest) -> None:
+        if reply.delay:
+            self.owner._stop.wait(reply.delay)
+        cid, model, created = self.owner._next_id(), req.body.get("model", ""), int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            }
+
+        self._start_sse()
+        self._sse(chunk({"role": "assistant", "content": ""}))
+        pieces = reply.chunks
+        if pieces is None:
+            pieces = tuple(reply.text[i : i + 4] for i in range(0, len(reply.text), 4))
+        for n, piece in enumerate(pieces):
+            if reply.drop_after_chunks is not None and n >= reply.drop_after_chunks:
+                self._abort()
+                return
+            self._sse(chunk({"content": piece}))
+        for index, (call_id, t) in enumerate(zip(self._call_ids(reply), reply.tool_calls)):
+            # Like OpenAI: the first delta carries id and name, then argument fragments follow.
+            self._sse(chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                             "function": {"name": t.name, "arguments": ""}}]}))
+            args = t.arguments_json()
+            for i in range(0, len(args), 7):
+                self._sse(chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 7]}}]}))
+        self._sse(chunk({}, self._finish_reason(reply)))
+        options = req.body.get("stream_options") or {}
+        if reply.send_usage and isinstance(options, dict) and options.get("include_usage"):
+            self._sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                       "choices": [], "usage": self._usage(reply, req)})
+        self._end_sse()
+
+
+# --------------------------------------------------------------------------- pytest fixture
+
+
+if pytest is not None:
+
+    @pytest.fixture
+    def openai_server() -> Iterator[OpenAITestServer]:
+        """A started :class:`OpenAITestServer`, closed after the test.
+
+        Import it into a test module: ``from tests.openai_server import openai_server  # noqa: F401``.
+        """
+        with OpenAITestServer() as server:
+            yield server
