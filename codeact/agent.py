@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
+from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction, to_json_value
 from sandbox.result import ExecutionResult, FunctionCall
 
@@ -48,7 +49,7 @@ from .events import (
     ToolCall,
 )
 from .messages import Message, ModelResponse, Usage
-from .observation import ObservationParts, format_observation, truncate_middle
+from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
 from .tools import RunContext, Tool, ensure_tools
@@ -286,6 +287,9 @@ class ChatSession:
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
                cancel: threading.Event | None = None) -> Iterator[Event]:
         """One turn: run ``task`` in this conversation, yielding events."""
+        if self._closed:
+            # A closed session would silently open a new sandbox that nobody closes.
+            raise CodeActError("this chat session is closed; start a new one with agent.session()")
         agent = self.agent
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
@@ -363,12 +367,14 @@ class ChatSession:
                     step.tool_calls.append(event)
                     yield emit(event)
                 parts, images = self._collect_artifacts(exec_result, index, output_dir, snapshot, result)
-                text = format_observation(exec_result, parts, limit=agent.observation_limit)
+                full_text = format_observation(exec_result, parts, limit=None)
+                text = truncate_middle(full_text, agent.observation_limit)
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
                 yield emit(Observation(run_id=run_id, step=index, text=text, stdout=exec_result.stdout,
                                        stderr=exec_result.stderr, error=step.error,
-                                       duration=exec_result.duration, truncated=exec_result.truncated,
+                                       duration=exec_result.duration,
+                                       truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
                                        artifacts=parts.artifacts + [p for p, _ in parts.changed_files],
                                        images=images))
                 self.messages.append(Message("assistant", step.model_output))
@@ -393,8 +399,8 @@ class ChatSession:
                                   kind="model" if isinstance(exc, ModelError) else "agent", fatal=True))
         except Exception as exc:  # a bug or a sandbox failure: report it, keep the log consistent
             result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
-            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind="internal",
-                                  fatal=True))
+            kind = "sandbox" if isinstance(exc, SandboxError) else "internal"
+            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind=kind, fatal=True))
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
@@ -403,7 +409,8 @@ class ChatSession:
     # --- pieces of a turn ----------------------------------------------------------------
 
     def _backend_name(self) -> str:
-        sb = self.agent.sandbox
+        # Once a sandbox is open (later chat turns), name the backend it really is ("auto" resolved).
+        sb = self._sandbox if self._sandbox is not None else self.agent.sandbox
         return sb if isinstance(sb, str) else getattr(sb, "backend", type(sb).__name__)
 
     def _ensure_sandbox(self) -> None:
@@ -537,7 +544,7 @@ class ChatSession:
     def _best_answer(self, result: RunResult) -> Any:
         """At max_steps: the last thing the code printed, else the model's last words."""
         for step in reversed(result.steps):
-            if step.observation and not step.error and step.observation.strip():
+            if step.observation and not step.error and step.observation.strip() not in ("", NOTHING_PRINTED):
                 return step.observation.strip()
         for step in reversed(result.steps):
             if step.model_output.strip():

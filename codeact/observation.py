@@ -38,8 +38,11 @@ def _size(n: int) -> str:
 
 
 def format_observation(result: ExecutionResult, parts: ObservationParts | None = None,
-                       *, limit: int = 8000) -> str:
-    """The observation for one code action: output, rich results, errors, files, hints."""
+                       *, limit: int | None = 8000) -> str:
+    """The observation for one code action: output, rich results, errors, files, hints.
+
+    ``limit`` caps the text (head and tail kept, the cut said); ``None`` returns it whole.
+    """
     parts = parts or ObservationParts()
     sections: list[str] = []
     sections.extend(result.notices)
@@ -62,9 +65,14 @@ def format_observation(result: ExecutionResult, parts: ObservationParts | None =
         sections.append(f"Files written in the working directory: {listing}")
     if result.error is not None:
         tb = result.error.traceback.strip() or str(result.error)
-        if str(result.error) not in tb:
+        last = tb.splitlines()[-1] if tb else ""
+        # Tracebacks end with "Type: message" (SyntaxError's message loses its "(file, line n)"
+        # suffix there); add the error line only when the traceback does not already end with it.
+        if str(result.error) not in tb and not last.startswith((f"{result.error.type}:", result.error.type + " ")) \
+                and last != result.error.type:
             tb = f"{tb}\n{result.error}"
         sections.append("Error:\n" + tb)
     if not sections:
         sections.append(NOTHING_PRINTED)
-    return truncate_middle("\n".join(sections), limit)
+    text = "\n".join(sections)
+    return text if limit is None else truncate_middle(text, limit)

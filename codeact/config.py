@@ -1,0 +1,145 @@
+"""Configuration the CLI resolves from options and the environment.
+
+Order everywhere: a command-line option, then an environment variable, then
+a default.
+
+=========================  ===========================================================
+``CODEACT_MODEL``          model name (``--model``)
+``OPENAI_BASE_URL``        API root of an OpenAI-compatible endpoint (``--base-url``)
+``OPENAI_API_KEY``         API key (``--api-key``)
+``CODEACT_DB``             run log database (``--db``)
+``CODEACT_OUTPUT_DIR``     where run artifacts go (``--output-dir``)
+``CODEACT_SCRIPTED_REPLIES``  testing/replay: a JSON file holding a list of strings;
+                           when set, ``run`` and ``chat`` replay these replies with a
+                           :class:`~codeact.models.ScriptedModel` instead of calling a
+                           model (no network, deterministic). Not for normal use.
+``CODEACT_DEBUG``          ``1`` shows tracebacks instead of one-line errors
+=========================  ===========================================================
+
+Importing this module is cheap: models are imported when one is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+MODEL_ENV = "CODEACT_MODEL"
+BASE_URL_ENV = "OPENAI_BASE_URL"
+API_KEY_ENV = "OPENAI_API_KEY"
+DB_ENV = "CODEACT_DB"
+OUTPUT_DIR_ENV = "CODEACT_OUTPUT_DIR"
+SCRIPTED_ENV = "CODEACT_SCRIPTED_REPLIES"
+DEBUG_ENV = "CODEACT_DEBUG"
+
+NO_MODEL_HINT = (
+    "no model configured: pass --model NAME or set CODEACT_MODEL "
+    "(for a local or non-OpenAI server also set OPENAI_BASE_URL, e.g. http://localhost:11434/v1, "
+    "and OPENAI_API_KEY if it needs one)"
+)
+
+
+def env(name: str) -> str:
+    """The environment variable ``name``, stripped ('' when unset)."""
+    return os.environ.get(name, "").strip()
+
+
+def debug_enabled() -> bool:
+    return env(DEBUG_ENV).lower() not in ("", "0", "false", "no")
+
+
+def model_name(option: str | None = None) -> str:
+    """The model name from ``--model`` or ``$CODEACT_MODEL`` ('' when neither is set)."""
+    return (option or "").strip() or env(MODEL_ENV)
+
+
+def model_configured(option: str | None = None) -> bool:
+    return bool(model_name(option))
+
+
+def base_url(option: str | None = None) -> str:
+    from .models import DEFAULT_BASE_URL
+
+    return ((option or "").strip() or env(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
+
+
+def scripted_replies_path() -> Path | None:
+    value = env(SCRIPTED_ENV)
+    return Path(value).expanduser() if value else None
+
+
+def load_scripted_replies(path: str | os.PathLike[str]) -> list[str]:
+    """Replies from a JSON file holding a list of strings.
+
+    Raises:
+        ConfigError: the file is missing or is not a JSON list of strings.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{SCRIPTED_ENV}={p}: file not found") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{SCRIPTED_ENV}={p}: cannot read a JSON list of strings ({exc})") from None
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        raise ConfigError(f"{SCRIPTED_ENV}={p}: expected a JSON list of strings (one model reply each)")
+    return data
+
+
+def build_model(
+    model: str | None = None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float | None = None,
+    scripted: bool = True,
+) -> Any:
+    """The model the CLI talks to.
+
+    ``$CODEACT_SCRIPTED_REPLIES`` (when ``scripted`` is true) wins over
+    everything: a :class:`ScriptedModel` that replays the file's replies.
+    Otherwise an :class:`OpenAIModel` for ``model`` / ``$CODEACT_MODEL``.
+
+    Raises:
+        ConfigError: no model configured, or a bad replies file.
+    """
+    path = scripted_replies_path() if scripted else None
+    if path is not None:
+        from .models import ScriptedModel
+
+        return ScriptedModel(load_scripted_replies(path), name="scripted")
+    name = model_name(model)
+    if not name:
+        raise ConfigError(NO_MODEL_HINT)
+    from .models import OpenAIModel
+
+    options: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key or None}
+    if timeout is not None:
+        options["timeout"] = timeout
+    return OpenAIModel(name, **options)
+
+
+def db_path(option: str | os.PathLike[str] | None = None) -> Path:
+    """The run log database: ``--db``, else ``$CODEACT_DB``, else the user data directory."""
+    if option:
+        return Path(option).expanduser()
+    from .runlog import default_db_path
+
+    return default_db_path()
+
+
+def output_root(option: str | os.PathLike[str] | None = None) -> Path:
+    """Where run artifacts go (``<root>/<run id>/``): ``--output-dir``, ``$CODEACT_OUTPUT_DIR``
+    or ``<user data dir>/codeact/artifacts``."""
+    if option:
+        return Path(option).expanduser()
+    value = env(OUTPUT_DIR_ENV)
+    if value:
+        return Path(value).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("codeact")) / "artifacts"

@@ -1,0 +1,482 @@
+"""Rendering of agent events and run records in the terminal, with rich.
+
+The agent never prints: it yields :mod:`codeact.events`. The CLI hands each
+event to :meth:`Renderer.event`, which prints the step as it happens: the
+model's thought, the code with syntax highlighting, the tool calls, the
+observation, the paths of saved images, the final answer and a one-line
+summary. On a terminal a spinner (and the model's streamed text) shows while
+the model thinks or the code runs; elsewhere output is plain text.
+
+Example::
+
+    from codeact.render import Renderer
+
+    r = Renderer(output_root=Path("out"))
+    for event in agent.stream("Plot y = x**2"):
+        r.event(event)
+    r.close()
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from collections.abc import Iterable
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.rule import Rule
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .events import (
+    CodeAction,
+    ErrorEvent,
+    Event,
+    FinalAnswer,
+    ModelOutput,
+    Observation,
+    RunFinished,
+    RunResult,
+    RunStarted,
+    TextDelta,
+    ToolCall,
+)
+
+#: Lines of an observation shown on screen (the run log keeps all of it).
+OBSERVATION_LINES = 60
+#: Lines of streamed model text kept visible while it arrives.
+STREAM_LINES = 12
+
+STATUS_STYLE = {
+    "success": "green",
+    "max_steps": "yellow",
+    "cancelled": "yellow",
+    "error": "red",
+    "running": "cyan",
+}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…"}
+
+
+# --------------------------------------------------------------------------- small formatters
+
+
+def fmt_tokens(n: int) -> str:
+    if n >= 10_000:
+        return f"{n / 1000:.0f}k"
+    if n >= 1000:
+        return f"{n / 1000:.1f}k"
+    return str(n)
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    return f"{m}m{sec:02d}s"
+
+
+def fmt_time(t: float | None, *, short: bool = False) -> str:
+    """Local time of ``t``; ``short`` leaves the year out when it is this year."""
+    if not t:
+        return "-"
+    local = time.localtime(t)
+    if short and local.tm_year == time.localtime().tm_year:
+        return time.strftime("%m-%d %H:%M", local)
+    return time.strftime("%Y-%m-%d %H:%M", local)
+
+
+def short(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def json_text(value: Any, *, indent: int | None = None) -> str:
+    from .runlog import jsonable
+
+    return json.dumps(jsonable(value), ensure_ascii=False, indent=indent)
+
+
+def call_text(name: str, arguments: dict[str, Any] | None) -> str:
+    args = ", ".join(f"{k}={json_text(v)}" for k, v in (arguments or {}).items())
+    return f"{name}({args})"
+
+
+def elide_lines(text: str, limit: int = OBSERVATION_LINES) -> tuple[str, int]:
+    """``text`` with middle lines cut to ``limit`` lines; returns (text, lines hidden)."""
+    lines = text.splitlines()
+    if len(lines) <= limit:
+        return text, 0
+    head = limit * 2 // 3
+    tail = limit - head
+    hidden = len(lines) - head - tail
+    return "\n".join(lines[:head] + [f"… {hidden} lines hidden …"] + lines[-tail:]), hidden
+
+
+def prose_of(model_output: str) -> str:
+    """The model's words without its code block(s)."""
+    from .export import model_prose
+
+    return model_prose(model_output, limit=4000)
+
+
+def answer_renderable(answer: Any) -> RenderableType:
+    if answer is None:
+        return Text("(no answer)", style="dim")
+    if isinstance(answer, str):
+        return Markdown(answer) if answer.strip() else Text("(empty answer)", style="dim")
+    return Syntax(json_text(answer, indent=2), "json", theme="ansi_dark", background_color="default",
+                  word_wrap=True)
+
+
+# --------------------------------------------------------------------------- renderer
+
+
+class Renderer:
+    """Prints events as they arrive.
+
+    Args:
+        console: where steps go (default: stdout).
+        err_console: where warnings, denials and errors go (default: stderr).
+        output_root: artifacts of a run are in ``output_root/<run id>/``; used to print full paths.
+        live: show a spinner / streamed model text (default: when ``console`` is a terminal).
+    """
+
+    def __init__(self, console: Console | None = None, err_console: Console | None = None, *,
+                 output_root: Path | None = None, live: bool | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.err = err_console or Console(stderr=True, highlight=False)
+        self.output_root = output_root
+        self.live_enabled = self.console.is_terminal if live is None else live
+        self._live: Any = None
+        self._stream = ""
+        self._run_id = ""
+        self._step = 0
+        self._label = ""
+        self._held: Observation | None = None
+        self._errors_shown: set[str] = set()
+
+    # -- messages ------------------------------------------------------------------------
+
+    def note(self, message: str, style: str = "dim") -> None:
+        self.pause()
+        self.console.print(Text(message, style=style), soft_wrap=True)
+
+    def notice(self, message: str) -> None:
+        """A yellow diagnostic on stderr (not part of the run's output)."""
+        self.pause()
+        self.err.print(Text(message, style="yellow"), soft_wrap=True)
+
+    def warning(self, message: str) -> None:
+        self.pause()
+        self.err.print(Text.assemble(("Warning: ", "bold yellow"), (message, "yellow")), soft_wrap=True)
+
+    def error(self, message: str) -> None:
+        self.pause()
+        self.err.print(Text.assemble(("Error: ", "bold red"), (message, "red")), soft_wrap=True)
+
+    # -- live region (spinner and streamed text) -------------------------------------------
+
+    def wait(self, label: str) -> None:
+        """Show a spinner with ``label`` until the next output (terminals only)."""
+        if not self.live_enabled:
+            return
+        self._label = label
+        self._refresh()
+
+    def _refresh(self) -> None:
+        from rich.live import Live
+        from rich.spinner import Spinner
+
+        spinner = Spinner("dots", text=Text(self._label, style="dim"), style="cyan")
+        renderable: RenderableType = spinner
+        if self._stream:
+            tail = "\n".join(self._stream.splitlines()[-STREAM_LINES:])
+            renderable = Group(Text(tail, style="dim italic"), spinner)
+        if self._live is None:
+            self._live = Live(renderable, console=self.console, transient=True, refresh_per_second=12)
+            self._live.start()
+        else:
+            self._live.update(renderable)
+
+    def pause(self) -> None:
+        """Remove the spinner (before printing or asking something)."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
+
+    def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._show_observation(held)
+        self.pause()
+
+    # -- events --------------------------------------------------------------------------
+
+    def event(self, event: Event) -> None:
+        held, self._held = self._held, None
+        if held is not None and not isinstance(event, (FinalAnswer, TextDelta)):
+            self._show_observation(held)
+        elif held is not None and isinstance(event, TextDelta):
+            self._held = held
+        handler = getattr(self, "_on_" + type(event).__name__, None)
+        if handler is not None:
+            handler(event)
+
+    def _on_RunStarted(self, e: RunStarted) -> None:
+        self._run_id = e.run_id
+        bits = [f"run {e.run_id}", f"model {e.model}", f"backend {e.backend}"]
+        if e.tools:
+            bits.append("tools: " + ", ".join(e.tools))
+        if e.files:
+            bits.append("files: " + ", ".join(e.files))
+        self.pause()
+        self.console.print(Text(" · ".join(bits), style="dim"), soft_wrap=True)
+        self._step = 1
+        self.wait("step 1: waiting for the model")
+
+    def _on_TextDelta(self, e: TextDelta) -> None:
+        if not self.live_enabled:
+            return
+        self._stream += e.text
+        self._refresh()
+
+    def _on_ModelOutput(self, e: ModelOutput) -> None:
+        self._stream = ""
+        self.pause()
+        self.step_header(e.step, e.duration, e.usage.total_tokens)
+        from .parsing import parse_reply
+
+        parsed = parse_reply(e.text)
+        if not parsed.has_code and not parsed.other_blocks and e.text.strip():
+            return  # a plain-text reply is the final answer: shown once, below
+        prose = prose_of(e.text)
+        if prose:
+            self.console.print(Text(prose, style="italic"))
+
+    def _on_CodeAction(self, e: CodeAction) -> None:
+        self.pause()
+        self.code(e.code)
+        self.wait(f"step {e.step}: running the code")
+
+    def _on_ToolCall(self, e: ToolCall) -> None:
+        self.pause()
+        self.tool_call(e.name, e.arguments, e.result, e.error, e.duration)
+
+    def _on_Observation(self, e: Observation) -> None:
+        from .observation import NOTHING_PRINTED
+
+        self._step = e.step + 1
+        if e.text.strip() == NOTHING_PRINTED and not e.error and not e.artifacts:
+            # Usually the step that called final_answer(): the hint is for the model, not for
+            # the reader. Shown only if the run goes on.
+            self._held = e
+        else:
+            self._show_observation(e)
+        self.wait(f"step {self._step}: waiting for the model")
+
+    def _show_observation(self, e: Observation) -> None:
+        self.pause()
+        self.observation(e.text, error=bool(e.error), duration=e.duration)
+        self.artifacts(e.run_id, e.artifacts)
+
+    def _on_ErrorEvent(self, e: ErrorEvent) -> None:
+        self.pause()
+        if e.fatal:
+            self.error(e.message)
+            self._errors_shown.add(e.message)
+            return
+        self.console.print(Text.assemble((f"⚠ step {e.step} ({e.kind}): ", "bold yellow"), (e.message, "yellow")))
+        self.wait(f"step {e.step + 1}: waiting for the model")
+
+    def _on_FinalAnswer(self, e: FinalAnswer) -> None:
+        self.pause()
+        self.answer(e.answer, e.status)
+
+    def _on_RunFinished(self, e: RunFinished) -> None:
+        self.pause()
+        self.summary(e.result)
+
+    # -- building blocks (also used by `codeact logs show`) ---------------------------------
+
+    def step_header(self, step: int, seconds: float | None = None, tokens: int | None = None) -> None:
+        facts = []
+        if seconds and seconds >= 0.001:
+            facts.append(fmt_seconds(seconds))
+        if tokens:
+            facts.append(f"{fmt_tokens(tokens)} tokens")
+        title = f"Step {step}" + (f" · {' · '.join(facts)}" if facts else "")
+        self.console.print(Rule(Text(title, style="bold"), align="left", style="bright_black"))
+
+    def code(self, code: str) -> None:
+        syntax = Syntax(code, "python", theme="ansi_dark", background_color="default", word_wrap=True)
+        self.console.print(Panel(syntax, title="code", title_align="left", border_style="blue", box=box.ROUNDED))
+
+    def tool_call(self, name: str, arguments: dict[str, Any] | None, result: Any, error: str | None,
+                  duration: float = 0.0) -> None:
+        head = Text.assemble(("⚙ ", "magenta"), (short(call_text(name, arguments), 200), "magenta"))
+        if error:
+            head.append(f"  ✘ {short(error, 200)}", style="red")
+        else:
+            head.append(f"  → {short(json_text(result), 200)}", style="default")
+        if duration:
+            head.append(f"  ({fmt_seconds(duration)})", style="dim")
+        self.console.print(head)
+
+    def observation(self, text: str, *, error: bool = False, duration: float | None = None,
+                    run_id: str | None = None) -> None:
+        shown, hidden = elide_lines(text or "")
+        subtitle = None
+        if hidden:
+            subtitle = f"{hidden} lines hidden: codeact logs show {run_id or self._run_id}"
+        title = "observation" + (f" · {fmt_seconds(duration)}" if duration else "")
+        self.console.print(Panel(Text(shown), title=title, title_align="left", subtitle=subtitle,
+                                 subtitle_align="left", border_style="red" if error else "green",
+                                 box=box.ROUNDED))
+
+    def artifacts(self, run_id: str, names: Iterable[str]) -> None:
+        for name in names:
+            path = (self.output_root / run_id / name) if self.output_root else Path(name)
+            kind = "image" if name.lower().endswith((".png", ".jpg", ".jpeg", ".svg", ".gif")) else "file"
+            self.console.print(Text.assemble((f"  ↳ {kind} saved: ", "cyan"), (str(path), "cyan underline")),
+                               soft_wrap=True)
+
+    def answer(self, answer: Any, status: str) -> None:
+        style = STATUS_STYLE.get(status, "white")
+        title = "Answer" if status == "success" else f"Answer ({status}: best effort, no final_answer)"
+        self.console.print(Panel(answer_renderable(answer), title=title, title_align="left",
+                                 border_style=style, box=box.ROUNDED))
+
+    def summary_text(self, status: str, steps: int, input_tokens: int, output_tokens: int,
+                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None) -> Text:
+        style = STATUS_STYLE.get(status, "white")
+        text = Text.assemble((f"{STATUS_ICON.get(status, '?')} {status}", f"bold {style}"))
+        total = input_tokens + output_tokens
+        parts = [
+            f"{steps} step{'s' if steps != 1 else ''}",
+            f"{fmt_tokens(total)} tokens ({fmt_tokens(input_tokens)} in, {fmt_tokens(output_tokens)} out)",
+            fmt_seconds(seconds),
+            f"run {run_id}",
+        ]
+        if artifacts_dir is not None:
+            parts.append(f"artifacts: {artifacts_dir}")
+        text.append(" · " + " · ".join(parts), style="dim")
+        return text
+
+    def summary(self, result: RunResult) -> None:
+        folder = None
+        if result.artifacts:
+            folder = Path(result.artifacts[0]).parent
+            if self.output_root is not None:
+                folder = self.output_root / result.run_id
+        if result.status in ("error", "cancelled") and result.error and result.error not in self._errors_shown:
+            self.console.print(Text(f"{result.status}: {result.error}", style=STATUS_STYLE[result.status]))
+        self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
+                                             result.usage.output_tokens, result.duration, result.run_id, folder),
+                           soft_wrap=True)
+
+    # -- approvals -------------------------------------------------------------------------
+
+    def approval_request(self, tool: str, arguments: dict[str, Any], step: int) -> None:
+        self.pause()
+        body = Syntax(json_text(arguments, indent=2), "json", theme="ansi_dark", background_color="default",
+                      word_wrap=True)
+        self.err.print(Panel(body, title=f"step {step}: the code wants to call {tool}", title_align="left",
+                             border_style="yellow", box=box.ROUNDED))
+
+    # -- the run log -----------------------------------------------------------------------
+
+    def runs_table(self, runs: list[Any]) -> None:
+        """A table of :class:`codeact.runlog.RunSummary`; optional columns go first when the terminal is narrow."""
+        columns: list[tuple[str, dict[str, Any], Any, bool]] = [
+            ("run", {"style": "cyan"}, lambda r: r.id, True),
+            ("started", {}, lambda r: fmt_time(r.started, short=True), True),
+            ("status", {}, lambda r: Text(r.status, style=STATUS_STYLE.get(r.status, "")), True),
+            ("steps", {"justify": "right"}, lambda r: str(r.step_count), True),
+            ("tokens", {"justify": "right"}, lambda r: fmt_tokens(r.usage.total_tokens), False),
+            ("time", {"justify": "right"}, lambda r: fmt_seconds(r.duration), False),
+            ("model", {}, lambda r: short(r.model or "-", 20), False),
+        ]
+        cells = [[fn(r) for (_, _, fn, _) in columns] for r in runs]
+        widths = [max([len(str(row[i])) for row in cells] + [len(name)]) for i, (name, _, _, _) in enumerate(columns)]
+        keep = list(range(len(columns)))
+        min_task = 24
+
+        def room() -> int:
+            return self.console.width - sum(widths[i] + 2 for i in keep) - 1
+
+        for i in (6, 5, 4):  # drop model, then time, then tokens while the task has too little room
+            if room() >= min_task:
+                break
+            keep.remove(i)
+        table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold underline")
+        for i in keep:
+            name, kwargs, _, _ = columns[i]
+            table.add_column(name, no_wrap=True, **kwargs)
+        table.add_column("task", no_wrap=True)
+        width = max(room(), 10)
+        for r, row in zip(runs, cells, strict=True):
+            table.add_row(*[row[i] for i in keep], short(r.task, width))
+        self.console.print(table)
+
+    def run_record(self, record: Any) -> None:
+        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step."""
+        meta = Table.grid(padding=(0, 2))
+        meta.add_column(style="bold")
+        meta.add_column()
+        meta.add_row("run", record.id)
+        meta.add_row("task", record.task)
+        meta.add_row("status", Text(record.status, style=STATUS_STYLE.get(record.status, "")))
+        meta.add_row("model", record.model or "-")
+        meta.add_row("backend", record.backend or "-")
+        meta.add_row("started", fmt_time(record.started))
+        if record.tools:
+            meta.add_row("tools", ", ".join(record.tools))
+        if record.files:
+            meta.add_row("files", ", ".join(record.files))
+        self.console.print(meta)
+        errors_by_step: dict[int, list[Any]] = {}
+        for err in record.errors:
+            errors_by_step.setdefault(err.step, []).append(err)
+        for s in record.steps:
+            self.step_header(s.step, s.duration or s.model_time, s.usage.total_tokens)
+            prose = prose_of(s.model_output)
+            if s.code is None and not s.error and s.model_output.strip() and s.step == len(record.steps):
+                prose = ""  # the plain-text final answer, shown below
+            if prose:
+                self.console.print(Text(prose, style="italic"))
+            if s.code is not None:
+                self.code(s.code)
+            for c in s.tool_calls:
+                self.tool_call(c.name, c.arguments, c.result, c.error, c.duration)
+            if s.observation is not None:
+                self.observation(s.observation, error=bool(s.error), duration=s.sandbox_time, run_id=record.id)
+            for a in s.artifacts:
+                self.console.print(Text.assemble(("  ↳ saved: ", "cyan"), (a.path, "cyan underline")), soft_wrap=True)
+            for err in errors_by_step.pop(s.step, []):
+                if not err.fatal:
+                    self.console.print(Text.assemble((f"⚠ {err.kind}: ", "bold yellow"), (err.message, "yellow")))
+        if record.status in ("success", "max_steps"):
+            self.answer(record.answer, record.status)
+        for errs in errors_by_step.values():
+            for err in errs:
+                if err.fatal:
+                    self.console.print(Text(f"error ({err.kind}): {err.message}", style="red"))
+        if record.error and record.status != "success":
+            if not any(e.fatal and e.message == record.error for e in record.errors):
+                self.console.print(Text(f"{record.status}: {record.error}", style=STATUS_STYLE.get(record.status, "")))
+        folder = None
+        if record.artifacts:
+            folder = Path(record.artifacts[0].path).parent
+        self.console.print(self.summary_text(record.status, len(record.steps), record.usage.input_tokens,
+                                             record.usage.output_tokens, record.duration, record.id, folder),
+                           soft_wrap=True)
