@@ -273,6 +273,16 @@ class ChatSession:
             self._sandbox.close()
         self._sandbox = None
 
+    def interrupt(self) -> None:
+        """Interrupt the code action running now (callable from another thread).
+
+        The code gets a KeyboardInterrupt, the model sees that as the
+        observation, and the kernel keeps its state.
+        """
+        interrupt = getattr(self._sandbox, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
     # --- turns ------------------------------------------------------------------------------
 
     def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
@@ -388,8 +398,10 @@ class ChatSession:
                 result.answer = self._best_answer(result)
         except RunCancelled as exc:
             result.status, result.error = "cancelled", str(exc)
-        except GeneratorExit:
-            result.status, result.error = "cancelled", "the caller stopped the run"
+        except (GeneratorExit, KeyboardInterrupt) as exc:
+            # The caller stopped consuming, or Ctrl-C: log the run as cancelled, then let it propagate.
+            result.status = "cancelled"
+            result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
             emit(RunFinished(run_id=run_id, result=result))
             raise
