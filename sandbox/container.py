@@ -8,6 +8,12 @@ let :func:`reap` find containers whose host process died.
 
 The kernel's ZMQ sockets are Unix sockets in a per-session directory that is
 bind-mounted into the container, so the container needs no network at all.
+
+/workspace is a size-capped tmpfs volume. Docker unmounts such a volume (and
+its files are gone) when the last container using it stops, and the kernel
+container stops whenever its kernel dies or is restarted. So each session
+also runs a tiny, equally locked-down *keeper* container that only holds the
+volume: files survive kernel restarts, OOM kills and a killed container.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from typing import Any, Callable
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
 from .functions import HostFunction
-from .kernel import KernelExit, KernelSandbox
+from .kernel import KernelExit, KernelSandbox, exit_detail
 
 LABEL = "io.codeact.sandbox"
+KEEPER_SUFFIX = "-keeper"
 CONTAINER_SOCKET_DIR = "/run/sandbox"
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
@@ -125,6 +132,7 @@ class DockerSandbox(KernelSandbox):
         self.uid = os.getuid() if os.getuid() != 0 else SANDBOX_UID
         self.container: Any = None
         self.volume: Any = None
+        self.keeper: Any = None
         self._generation = 0
         if os.getuid() == 0:  # the kernel runs as an unprivileged user and must create its sockets here
             os.chown(self.socket_dir, self.uid, self.uid)
@@ -160,6 +168,7 @@ class DockerSandbox(KernelSandbox):
             f"{LABEL}.pid": str(pid),
             f"{LABEL}.pid-start": _process_start_time(pid),
             f"{LABEL}.socket-dir": str(self.socket_dir),
+            f"{LABEL}.session": self.name,
         }
 
     def _write_connection_file(self):  # noqa: ANN201 - same as base
@@ -217,38 +226,83 @@ class DockerSandbox(KernelSandbox):
                 ) from exc
             raise KernelStartError(f"could not create the sandbox container: {exc.explanation or exc}") from exc
 
+    def _start_keeper(self) -> None:
+        """Create and start the container that keeps the /workspace volume mounted."""
+        from docker.types import LogConfig, Mount
+
+        self.keeper = self._docker.containers.create(
+            self.image,
+            command=["python3", "-I", "-S", "-c", "import signal; signal.pause()"],
+            name=self.name + KEEPER_SUFFIX,
+            labels={**self._labels(), f"{LABEL}.role": "keeper"},
+            user=f"{self.uid}:{self.uid}",
+            environment={},
+            network_mode="none",
+            read_only=True,
+            mounts=[Mount(WORKDIR, self.name, type="volume")],
+            mem_limit="32m",
+            memswap_limit="32m",
+            nano_cpus=int(0.1e9),
+            pids_limit=4,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            init=True,
+            log_config=LogConfig(type="json-file", config={"max-size": "64k", "max-file": "1"}),
+            runtime=self.runtime,
+            stop_signal="SIGKILL",
+        )
+        self.keeper.start()
+
+    def _keeper_running(self) -> bool:
+        if self.keeper is None:
+            return False
+        try:
+            return bool(self._docker.api.inspect_container(self.keeper.id)["State"]["Running"])
+        except Exception:
+            return False
+
     def _start_process(self) -> None:
         self._write_connection_file()
         if self.container is None:
             self._create()
+        keeper_error: list[BaseException] = []
+        keeper_thread = None
+        if self.keeper is None:
+            # Started alongside the kernel's container: it costs no extra start-up time.
+            def start_keeper() -> None:
+                try:
+                    self._start_keeper()
+                except BaseException as exc:
+                    keeper_error.append(exc)
+
+            keeper_thread = threading.Thread(target=start_keeper, daemon=True, name=f"keeper-{self.name}")
+            keeper_thread.start()
+        elif not self._keeper_running():
+            try:  # stopped from outside: start it again (the files are gone then, but later ones are kept)
+                self.keeper.start()
+            except Exception:
+                try:
+                    self.keeper.remove(force=True)
+                except Exception:
+                    pass
+                self.keeper = None
+                self._start_keeper()
         self._generation += 1
         try:
             self.container.start()
         except Exception as exc:
             raise KernelStartError(f"could not start the sandbox container: {exc}") from exc
+        finally:
+            if keeper_thread is not None:
+                keeper_thread.join()
+        if keeper_error:
+            raise KernelStartError(f"could not start the sandbox's volume keeper container: {keeper_error[0]}")
+        # The watcher holds the session weakly: a forgotten session must still be collectable
+        # (its finalizer removes the container).
         threading.Thread(
-            target=self._watch, args=(self.container.id, self._generation), daemon=True,
-            name=f"watch-{self.name}",
+            target=_watch_container, args=(weakref.ref(self), self._docker, self.container.id, self._generation),
+            daemon=True, name=f"watch-{self.name}",
         ).start()
-
-    def _watch(self, container_id: str, generation: int) -> None:
-        """Block until the container stops, then record why (runs in a thread)."""
-        try:
-            status = self._docker.api.wait(container_id, timeout=None)
-            code = status.get("StatusCode")
-        except Exception:
-            code = None
-        if generation != self._generation:
-            return  # an older incarnation; a restart already replaced it
-        oom, detail = False, ""
-        try:
-            state = self._docker.api.inspect_container(container_id)["State"]
-            oom = bool(state.get("OOMKilled"))
-            logs = self._docker.api.logs(container_id, tail=20).decode("utf-8", "replace").strip()
-            detail = logs.splitlines()[-1] if logs else ""
-        except Exception:
-            pass
-        self._on_process_exit(KernelExit(code, oom, detail))
 
     def _interrupt_process(self) -> None:
         # docker-init forwards the signal to the kernel, which raises KeyboardInterrupt.
@@ -354,12 +408,34 @@ class DockerSandbox(KernelSandbox):
             raise FileTransferError(f"{reply.get('ename')}: {reply.get('evalue')}")
 
 
-def _remove_docker_objects(client: Any, name: str) -> None:
-    """Remove a session's container and volume (finalizer: must not raise)."""
+def _watch_container(ref: "weakref.ref[DockerSandbox]", client: Any, container_id: str, generation: int) -> None:
+    """Block until the container stops, then tell the session why (runs in a thread)."""
     try:
-        client.api.remove_container(name, force=True)
+        status = client.api.wait(container_id, timeout=None)
+        code = status.get("StatusCode")
+    except Exception:
+        code = None
+    sandbox = ref()
+    if sandbox is None or generation != sandbox._generation:
+        return  # the session is gone, or this is an older incarnation a restart replaced
+    oom, detail = False, ""
+    try:
+        state = client.api.inspect_container(container_id)["State"]
+        oom = bool(state.get("OOMKilled"))
+        logs = client.api.logs(container_id, tail=20).decode("utf-8", "replace")
+        detail = exit_detail(logs.splitlines())
     except Exception:
         pass
+    sandbox._on_process_exit(KernelExit(code, oom, detail))
+
+
+def _remove_docker_objects(client: Any, name: str) -> None:
+    """Remove a session's containers (kernel and keeper) and volume (finalizer: must not raise)."""
+    for container in (name, name + KEEPER_SUFFIX):
+        try:
+            client.api.remove_container(container, force=True)
+        except Exception:
+            pass
     for _ in range(20):
         try:
             client.api.remove_volume(name, force=True)
@@ -393,7 +469,9 @@ def reap(client: Any = None, *, everything: bool = False) -> list[str]:
             _process_start_time(pid) != ""
         if alive and not everything:
             continue
-        name = c["Names"][0].lstrip("/")
+        name = labels.get(f"{LABEL}.session") or c["Names"][0].lstrip("/").removesuffix(KEEPER_SUFFIX)
+        if name in removed:
+            continue
         _remove_docker_objects(client, name)
         sock_dir = labels.get(f"{LABEL}.socket-dir", "")
         if sock_dir and os.path.basename(sock_dir).startswith("sbx-"):

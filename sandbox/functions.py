@@ -28,6 +28,7 @@ import inspect
 import json
 import keyword
 import pathlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -226,9 +227,11 @@ def error_info(exc: BaseException) -> ExecutionError:
 class FunctionDispatcher:
     """Runs host-function calls for one sandbox session.
 
-    Owns the name -> function registry and a small thread pool so that a
-    call can be abandoned after its timeout (the thread is left to finish;
-    Python cannot kill it) while the sandbox gets a ``TimeoutError``.
+    Owns the name -> function registry. A call with a timeout runs in its own
+    daemon thread so that it can be abandoned after its timeout (the thread
+    is left to finish; Python cannot kill it) while the sandbox gets a
+    ``TimeoutError``. Abandoned calls never hold up later calls, nor the
+    host's exit.
     """
 
     def __init__(
@@ -241,7 +244,6 @@ class FunctionDispatcher:
         self.functions = as_host_functions(functions)
         self.default_timeout = default_timeout
         self.on_call = on_call
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def register(self, *functions: Callable[..., Any] | HostFunction) -> list[HostFunction]:
         added = list(as_host_functions(functions).values())
@@ -273,12 +275,11 @@ class FunctionDispatcher:
                 if timeout is None:
                     result = hf(*args, **kwargs)
                 else:
-                    if self._pool is None:
-                        self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="host-fn")
-                    future = self._pool.submit(hf, *args, **kwargs)
+                    future = _run_in_thread(hf, args, kwargs, name)
                     try:
                         result = future.result(timeout)
                     except concurrent.futures.TimeoutError:
+                        future.cancel()
                         raise TimeoutError(f"host function {name!r} did not return within {timeout:g} s") from None
             except Exception as exc:  # the sandbox gets every error, the host keeps running
                 error = error_info(exc)
@@ -299,9 +300,23 @@ class FunctionDispatcher:
         return encode_reply(record), record
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Nothing to release: abandoned calls finish in their daemon threads."""
+
+
+def _run_in_thread(hf: HostFunction, args: list[Any], kwargs: dict[str, Any],
+                   name: str) -> "concurrent.futures.Future[Any]":
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(hf(*args, **kwargs))
+        except BaseException as exc:  # delivered to the waiting caller
+            future.set_exception(exc)
+
+    threading.Thread(target=target, daemon=True, name=f"host-fn-{name}").start()
+    return future
 
 
 def encode_reply(record: FunctionCall) -> str:

@@ -67,13 +67,37 @@ class KernelExit:
 
 
 _CLEAN_TB_SKIP = ("-" * 20,)
+#: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
+READY_MARKER = "sandbox-runtime: kernel ready"
+#: MIME type of the runtime's "this much output was cut in the kernel" message.
+OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
 
 
 def clean_traceback(lines: list[str]) -> str:
-    """Plain-text traceback: colour codes and IPython's separator line removed."""
+    """Plain-text traceback: colour codes, IPython's separator and hidden-frame notes removed."""
     text = strip_ansi("\n".join(lines))
-    out = [ln for ln in text.splitlines() if not ln.startswith(_CLEAN_TB_SKIP)]
-    return "\n".join(out).strip("\n")
+    out = [ln for ln in text.splitlines()
+           if not ln.startswith(_CLEAN_TB_SKIP) and not ln.strip().startswith("[... skipping hidden")]
+    cleaned: list[str] = []
+    for ln in out:  # hidden-frame notes leave double blank lines behind
+        if not ln.strip() and cleaned and not cleaned[-1].strip():
+            continue
+        cleaned.append(ln)
+    return "\n".join(cleaned).strip("\n")
+
+
+def exit_detail(lines: list[str]) -> str:
+    """The line worth showing from a kernel process's own output when it ended.
+
+    Output before the runtime's ready marker is startup chatter (warnings,
+    connection banners); after it, the last non-empty line may say why the
+    process ended. A kernel that never got ready: its last line.
+    """
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].strip() == READY_MARKER:
+            lines = lines[i + 1:]
+            break
+    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
 
 
 class KernelSandbox:
@@ -98,14 +122,24 @@ class KernelSandbox:
         self.output_limit = output_limit
         self._dispatcher = FunctionDispatcher(functions, default_timeout=function_timeout)
         self._closed = False
-        self._client: BlockingKernelClient | None = None
+        # What the finalizer must release even when the session is never closed.
+        self._res = _Resources()
         self._exit: KernelExit | None = None  # set when the kernel process has ended
         self._dead = threading.Event()
         self._lock = threading.RLock()  # one run at a time per session
         self._restarted_notice: str | None = None
         self.key = secrets.token_hex(16)
         self.socket_dir = Path(tempfile.mkdtemp(prefix="sbx-"))
-        self._finalizer = weakref.finalize(self, _remove_dir, str(self.socket_dir))
+        self._res.socket_dir = str(self.socket_dir)
+        self._finalizer = weakref.finalize(self, _release, self._res)
+
+    @property
+    def _client(self) -> BlockingKernelClient | None:
+        return self._res.client
+
+    @_client.setter
+    def _client(self, client: BlockingKernelClient | None) -> None:
+        self._res.client = client
 
     # --- subclass hooks -------------------------------------------------------------
 
@@ -193,6 +227,7 @@ class KernelSandbox:
         code = (
             "import sandbox_runtime as __sr\n"
             f"__sr.install({self._dispatcher.specs_json()!r})\n"
+            f"__sr.configure(output_limit={int(self.output_limit)!r})\n"
             "del __sr\n"
         )
         reply = self._execute_silent(code, deadline - time.monotonic(), wait_iopub=True)
@@ -313,25 +348,34 @@ class KernelSandbox:
         with self._lock:
             self._check_open()
             started = time.perf_counter()
-            self._ensure_kernel()
             result = ExecutionResult()
-            if self._restarted_notice:
-                result.restarted = True
-                result.notices.append(self._restarted_notice)
-                self._restarted_notice = None
             limit = self.timeout if timeout is None else timeout
-            self._execute(code, limit, result, on_output, on_call)
+            for attempt in (1, 2):
+                self._ensure_kernel()
+                if self._restarted_notice:
+                    result.restarted = True
+                    result.notices.append(self._restarted_notice)
+                    self._restarted_notice = None
+                try:
+                    self._execute(code, limit, result, on_output, on_call, retry_unstarted=attempt == 1)
+                    break
+                except _KernelGoneBeforeStart:
+                    # The kernel had died (killed from outside, say) before it began this code:
+                    # the next loop starts a fresh one and runs the code there, once.
+                    continue
             result.duration = time.perf_counter() - started
             return result
 
     def _execute(self, code: str, limit: float | None, result: ExecutionResult,
-                 on_output: StreamCallback | None, on_call: Callable[[FunctionCall], None] | None) -> None:
+                 on_output: StreamCallback | None, on_call: Callable[[FunctionCall], None] | None,
+                 retry_unstarted: bool = False) -> None:
         client = self._client
         assert client is not None
         session = client.session
         stdout, stderr = CappedText(self.output_limit), CappedText(self.output_limit)
         outputs_bytes = 0
         dropped_outputs = 0
+        cut_outputs = 0  # rich outputs the runtime shortened to fit the limit
         msg_id = client.execute(code, silent=False, store_history=True, allow_stdin=False)
         iopub, stdin = client.iopub_channel.socket, client.stdin_channel.socket
         poller = zmq.Poller()
@@ -339,6 +383,7 @@ class KernelSandbox:
         poller.register(stdin, zmq.POLLIN)
         deadline = None if limit is None else time.monotonic() + limit
         interrupted_at: float | None = None
+        began = False  # any sign that the kernel started on this request
         while True:
             now = time.monotonic()
             if deadline is not None and now >= deadline and interrupted_at is None:
@@ -354,7 +399,9 @@ class KernelSandbox:
             events = dict(poller.poll(wait * 1000))
             if not events:
                 if self._dead.is_set():
-                    self._drain_iopub(msg_id, stdout, stderr, result)
+                    began = self._drain_iopub(msg_id, stdout, stderr, result) or began
+                    if not began and retry_unstarted:
+                        raise _KernelGoneBeforeStart()
                     exit = self._exit or KernelExit(None)
                     result.error = exit.describe(self._memory_limit_text())
                     result.notices.append(
@@ -365,6 +412,7 @@ class KernelSandbox:
                 continue
             if stdin in events:
                 _, msg = session.recv(stdin, mode=zmq.NOBLOCK)
+                began = True
                 if msg is not None and msg["msg_type"] == "input_request":
                     self._answer_input(msg["content"]["prompt"], result, on_call)
             if iopub in events:
@@ -375,11 +423,21 @@ class KernelSandbox:
                         break
                     if msg["parent_header"].get("msg_id") != msg_id:
                         continue
+                    began = True
                     kind, content = msg["msg_type"], msg["content"]
                     if kind == "stream":
                         (stdout if content["name"] == "stdout" else stderr).write(content["text"])
                         if on_output is not None:
                             on_output(content["name"], content["text"])
+                    elif kind == "display_data" and OUTPUT_CUT_MIME in content.get("data", {}):
+                        # The runtime cut a stream at the source; count it as cut here.
+                        cut = content["data"][OUTPUT_CUT_MIME]
+                        if isinstance(cut, dict):
+                            for name, capped in (("stdout", stdout), ("stderr", stderr)):
+                                if isinstance(cut.get(name), int) and cut[name] > 0:
+                                    capped.dropped += cut[name]
+                            if isinstance(cut.get("outputs"), int) and cut["outputs"] > 0:
+                                cut_outputs += cut["outputs"]
                     elif kind in ("display_data", "execute_result", "update_display_data"):
                         output = _decode_output(content.get("data", {}), kind)
                         size = sum(len(v) for v in output.data.values())
@@ -397,7 +455,7 @@ class KernelSandbox:
                 if done:
                     break
         result.stdout, result.stderr = stdout.getvalue(), stderr.getvalue()
-        if stdout.truncated or stderr.truncated or dropped_outputs:
+        if stdout.truncated or stderr.truncated or dropped_outputs or cut_outputs:
             result.truncated = True
             cut = []
             if stdout.truncated:
@@ -406,6 +464,8 @@ class KernelSandbox:
                 cut.append(f"stderr: {stderr.dropped} characters cut from the middle")
             if dropped_outputs:
                 cut.append(f"{dropped_outputs} rich outputs dropped (limit {MAX_OUTPUTS})")
+            if cut_outputs:
+                cut.append(f"{cut_outputs} rich outputs shortened or reduced to text (too large)")
             result.notices.append("Output was truncated (" + "; ".join(cut) + ").")
         if result.timed_out and not result.restarted:
             self._cleanup_after_interrupt()
@@ -448,18 +508,22 @@ class KernelSandbox:
         if on_call is not None:
             on_call(record)
 
-    def _drain_iopub(self, msg_id: str, stdout: CappedText, stderr: CappedText, result: ExecutionResult) -> None:
+    def _drain_iopub(self, msg_id: str, stdout: CappedText, stderr: CappedText, result: ExecutionResult) -> bool:
+        """Collect what a dead kernel sent for this request; True if it sent anything."""
         assert self._client is not None
         session, sock = self._client.session, self._client.iopub_channel.socket
+        seen = False
         while True:
             try:
                 _, msg = session.recv(sock, mode=zmq.NOBLOCK)
             except Exception:
-                return
+                return seen
             if msg is None:
-                return
-            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
-                (stdout if msg["content"]["name"] == "stdout" else stderr).write(msg["content"]["text"])
+                return seen
+            if msg["parent_header"].get("msg_id") == msg_id:
+                seen = True
+                if msg["msg_type"] == "stream":
+                    (stdout if msg["content"]["name"] == "stdout" else stderr).write(msg["content"]["text"])
 
     def _drain_shell(self) -> None:
         """Discard execute replies: results come from iopub; replies must not pile up."""
@@ -546,8 +610,32 @@ class KernelSandbox:
         return self._closed
 
 
-def _remove_dir(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+class _KernelGoneBeforeStart(Exception):
+    """The kernel was found dead before it began the requested code (internal)."""
+
+
+class _Resources:
+    """The kernel client and socket directory of a session, for its finalizer."""
+
+    def __init__(self) -> None:
+        self.client: BlockingKernelClient | None = None
+        self.socket_dir: str | None = None
+
+
+def _release(res: _Resources) -> None:
+    """Finalizer (close() or garbage collection): must not raise.
+
+    The client's sockets are closed here: left to garbage collection, a ZMQ
+    context can block forever in ``term()`` waiting for them.
+    """
+    client, res.client = res.client, None
+    if client is not None:
+        try:
+            client.stop_channels()
+        except Exception:
+            pass
+    if res.socket_dir:
+        shutil.rmtree(res.socket_dir, ignore_errors=True)
 
 
 def _decode_output(data: dict[str, Any], kind: str) -> Output:

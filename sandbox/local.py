@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import FileTransferError, KernelStartError
 from .functions import HostFunction
-from .kernel import KernelExit, KernelSandbox
+from .kernel import KernelExit, KernelSandbox, exit_detail
 
 #: Environment variables passed to the kernel; everything else is dropped.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SYSTEMROOT")
@@ -123,20 +123,9 @@ class LocalSandbox(KernelSandbox):
         self._local_finalizer = weakref.finalize(
             self, _cleanup_local, self._proc, self.workdir if self._own_workdir else None
         )
-        threading.Thread(target=self._watch, args=(self._proc, self._generation), daemon=True,
-                         name="watch-local-kernel").start()
-
-    def _watch(self, proc: subprocess.Popen[bytes], generation: int) -> None:
-        assert proc.stderr is not None
-        tail: list[str] = []
-        for line in proc.stderr:  # also keeps the pipe drained
-            tail = (tail + [line.decode("utf-8", "replace").rstrip()])[-20:]
-        code = proc.wait()
-        if generation != self._generation:
-            return
-        detail = next((ln for ln in reversed(tail) if ln.strip()), "")
-        # No OOM flag here: under RLIMIT_AS allocations fail with MemoryError instead.
-        self._on_process_exit(KernelExit(code, False, detail))
+        # The watcher holds the session weakly so that a forgotten session can be collected.
+        threading.Thread(target=_watch_local, args=(weakref.ref(self), self._proc, self._generation),
+                         daemon=True, name="watch-local-kernel").start()
 
     def _interrupt_process(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -192,6 +181,25 @@ class LocalSandbox(KernelSandbox):
             return target.read_bytes()
         except OSError as exc:
             raise FileTransferError(f"no such file in the sandbox: {path} ({exc.strerror})") from exc
+
+
+def _watch_local(ref: "weakref.ref[LocalSandbox]", proc: subprocess.Popen[bytes], generation: int) -> None:
+    """Drain the kernel's stderr until it exits, then tell the session (runs in a thread)."""
+    assert proc.stderr is not None
+    tail = b""
+    while True:  # keeps the pipe drained; holds at most a few KiB however much arrives
+        chunk = proc.stderr.read1(65536)
+        if not chunk:
+            break
+        tail = (tail + chunk)[-4096:]
+    code = proc.wait()
+    proc.stderr.close()
+    lines = tail.decode("utf-8", "replace").splitlines()[-20:]
+    sandbox = ref()
+    if sandbox is None or generation != sandbox._generation:
+        return
+    # No OOM flag here: under RLIMIT_AS allocations fail with MemoryError instead.
+    sandbox._on_process_exit(KernelExit(code, False, exit_detail(lines)))
 
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:

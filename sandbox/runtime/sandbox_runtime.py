@@ -9,6 +9,12 @@ What it does:
   signature) into stubs in the user namespace. A stub sends its call to the
   host over the Jupyter stdin channel and blocks until the reply.
 * plain ``input()``/``getpass()`` fail at once: nobody is there to type.
+* stdout/stderr are capped per cell at the source (head and tail kept), so
+  ``print('x' * 10**8)`` never travels to the host; the host is told how
+  much was cut. Rich outputs (display, the cell's result) are capped too.
+* output of subprocesses and C code (file descriptors 1 and 2) is forwarded
+  whatever its bytes, and all of it before the cell counts as finished.
+* tracebacks leave out frames of this runtime and of the kernel machinery.
 * ``list_files()`` and ``kill_strays()`` serve the host's bookkeeping.
 
 Host errors arrive as :class:`HostFunctionError`; when the host raised a
@@ -27,6 +33,10 @@ import sys
 import threading
 
 CALL_PREFIX = "\x1esandbox-call:"  # must match sandbox/functions.py
+#: Written to stderr once the kernel is up: later process output is about a crash, not startup noise.
+READY_MARKER = "sandbox-runtime: kernel ready"  # must match sandbox/kernel.py
+#: MIME type of the display message that tells the host how much output was cut here.
+OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"  # must match sandbox/kernel.py
 
 
 class HostFunctionError(Exception):
@@ -46,6 +56,11 @@ class _State:
         self.lock = threading.Lock()
         self.stubs = {}
         self.error_classes = {}
+        self.limiters = []
+        self.streams = []
+        self.output_limit = None
+        self.rich_cut = 0
+        self.publish_raw = None
 
 
 _state = _State()
@@ -57,6 +72,7 @@ _state = _State()
 def launch(argv=None):
     """Start an IPython kernel for the sandbox; ``argv`` as for ipykernel (``-f conn.json``)."""
     _prepare_matplotlib()
+    _patch_fd_capture()
     from ipykernel.kernelapp import IPKernelApp
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -64,11 +80,17 @@ def launch(argv=None):
         "--HistoryManager.enabled=False",
         "--IPKernelApp.parent_handle=0",
         "--InteractiveShell.colors=NoColor",
-        "--InteractiveShell.autoindent=False",
     ]
     app = IPKernelApp.instance()
     app.initialize(args)
     setup(app.kernel, app.shell)
+    # The kernel's own stderr (a pipe on the host, the container log) gets a marker:
+    # what follows it is about this kernel's end, not startup chatter.
+    fd = getattr(sys.stderr, "_original_stdstream_copy", None)
+    try:
+        os.write(fd if isinstance(fd, int) else 2, ("\n" + READY_MARKER + "\n").encode())
+    except OSError:
+        pass
     app.start()
 
 
@@ -86,12 +108,116 @@ def _prepare_matplotlib():
             pass
 
 
+def _patch_fd_capture():
+    """Make the kernel's capture of file descriptors 1 and 2 survive any bytes.
+
+    ipykernel forwards what subprocesses and C code write to fd 1/2 from a
+    pipe, decoding each chunk on its own: older versions stop forwarding for
+    good at the first byte that is not UTF-8 (and the pipe then fills up and
+    blocks every writer), newer ones garble characters split between chunks.
+    This version decodes incrementally and replaces undecodable bytes, does
+    not copy everything to the kernel's own stdout/stderr (the container log),
+    and recognises the marker :func:`_sync_fds` writes at the end of a cell.
+    """
+    import codecs
+
+    try:
+        from ipykernel.iostream import OutStream
+    except Exception:
+        return
+    if not hasattr(OutStream, "_watch_pipe_fd"):
+        return
+
+    def _watch_pipe_fd(self):
+        fid = getattr(self, "_fid", None)
+        if fid is None:
+            return
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        pending = ""
+        try:
+            data = os.read(fid, 65536)
+            while data and self._should_watch:
+                text = pending + decoder.decode(data)
+                pending = ""
+                synced = _FD_SYNC in text
+                if synced:
+                    text = text.replace(_FD_SYNC, "")
+                else:  # hold back a marker cut in two by the read
+                    for i in range(min(len(_FD_SYNC) - 1, len(text)), 0, -1):
+                        if text.endswith(_FD_SYNC[:i]):
+                            text, pending = text[:-i], text[-i:]
+                            break
+                if text:
+                    self.write(text)
+                if synced:
+                    _fd_synced(self).set()
+                data = os.read(fid, 65536)
+        except Exception:
+            self._exc = sys.exc_info()
+
+    OutStream._watch_pipe_fd = _watch_pipe_fd
+
+
+#: Written to fd 1 and 2 at the end of a cell; when the capture thread has seen it,
+#: everything written before it (by subprocesses, C code) has been forwarded.
+_FD_SYNC = "\x1esandbox-fd-sync\x1f"
+
+
+def _fd_synced(stream):
+    event = stream.__dict__.get("_sandbox_fd_synced")
+    if event is None:
+        event = stream.__dict__.setdefault("_sandbox_fd_synced", threading.Event())
+    return event
+
+
+def _sync_fds(timeout=2.0):
+    """Wait until output written to fd 1/2 so far has reached the streams.
+
+    Without it, what a subprocess printed at the end of a cell can arrive
+    after the cell finished, and show up in the next cell's output.
+    """
+    import time
+
+    waiting = []
+    for stream in _state.streams:
+        thread = getattr(stream, "watch_fd_thread", None)
+        fd = getattr(stream, "_original_stdstream_fd", None)  # ipykernel >= 6.2x
+        if fd is None:
+            fd = {"stdout": 1, "stderr": 2}.get(getattr(stream, "name", None))
+        if not getattr(stream, "_should_watch", False) or thread is None or not thread.is_alive() \
+                or not isinstance(fd, int):
+            continue
+        event = _fd_synced(stream)
+        event.clear()
+        try:
+            os.write(fd, _FD_SYNC.encode())
+        except OSError:
+            continue
+        waiting.append(event)
+    deadline = time.monotonic() + timeout
+    for event in waiting:
+        event.wait(max(0.0, deadline - time.monotonic()))
+
+
 def setup(kernel, shell):
     """Install the hooks; called once per kernel process."""
     _state.kernel = kernel
     _state.shell = shell
     shell.events.register("pre_run_cell", _before_cell)
+    shell.events.register("post_run_cell", _after_cell)
     shell.user_ns["HostFunctionError"] = HostFunctionError
+    _install_traceback_filter(shell)
+    _install_output_caps(shell)
+    _state.streams = [stream for stream in (sys.stdout, sys.stderr) if hasattr(stream, "write")]
+    _state.limiters = [_OutputLimiter(stream) for stream in _state.streams]
+
+
+def configure(output_limit=None):
+    """Settings from the host: ``output_limit`` caps each stream per cell and each
+    text of a rich output (characters)."""
+    _state.output_limit = output_limit
+    for limiter in _state.limiters:
+        limiter.limit = output_limit
 
 
 def _before_cell(info=None):
@@ -106,6 +232,217 @@ def _before_cell(info=None):
     _state.parent = k.get_parent("shell")
     builtins.input = _no_input
     getpass.getpass = _no_input
+    for limiter in _state.limiters:
+        limiter.reset()
+    _state.rich_cut = 0
+
+
+def _after_cell(result=None):
+    try:
+        _sync_fds()
+    except Exception:
+        pass
+    cut = {}
+    for limiter in _state.limiters:
+        dropped = limiter.finish()
+        if dropped:
+            cut[limiter.name] = dropped
+    if _state.rich_cut:
+        cut["outputs"] = _state.rich_cut
+        _state.rich_cut = 0
+    if cut:
+        try:
+            publish = _state.publish_raw or _state.shell.display_pub.publish
+            publish(data={OUTPUT_CUT_MIME: cut}, metadata={})
+        except Exception:
+            pass
+
+
+# --- rich output cap ---------------------------------------------------------------
+
+#: Largest single non-text value (an image, as base64) a rich output may carry.
+MAX_RICH_VALUE = 20_000_000
+
+
+def _cap_bundle(data):
+    """A MIME bundle within the limits: long text/plain keeps head and tail, other
+    over-long values are dropped (text/plain stays to describe the object)."""
+    limit = _state.output_limit
+    if limit is None or not isinstance(data, dict):
+        return data
+    out = {}
+    cut = False
+    for mime, value in data.items():
+        size = len(value) if isinstance(value, (str, bytes)) else 0
+        if mime == "text/plain" and isinstance(value, str) and size > limit:
+            half = max(limit // 2, 1)
+            out[mime] = value[:half] + "\n[... %d characters cut ...]\n" % (size - 2 * half) + value[-half:]
+            cut = True
+        elif (mime.startswith("text/") and size > limit) or size > MAX_RICH_VALUE:
+            cut = True
+        else:
+            out[mime] = value
+    if not cut:
+        return data
+    _state.rich_cut += 1
+    if not out:
+        out = {"text/plain": "[an output too large for the sandbox was dropped]"}
+    return out
+
+
+def _install_output_caps(shell):
+    pub = getattr(shell, "display_pub", None)
+    if pub is not None and hasattr(pub, "publish"):
+        original_publish = pub.publish
+        _state.publish_raw = original_publish
+
+        def publish(data, *args, **kwargs):
+            return original_publish(_cap_bundle(data), *args, **kwargs)
+
+        pub.publish = publish
+    hook = getattr(shell, "displayhook", None)
+    if hook is not None and hasattr(hook, "write_format_data"):
+        original_write = hook.write_format_data
+
+        def write_format_data(format_dict, *args, **kwargs):
+            return original_write(_cap_bundle(format_dict), *args, **kwargs)
+
+        hook.write_format_data = write_format_data
+
+
+# --- output cap ------------------------------------------------------------------
+
+
+class _OutputLimiter:
+    """Caps what one stream sends to the host per cell: the first ``limit``
+    characters go out as written, then only the last ``limit`` are kept and
+    sent when the cell ends. The host is told how many were dropped.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.name = getattr(stream, "name", "stdout")
+        self.write_through = stream.write
+        self.limit = None
+        self.lock = threading.Lock()
+        self.reset()
+        try:
+            stream.write = self.write
+        except (AttributeError, TypeError):
+            pass
+
+    def reset(self):
+        with self.lock:
+            self.sent = 0
+            self.tail = []
+            self.tail_len = 0
+            self.dropped = 0
+
+    def write(self, text):
+        limit = self.limit
+        if limit is None or not isinstance(text, str):
+            return self.write_through(text)
+        n = len(text)
+        with self.lock:
+            head = ""
+            room = limit - self.sent
+            if room > 0:
+                head = text if n <= room else text[:room]
+                self.sent += len(head)
+            rest = n - len(head)
+            if rest > 0:
+                keep = min(rest, limit)
+                self.tail.append(text[n - keep:])  # never copies more than ``limit``
+                self.tail_len += keep
+                self.dropped += rest - keep
+                if self.tail_len > 2 * limit:
+                    joined = "".join(self.tail)
+                    self.dropped += len(joined) - limit
+                    self.tail = [joined[-limit:]]
+                    self.tail_len = limit
+        if head:
+            self.write_through(head)
+        return n
+
+    def finish(self):
+        """Send the kept tail; return how many characters were dropped this cell."""
+        with self.lock:
+            tail = "".join(self.tail)
+            dropped = self.dropped
+            if self.limit is not None and len(tail) > self.limit:
+                dropped += len(tail) - self.limit
+                tail = tail[-self.limit:]
+            self.tail, self.tail_len, self.dropped = [], 0, 0
+            self.sent = 0
+        if tail:
+            try:
+                self.write_through(tail)
+            except Exception:
+                pass
+        return dropped
+
+
+# --- tracebacks ------------------------------------------------------------------
+
+
+def _internal_prefixes():
+    prefixes = []
+    for name in ("ipykernel", "zmq", "jupyter_client", "tornado"):
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            prefixes.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(prefixes)
+
+
+def _is_internal(frame, prefixes):
+    filename = frame.f_code.co_filename
+    if filename == __file__ or os.path.basename(filename) == "sandbox_runtime.py":
+        return True
+    return bool(prefixes) and os.path.abspath(filename).startswith(prefixes)
+
+
+def _strip_tb(tb, prefixes):
+    """The traceback chain without frames of this runtime and the kernel machinery."""
+    import types
+
+    entries = []
+    while tb is not None:
+        if not _is_internal(tb.tb_frame, prefixes):
+            entries.append(tb)
+        tb = tb.tb_next
+    new = None
+    for entry in reversed(entries):
+        new = types.TracebackType(new, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return new
+
+
+def _install_traceback_filter(shell):
+    original = shell.showtraceback
+
+    def showtraceback(exc_tuple=None, *args, **kwargs):
+        try:
+            etype, value, tb = exc_tuple if exc_tuple is not None else sys.exc_info()
+            if etype is not None and tb is not None:
+                prefixes = _internal_prefixes()
+                stripped = _strip_tb(tb, prefixes)
+                if stripped is not None:
+                    seen = set()
+                    chained = value
+                    while chained is not None and id(chained) not in seen:
+                        seen.add(id(chained))
+                        if chained is not value and chained.__traceback__ is not None:
+                            inner = _strip_tb(chained.__traceback__, prefixes)
+                            if inner is not None:
+                                chained.__traceback__ = inner
+                        chained = chained.__cause__ or chained.__context__
+                    value.__traceback__ = stripped
+                    exc_tuple = (etype, value, stripped)
+        except Exception:
+            pass
+        return original(exc_tuple, *args, **kwargs)
+
+    shell.showtraceback = showtraceback
 
 
 def _no_input(prompt="", *args, **kwargs):
@@ -155,7 +492,10 @@ def _make_stub(spec):
 
     def stub(*args, **kwargs):
         __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
-        signature.bind(*args, **kwargs)  # wrong arguments fail here, like a real call
+        try:
+            signature.bind(*args, **kwargs)  # wrong arguments fail here, like a real call
+        except TypeError as exc:
+            raise TypeError(f"{name}(): {exc}") from None
         return call(name, args, kwargs)
 
     stub.__name__ = stub.__qualname__ = name
