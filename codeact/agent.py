@@ -371,7 +371,7 @@ class ChatSession:
                 yield emit(CodeAction(run_id=run_id, step=index, code=parsed.code))
                 state.tool_events = []
                 exec_started = time.perf_counter()
-                exec_result: ExecutionResult = self._sandbox.run(parsed.code)
+                exec_result: ExecutionResult = self._sandbox.run(parsed.code, list_files=True)
                 step.sandbox_time = time.perf_counter() - exec_started
                 for event in state.tool_events:
                     step.tool_calls.append(event)
@@ -535,7 +535,8 @@ class ChatSession:
             path.write_bytes(png)
             parts.artifacts.append(path.name)
             result.artifacts.append(path)
-        current = self._file_snapshot()
+        current = ({f.path: (f.size, f.mtime) for f in exec_result.files} if exec_result.files is not None
+                   else self._file_snapshot())
         for rel, (size, mtime) in sorted(current.items()):
             if snapshot.get(rel) == (size, mtime) or rel.startswith("."):
                 continue

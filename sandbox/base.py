@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from .functions import HostFunction
-from .result import ExecutionResult, FunctionCall
+from .result import ExecutionResult, FileInfo, FunctionCall
 
 #: Default per-run time limit, seconds.
 DEFAULT_TIMEOUT = 30.0
 #: Default cap on captured stdout and stderr, characters each (head and tail kept).
 DEFAULT_OUTPUT_LIMIT = 100_000
 
+def walk_files(root: str | os.PathLike[str]) -> list[FileInfo]:
+    """Every regular file under ``root`` on the host, sorted by path (for backends whose files are local)."""
+    root = os.path.realpath(root)
+    files: list[FileInfo] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".ipynb_checkpoints"]
+        for filename in filenames:
+            full = os.path.join(dirpath, filename)
+            try:
+                st = os.stat(full)
+            except OSError:  # vanished, or a dangling link
+                continue
+            if os.path.isfile(full):
+                files.append(FileInfo(os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime))
+    return sorted(files, key=lambda f: f.path)
+
+
 StreamCallback = Callable[[str, str], None]
 """Called with ``(name, text)`` as output arrives; name is "stdout" or "stderr"."""
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    """A file in the sandbox's working directory."""
-
-    path: str  # relative to the working directory, "/"-separated
-    size: int
-    mtime: float
 
 
 @runtime_checkable
@@ -52,8 +59,14 @@ class Sandbox(Protocol):
         timeout: float | None = None,
         on_output: StreamCallback | None = None,
         on_call: Callable[[FunctionCall], None] | None = None,
+        list_files: bool = False,
     ) -> ExecutionResult:
-        """Run ``code``; never raises for errors in the code itself."""
+        """Run ``code``; never raises for errors in the code itself.
+
+        ``list_files=True`` also fills :attr:`ExecutionResult.files` with the
+        working directory's files after the run (cheaper than a separate
+        :meth:`list_files` call on kernel backends).
+        """
         ...
 
     def upload(self, source: str | os.PathLike[str] | bytes, dest: str | None = None) -> str:

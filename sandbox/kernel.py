@@ -29,10 +29,10 @@ from typing import Any, Callable
 import zmq
 from jupyter_client.blocking.client import BlockingKernelClient
 
-from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallback
+from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, StreamCallback
 from .errors import FileTransferError, KernelStartError, SandboxClosed
 from .functions import CALL_PREFIX, FunctionDispatcher, HostFunction
-from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, Output, strip_ansi
+from .result import CappedText, ExecutionError, ExecutionResult, FileInfo, FunctionCall, Output, strip_ansi
 
 #: Channel "ports" of the ipc transport: they only name the socket files.
 _PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
@@ -107,6 +107,8 @@ class KernelSandbox:
     workdir = "."
     #: Subclasses set how long a fresh kernel may take to answer.
     start_timeout = 60.0
+    #: True when the working directory is on this machine (listing it needs no kernel).
+    files_on_host = False
     #: Seconds to wait for the kernel to go idle after an interrupt.
     interrupt_grace = 3.0
 
@@ -338,12 +340,17 @@ class KernelSandbox:
         timeout: float | None = None,
         on_output: StreamCallback | None = None,
         on_call: Callable[[FunctionCall], None] | None = None,
+        list_files: bool = False,
     ) -> ExecutionResult:
         """Run ``code`` in the kernel. Errors in the code come back in the result.
 
         ``timeout`` overrides the session's limit for this run (``None``: the
-        session default). ``on_output`` receives stdout/stderr text as it
+        session default); time spent inside host functions (a tool, a human
+        approving a call) does not count against it: each call has its own
+        ``function_timeout``. ``on_output`` receives stdout/stderr text as it
         arrives; ``on_call`` each host-function call when it completes.
+        ``list_files`` fills ``result.files`` (the listing rides on the same
+        request: no extra round trip when the code succeeds).
         """
         with self._lock:
             self._check_open()
@@ -357,18 +364,24 @@ class KernelSandbox:
                     result.notices.append(self._restarted_notice)
                     self._restarted_notice = None
                 try:
-                    self._execute(code, limit, result, on_output, on_call, retry_unstarted=attempt == 1)
+                    self._execute(code, limit, result, on_output, on_call, retry_unstarted=attempt == 1,
+                                  list_files=list_files and not self.files_on_host)
                     break
                 except _KernelGoneBeforeStart:
                     # The kernel had died (killed from outside, say) before it began this code:
                     # the next loop starts a fresh one and runs the code there, once.
                     continue
+            if list_files and result.files is None:
+                try:  # the code failed (no user_expressions then) or the kernel restarted
+                    result.files = self._list_files_now()
+                except Exception:
+                    result.files = None
             result.duration = time.perf_counter() - started
             return result
 
     def _execute(self, code: str, limit: float | None, result: ExecutionResult,
                  on_output: StreamCallback | None, on_call: Callable[[FunctionCall], None] | None,
-                 retry_unstarted: bool = False) -> None:
+                 retry_unstarted: bool = False, list_files: bool = False) -> None:
         client = self._client
         assert client is not None
         session = client.session
@@ -376,7 +389,8 @@ class KernelSandbox:
         outputs_bytes = 0
         dropped_outputs = 0
         cut_outputs = 0  # rich outputs the runtime shortened to fit the limit
-        msg_id = client.execute(code, silent=False, store_history=True, allow_stdin=False)
+        msg_id = client.execute(code, silent=False, store_history=True, allow_stdin=False,
+                                user_expressions={"files": _LIST_FILES} if list_files else {})
         iopub, stdin = client.iopub_channel.socket, client.stdin_channel.socket
         poller = zmq.Poller()
         poller.register(iopub, zmq.POLLIN)
@@ -414,7 +428,11 @@ class KernelSandbox:
                 _, msg = session.recv(stdin, mode=zmq.NOBLOCK)
                 began = True
                 if msg is not None and msg["msg_type"] == "input_request":
+                    call_started = time.monotonic()
                     self._answer_input(msg["content"]["prompt"], result, on_call)
+                    if deadline is not None and interrupted_at is None:
+                        # Host time (a tool, a human approving it) is not the code's time.
+                        deadline += time.monotonic() - call_started
             if iopub in events:
                 done = False
                 while True:
@@ -474,7 +492,26 @@ class KernelSandbox:
                 f"the code ran longer than {limit:g} s and was interrupted; the session's variables were kept",
                 result.error.traceback if result.error else "",
             )
+        if list_files and not result.timed_out and not result.restarted:
+            result.files = self._reply_files(msg_id)
         self._drain_shell()
+
+    def _reply_files(self, msg_id: str) -> list[FileInfo] | None:
+        """The listing from this request's execute_reply (None when the code failed)."""
+        assert self._client is not None
+        deadline = time.monotonic() + 2.0
+        session, sock = self._client.session, self._client.shell_channel.socket
+        while time.monotonic() < deadline:
+            if not sock.poll(50):
+                if self._dead.is_set():
+                    return None
+                continue
+            _, msg = session.recv(sock, mode=zmq.NOBLOCK)
+            if msg is None or msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            value = msg["content"].get("user_expressions", {}).get("files", {})
+            return _parse_listing(value)
+        return None
 
     def _cleanup_after_interrupt(self) -> None:
         """Kill processes a timed-out run left behind (a fork bomb's children, servers)."""
@@ -545,14 +582,14 @@ class KernelSandbox:
         with self._lock:
             self._check_open()
             self._ensure_kernel()
-            reply = self._execute_silent(
-                "", 30.0, user_expressions={"files": "__import__('sandbox_runtime').list_files('.')"}
-            )
-            value = reply.get("user_expressions", {}).get("files", {})
-            if value.get("status") != "ok":
-                raise FileTransferError(f"could not list files: {value.get('evalue', value)}")
-            rows = json.loads(ast.literal_eval(value["data"]["text/plain"]))
-            return [FileInfo(p, s, m) for p, s, m in rows]
+            return self._list_files_now()
+
+    def _list_files_now(self) -> list[FileInfo]:
+        reply = self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES})
+        files = _parse_listing(reply.get("user_expressions", {}).get("files", {}))
+        if files is None:
+            raise FileTransferError(f"could not list files: {reply}")
+        return files
 
     # --- host functions -------------------------------------------------------------------
 
@@ -651,3 +688,15 @@ def _decode_output(data: dict[str, Any], kind: str) -> Output:
         else:
             kept[mime] = json.dumps(value)
     return Output(kept, "result" if kind == "execute_result" else "display")
+
+
+#: Evaluated in the kernel as a user expression: the working directory's files as JSON.
+_LIST_FILES = "__import__('sandbox_runtime').list_files('.')"
+
+
+def _parse_listing(value: dict[str, Any]) -> list[FileInfo] | None:
+    """Files from a ``list_files`` user-expression result (None when it did not run)."""
+    if value.get("status") != "ok":
+        return None
+    rows = json.loads(ast.literal_eval(value["data"]["text/plain"]))
+    return [FileInfo(p, s, m) for p, s, m in rows]

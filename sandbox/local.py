@@ -22,7 +22,8 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
+from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, walk_files
+from .result import FileInfo
 from .errors import FileTransferError, KernelStartError
 from .functions import HostFunction
 from .kernel import KernelExit, KernelSandbox, exit_detail
@@ -51,6 +52,7 @@ class LocalSandbox(KernelSandbox):
     """
 
     backend = "local"
+    files_on_host = True
 
     def __init__(
         self,
@@ -149,6 +151,10 @@ class LocalSandbox(KernelSandbox):
             self._local_finalizer()
 
     # --- files ------------------------------------------------------------------------------
+
+    def _list_files_now(self) -> list[FileInfo]:
+        # The files are on this machine: no need to ask the kernel.
+        return walk_files(self.workdir)
 
     def _host_path(self, path: str) -> Path:
         root = Path(self.workdir).resolve()

@@ -111,7 +111,7 @@ from RestrictedPython.transformer import (
     copy_locations,
 )
 
-from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallback
+from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallback, walk_files
 from .errors import FileTransferError, FunctionRegistrationError, SandboxClosed
 from .functions import FunctionDispatcher, HostFunction, as_host_functions, from_json_value, to_json_value
 from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, Output
@@ -1394,6 +1394,7 @@ class RestrictedSandbox:
         timeout: float | None = None,
         on_output: StreamCallback | None = None,
         on_call: Callable[[FunctionCall], None] | None = None,
+        list_files: bool = False,
     ) -> ExecutionResult:
         """Run ``code`` in the session's namespace; errors in the code come back in the result.
 
@@ -1421,6 +1422,8 @@ class RestrictedSandbox:
             if code_obj is None:
                 result.error = compile_error
                 result.duration = time.perf_counter() - started
+                if list_files:
+                    result.files = self.list_files()
                 return result
 
             events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -1495,6 +1498,8 @@ class RestrictedSandbox:
                 runtime.current = _RunState.idle()
                 result.error = state.error
             result.duration = time.perf_counter() - started
+            if list_files:
+                result.files = self.list_files()
             return result
 
     def _abandon(self, runtime: _Runtime) -> None:
@@ -1602,17 +1607,7 @@ class RestrictedSandbox:
     def list_files(self) -> list[FileInfo]:
         """Every file under the working directory, sorted by path."""
         self._ensure_open()
-        files: list[FileInfo] = []
-        for dirpath, _dirnames, filenames in os.walk(self._root):
-            for filename in filenames:
-                full = Path(dirpath, filename)
-                try:
-                    st = full.stat()
-                except OSError:  # vanished or a dangling link
-                    continue
-                if full.is_file():
-                    files.append(FileInfo(full.relative_to(self._root).as_posix(), st.st_size, st.st_mtime))
-        return sorted(files, key=lambda f: f.path)
+        return walk_files(self._root)
 
     def _resolve(self, path: str | os.PathLike[str]) -> Path | None:
         raw = os.fspath(path)

@@ -63,6 +63,15 @@ class ExecutionError:
 
 
 @dataclass(frozen=True)
+class FileInfo:
+    """A file in the sandbox's working directory."""
+
+    path: str  # relative to the working directory, "/"-separated
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
 class FunctionCall:
     """One call from sandboxed code to a host function."""
 
@@ -100,6 +109,8 @@ class ExecutionResult:
     notices: list[str] = field(default_factory=list)
     #: Host-function calls made by this run, in order.
     calls: list[FunctionCall] = field(default_factory=list)
+    #: Files in the working directory after the run, when ``run(..., list_files=True)``.
+    files: list[FileInfo] | None = None
 
     @property
     def ok(self) -> bool:

@@ -682,3 +682,12 @@ def test_parallel_sessions_capture_their_own_output() -> None:
     assert sorted(results) == [0, 1, 2, 3]
     for n, stdout in results.items():
         assert stdout == f"{n}\n" * 200
+
+
+def test_run_can_return_the_file_listing(sb: RestrictedSandbox) -> None:
+    r = sb.run("with open('made.txt', 'w') as f:\n    f.write('hello')", list_files=True)
+    assert r.error is None
+    assert [(f.path, f.size) for f in r.files] == [("made.txt", 5)]
+    failed = sb.run("1/0", list_files=True)
+    assert failed.error is not None and [f.path for f in failed.files] == ["made.txt"]
+    assert sb.run("x = 1").files is None

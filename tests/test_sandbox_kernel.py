@@ -558,3 +558,40 @@ def test_forgotten_session_is_cleaned_by_its_finalizer(backend):
     gc.collect()
     assert ref() is None, "something still holds the forgotten session"
     _assert_released(res)
+
+
+# --- listings with a run, and host time vs the code's time limit ------------------------------
+
+
+def test_run_can_return_the_file_listing(sb):
+    r = ok(sb, "open('listed.txt', 'w').write('abc')\nimport os; os.makedirs('sub', exist_ok=True)\n"
+               "open('sub/deep.csv', 'w').write('a,b\\n')", list_files=True)
+    listing = {f.path: f.size for f in r.files}
+    assert listing["listed.txt"] == 3 and listing["sub/deep.csv"] == 4
+    assert listing == {f.path: f.size for f in sb.list_files()}
+    # A failing cell still gets a listing (taken with a separate request).
+    failed = sb.run("open('after_error.txt', 'w').write('x')\n1/0", list_files=True)
+    assert failed.error is not None and failed.error.type == "ZeroDivisionError"
+    assert "after_error.txt" in {f.path for f in failed.files}
+    # Without the flag no listing is made.
+    assert ok(sb, "pass").files is None
+
+
+def test_time_in_host_functions_does_not_count_against_the_code_limit(sb):
+    # The code may run 0.5 s; the host function takes 0.8 s (a slow tool, a human approving it).
+    r = sb.run("print(slow(0.8))\nprint('after')", timeout=0.5)
+    assert r.error is None and r.timed_out is False, r.error
+    assert r.stdout == "slept 0.8\nafter\n"
+    # The code's own time still counts: a loop after the call is stopped.
+    r = sb.run("slow(0.3)\nwhile True:\n    pass", timeout=1.0)
+    assert r.timed_out and r.error.type == "TimeoutError"
+    assert len(r.calls) == 1 and r.calls[0].error is None
+
+
+def test_host_function_worker_survives_a_timed_out_call(sb):
+    r = sb.run(f"try:\n    slow({FUNCTION_TIMEOUT + 1})\nexcept TimeoutError as e:\n    print('timed out')")
+    assert r.stdout == "timed out\n"
+    # Later calls run on a fresh worker, at once.
+    started = time.perf_counter()
+    assert ok(sb, "print([slow(0) for _ in range(3)])").stdout == "['slept 0', 'slept 0', 'slept 0']\n"
+    assert time.perf_counter() - started < FUNCTION_TIMEOUT

@@ -73,6 +73,11 @@ def launch(argv=None):
     """Start an IPython kernel for the sandbox; ``argv`` as for ipykernel (``-f conn.json``)."""
     _prepare_matplotlib()
     _patch_fd_capture()
+    # The sandbox offers neither a debugger nor tab completion; without them
+    # ipykernel starts ~0.1 s faster (debugpy pulls in pkg_resources) and
+    # stops warning about frozen modules on every start.
+    sys.modules.setdefault("debugpy", None)
+    sys.modules.setdefault("jedi", None)
     from ipykernel.kernelapp import IPKernelApp
 
     args = list(sys.argv[1:] if argv is None else argv)
