@@ -153,12 +153,7 @@ class CodeActAgent:
     def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
             cancel: threading.Event | None = None) -> RunResult:
         """Run ``task`` to the end and return the result (never raises for model or code errors)."""
-        result: RunResult | None = None
-        for event in self.stream(task, files=files, cancel=cancel):
-            if isinstance(event, RunFinished):
-                result = event.result
-        assert result is not None
-        return result
+        return _result_of(self.stream(task, files=files, cancel=cancel))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
                cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -287,12 +282,8 @@ class ChatSession:
 
     def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
              cancel: threading.Event | None = None) -> RunResult:
-        result: RunResult | None = None
-        for event in self.stream(task, files=files, cancel=cancel):
-            if isinstance(event, RunFinished):
-                result = event.result
-        assert result is not None
-        return result
+        """One turn to the end; returns its result."""
+        return _result_of(self.stream(task, files=files, cancel=cancel))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
                cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -563,6 +554,16 @@ class ChatSession:
             if step.model_output.strip():
                 return truncate_middle(step.model_output.strip(), 2000)
         return None
+
+
+def _result_of(events: Iterator[Event]) -> RunResult:
+    """Consume a run's events; return the result its final RunFinished carries."""
+    result: RunResult | None = None
+    for event in events:
+        if isinstance(event, RunFinished):
+            result = event.result
+    assert result is not None, "a run always ends with RunFinished"
+    return result
 
 
 def describe_answer(answer: Any) -> str:
