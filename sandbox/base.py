@@ -89,6 +89,10 @@ class Sandbox(Protocol):
         """Withdraw host functions; their stubs disappear from the session."""
         ...
 
+    def interrupt(self) -> None:
+        """Interrupt the code running now (from another thread); its run returns a KeyboardInterrupt error."""
+        ...
+
     def restart(self) -> None:
         """Start a fresh interpreter: variables are lost, files and host functions stay."""
         ...

@@ -371,6 +371,11 @@ class KernelSandbox:
                     # The kernel had died (killed from outside, say) before it began this code:
                     # the next loop starts a fresh one and runs the code there, once.
                     continue
+                except KeyboardInterrupt:
+                    # Ctrl-C on the host: stop the code in the kernel too, so the session
+                    # is idle and consistent when the caller catches the interrupt.
+                    self._settle_after_host_interrupt()
+                    raise
             if list_files and result.files is None:
                 try:  # the code failed (no user_expressions then) or the kernel restarted
                     result.files = self._list_files_now()
@@ -512,6 +517,30 @@ class KernelSandbox:
             value = msg["content"].get("user_expressions", {}).get("files", {})
             return _parse_listing(value)
         return None
+
+    def interrupt(self) -> None:
+        """Interrupt the code running now; callable from any thread.
+
+        The code gets a ``KeyboardInterrupt`` (its run returns with that error)
+        and the session keeps its state. Does nothing when no code runs.
+        """
+        if not self._closed and self._client is not None and not self._dead.is_set():
+            self._interrupt_process()
+
+    def _settle_after_host_interrupt(self) -> None:
+        try:
+            self._interrupt_process()
+            reply = self._execute_silent("", self.interrupt_grace + 2.0)  # queued behind the interrupted cell
+            if reply.get("status") not in ("ok", "error"):
+                raise KernelStartError("no answer")
+        except BaseException:
+            try:
+                self._revive()
+                self._restarted_notice = (
+                    "The kernel was restarted after an interrupt it did not obey; variables are gone."
+                )
+            except Exception:
+                pass
 
     def _cleanup_after_interrupt(self) -> None:
         """Kill processes a timed-out run left behind (a fork bomb's children, servers)."""

@@ -479,6 +479,7 @@ class _RunState:
         self.error: ExecutionError | None = None
         self.cancelled = False
         self.closed_by_host = False  # cancelled by close(), not by the deadline
+        self.by_request = False  # cancelled by RestrictedSandbox.interrupt()
         self.interrupted = False
         self.cancel_event = threading.Event()
         self._events = events
@@ -1476,7 +1477,10 @@ class RestrictedSandbox:
             if state.stream_cut:
                 result.notices.append(f"only the first {self.output_limit} characters per stream were streamed")
 
-            if not finished or state.interrupted:
+            if finished and state.by_request:
+                runtime.current = _RunState.idle()
+                result.error = ExecutionError("KeyboardInterrupt", "the code was interrupted by the host")
+            elif not finished or state.interrupted:
                 result.timed_out = True
                 if state.closed_by_host or limit is None:
                     message = "the run was stopped because the sandbox was closed"
@@ -1501,6 +1505,16 @@ class RestrictedSandbox:
             if list_files:
                 result.files = self.list_files()
             return result
+
+    def interrupt(self) -> None:
+        """Stop the code running now (callable from any thread); the run returns a KeyboardInterrupt error.
+
+        The namespace is kept. Does nothing when no code runs.
+        """
+        state = self._runtime.current
+        if not state.closed_by_host:
+            state.by_request = True
+            state.cancel()
 
     def _abandon(self, runtime: _Runtime) -> None:
         # The worker is still inside uninterruptible code. Its runtime keeps

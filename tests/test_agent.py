@@ -943,3 +943,22 @@ def test_sandbox_failure_is_a_sandbox_error_event(tmp_path: Path, docker_backend
     assert error.kind == "sandbox" and error.fatal
     assert model.requests == []
     assert stored(tmp_path, result.run_id).status == "error"
+
+
+def test_chat_interrupt_stops_a_long_action_and_the_model_sees_it(tmp_path: Path) -> None:
+    import threading
+
+    model = ScriptedModel([
+        "```python\nimport time\nprogress = 'started'\ntime.sleep(60)\n```",
+        lambda msgs: "```python\nprint(progress)\n```" if "KeyboardInterrupt" in msgs[-1].content
+        else "```python\nprint('no interrupt seen')\n```",
+        "The long step was interrupted.",
+    ])
+    agent = make_agent(tmp_path, model, execution_timeout=30)
+    with agent.session() as chat:
+        threading.Timer(1.0, chat.interrupt).start()
+        result = chat.send("do something slow")
+    assert result.status == "success"
+    assert "KeyboardInterrupt" in (result.steps[0].observation or "")
+    assert result.steps[1].observation == "started"  # the kernel kept its state
+    assert result.steps[0].sandbox_time < 10

@@ -691,3 +691,17 @@ def test_run_can_return_the_file_listing(sb: RestrictedSandbox) -> None:
     failed = sb.run("1/0", list_files=True)
     assert failed.error is not None and [f.path for f in failed.files] == ["made.txt"]
     assert sb.run("x = 1").files is None
+
+
+@pytest.mark.timeout(20)
+def test_interrupt_from_another_thread_keeps_state(sb: RestrictedSandbox) -> None:
+    import threading
+
+    sb.run("kept = 41")
+    threading.Timer(0.3, sb.interrupt).start()
+    r = sb.run("n = 0\nwhile True:\n    n += 1", timeout=10)
+    assert r.error is not None and r.error.type == "KeyboardInterrupt"
+    assert r.timed_out is False
+    assert sb.run("print(kept + 1)").stdout == "42\n"
+    sb.interrupt()  # nothing running: no effect on the next run
+    assert sb.run("print('fine')").stdout == "fine\n"

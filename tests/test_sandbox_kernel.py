@@ -595,3 +595,30 @@ def test_host_function_worker_survives_a_timed_out_call(sb):
     started = time.perf_counter()
     assert ok(sb, "print([slow(0) for _ in range(3)])").stdout == "['slept 0', 'slept 0', 'slept 0']\n"
     assert time.perf_counter() - started < FUNCTION_TIMEOUT
+
+
+def test_interrupt_from_another_thread_stops_the_code_and_keeps_state(sb):
+    import threading
+
+    ok(sb, "kept = 'still here'")
+    timer = threading.Timer(0.5, sb.interrupt)
+    timer.start()
+    started = time.perf_counter()
+    r = sb.run("import time\ntime.sleep(30)", timeout=20)
+    timer.join()
+    assert time.perf_counter() - started < 5
+    assert r.error is not None and r.error.type == "KeyboardInterrupt"
+    assert r.timed_out is False and r.restarted is False
+    assert ok(sb, "print(kept)").stdout == "still here\n"
+
+
+def test_ctrl_c_on_the_host_leaves_the_session_idle(sb):
+    import _thread
+    import threading
+
+    threading.Timer(0.5, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        sb.run("import time\ntime.sleep(30)\nleaked = True", timeout=20)
+    # The cell was stopped in the kernel, not left running behind the next one.
+    r = sb.run("print('leaked' in globals())", timeout=10)
+    assert r.stdout == "False\n"
