@@ -85,7 +85,12 @@ class _RunState:
     step: int = 0
     answer: Any = None
     answered: bool = False
-    tool_events: list[ToolCall] = field(default_factory=list)
+    #: Where tool-call events go as calls complete (set for the duration of a code action).
+    tool_events: "queue.Queue[Any] | None" = None
+
+    def report(self, event: ToolCall) -> None:
+        if self.tool_events is not None:
+            self.tool_events.put(event)
 
 
 class CodeActAgent:
@@ -360,13 +365,16 @@ class ChatSession:
                     break
                 step.code = parsed.code
                 yield emit(CodeAction(run_id=run_id, step=index, code=parsed.code))
-                state.tool_events = []
                 exec_started = time.perf_counter()
-                exec_result: ExecutionResult = self._sandbox.run(parsed.code, list_files=True)
+                exec_result: ExecutionResult | None = None
+                for item in self._run_code(parsed.code, state):
+                    if isinstance(item, ToolCall):
+                        step.tool_calls.append(item)
+                        yield emit(item)
+                    else:
+                        exec_result = item
+                assert exec_result is not None
                 step.sandbox_time = time.perf_counter() - exec_started
-                for event in state.tool_events:
-                    step.tool_calls.append(event)
-                    yield emit(event)
                 parts, images = self._collect_artifacts(exec_result, index, output_dir, snapshot, result)
                 full_text = format_observation(exec_result, parts, limit=None)
                 text = truncate_middle(full_text, agent.observation_limit)
@@ -446,12 +454,12 @@ class ChatSession:
                 ctx = RunContext(run_id=state.run_id, step=state.step, deps=self.agent.deps)
                 value = tool.call(arguments, ctx)
             except Exception as exc:
-                state.tool_events.append(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
+                state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
                                                   arguments=to_json_value(arguments or {"args": list(args), **kwargs}),
                                                   error=f"{type(exc).__name__}: {exc}",
                                                   duration=time.perf_counter() - started))
                 raise
-            state.tool_events.append(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
+            state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
                                               arguments=to_json_value(arguments), result=to_json_value(value),
                                               duration=time.perf_counter() - started))
             if tool.return_direct:
@@ -459,6 +467,47 @@ class ChatSession:
             return value
 
         return invoke
+
+    def _run_code(self, code: str, state: _RunState) -> Iterator[ToolCall | ExecutionResult]:
+        """Run a code action, yielding each tool call as it completes, then the result.
+
+        The sandbox runs on a worker thread so that tool-call events reach the
+        caller while the code is still running. If the caller stops (Ctrl-C,
+        closing the generator), the code in the sandbox is interrupted first.
+        """
+        events: queue.Queue[Any] = queue.Queue()
+        state.tool_events = events
+        done = object()
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["result"] = self._sandbox.run(code, list_files=True)
+            except BaseException as exc:  # re-raised on the caller's thread
+                outcome["error"] = exc
+            finally:
+                events.put(done)
+
+        worker = threading.Thread(target=work, daemon=True, name="codeact-action")
+        worker.start()
+        try:
+            while True:
+                try:
+                    item = events.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                if item is done:
+                    break
+                yield item
+        except BaseException:
+            self.interrupt()
+            worker.join(30)
+            raise
+        finally:
+            state.tool_events = None
+        if "error" in outcome:
+            raise outcome["error"]
+        yield outcome["result"]
 
     def _model_turn(self, step: Step, cancel: threading.Event | None, state: _RunState) -> Iterator[Event]:
         agent = self.agent

@@ -962,3 +962,21 @@ def test_chat_interrupt_stops_a_long_action_and_the_model_sees_it(tmp_path: Path
     assert "KeyboardInterrupt" in (result.steps[0].observation or "")
     assert result.steps[1].observation == "started"  # the kernel kept its state
     assert result.steps[0].sandbox_time < 10
+
+
+def test_tool_call_events_arrive_while_the_action_still_runs(tmp_path: Path) -> None:
+    @tool
+    def ping(n: int) -> int:
+        """Echo a number."""
+        return n
+
+    model = ScriptedModel([
+        "```python\nping(1)\nimport time\ntime.sleep(1.5)\nprint('done')\n```",
+        "All done.",
+    ])
+    agent = make_agent(tmp_path, model, [ping])
+    seen: dict[str, float] = {}
+    for event in agent.stream("ping then wait"):
+        seen.setdefault(type(event).__name__, time.monotonic())
+    assert seen["Observation"] - seen["ToolCall"] > 1.0  # not held back until the action ended
+    assert seen["CodeAction"] <= seen["ToolCall"] <= seen["Observation"]
