@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import base64
 import json
-import os
 import secrets
 import shutil
 import tempfile
@@ -192,15 +191,17 @@ class KernelSandbox:
         self._exit = exit
         self._dead.set()
 
-    def _boot(self) -> None:
-        """Start the process, connect, install the runtime hooks and stubs."""
-        for name in _PORTS:
-            sock = self.socket_dir / f"k-{_PORTS[name]}"
-            if sock.exists():
-                sock.unlink()
+    def _boot(self, start: Callable[[], None] | None = None) -> None:
+        """Start the process (``start``, default :meth:`_start_process`), connect, install the runtime.
+
+        Socket files of an earlier kernel are removed first: their presence is
+        how we know the new kernel has bound its sockets.
+        """
+        for port in _PORTS.values():
+            (self.socket_dir / f"k-{port}").unlink(missing_ok=True)
         self._exit = None
         self._dead.clear()
-        self._start_process()
+        (start or self._start_process)()
         deadline = time.monotonic() + self.start_timeout
         sockets = [self.socket_dir / f"k-{p}" for p in _PORTS.values()]
         while not all(s.exists() for s in sockets):
@@ -317,21 +318,7 @@ class KernelSandbox:
             self._stop_process()
             self._boot()
         except Exception:
-            self._recreate_process_and_connect()
-
-    def _recreate_process_and_connect(self) -> None:
-        self._exit = None
-        self._dead.clear()
-        self._recreate_process()
-        # _recreate_process started a new process; finish booting it.
-        deadline = time.monotonic() + self.start_timeout
-        sockets = [self.socket_dir / f"k-{p}" for p in _PORTS.values()]
-        while not all(s.exists() for s in sockets):
-            if self._dead.is_set() or time.monotonic() > deadline:
-                raise KernelStartError(f"the sandbox could not be recreated: {self._start_failure_detail()}")
-            time.sleep(0.005)
-        self._connect()
-        self._setup_kernel(deadline)
+            self._boot(self._recreate_process)
 
     def run(
         self,
