@@ -198,26 +198,15 @@ class DockerSandbox(KernelSandbox):
                          "-f", f"{CONTAINER_SOCKET_DIR}/kernel.json"],
                 name=self.name,
                 labels=self._labels(),
-                user=f"{self.uid}:{self.uid}",
                 working_dir=WORKDIR,
                 environment=env,
-                network_mode="bridge" if self.network else "none",
-                read_only=True,
                 tmpfs={"/tmp": f"size={self.tmp_size},mode=1777"},
                 mounts=[
                     Mount(WORKDIR, self.name, type="volume"),
                     Mount(CONTAINER_SOCKET_DIR, str(self.socket_dir), type="bind"),
                 ],
-                mem_limit=self.memory,
-                memswap_limit=self.memory,
-                nano_cpus=int(self.cpus * 1e9),
-                pids_limit=self.pids,
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                init=True,
                 log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-                runtime=self.runtime,
-                stop_signal="SIGKILL",
+                **self._locked_down(memory=self.memory, cpus=self.cpus, pids=self.pids, network=self.network),
             )
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
@@ -225,6 +214,23 @@ class DockerSandbox(KernelSandbox):
                     f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=..."
                 ) from exc
             raise KernelStartError(f"could not create the sandbox container: {exc.explanation or exc}") from exc
+
+    def _locked_down(self, *, memory: str, cpus: float, pids: int, network: bool) -> dict[str, Any]:
+        """The security options every container of a session gets (kernel and keeper alike)."""
+        return {
+            "user": f"{self.uid}:{self.uid}",
+            "network_mode": "bridge" if network else "none",
+            "read_only": True,
+            "mem_limit": memory,
+            "memswap_limit": memory,  # no swap beyond the memory limit
+            "nano_cpus": int(cpus * 1e9),
+            "pids_limit": pids,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "init": True,
+            "runtime": self.runtime,
+            "stop_signal": "SIGKILL",
+        }
 
     def _start_keeper(self) -> None:
         """Create and start the container that keeps the /workspace volume mounted."""
@@ -235,21 +241,10 @@ class DockerSandbox(KernelSandbox):
             command=["python3", "-I", "-S", "-c", "import signal; signal.pause()"],
             name=self.name + KEEPER_SUFFIX,
             labels={**self._labels(), f"{LABEL}.role": "keeper"},
-            user=f"{self.uid}:{self.uid}",
             environment={},
-            network_mode="none",
-            read_only=True,
             mounts=[Mount(WORKDIR, self.name, type="volume")],
-            mem_limit="32m",
-            memswap_limit="32m",
-            nano_cpus=int(0.1e9),
-            pids_limit=4,
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
-            init=True,
             log_config=LogConfig(type="json-file", config={"max-size": "64k", "max-file": "1"}),
-            runtime=self.runtime,
-            stop_signal="SIGKILL",
+            **self._locked_down(memory="32m", cpus=0.1, pids=4, network=False),
         )
         self.keeper.start()
 
