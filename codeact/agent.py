@@ -19,19 +19,18 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction, to_json_value
-from sandbox.result import ExecutionResult, FunctionCall
+from sandbox.result import ExecutionResult
 
 from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import (
@@ -48,7 +47,7 @@ from .events import (
     TextDelta,
     ToolCall,
 )
-from .messages import Message, ModelResponse, Usage
+from .messages import Message, ModelResponse
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
@@ -615,14 +614,4 @@ def _result_of(events: Iterator[Event]) -> RunResult:
     return result
 
 
-def describe_answer(answer: Any) -> str:
-    """A readable rendering of a structured answer (for CLIs and logs)."""
-    if isinstance(answer, str):
-        return answer
-    try:
-        return json.dumps(to_json_value(answer), ensure_ascii=False, indent=2)
-    except (TypeError, ValueError):
-        return repr(answer)
-
-
-__all__ = ["CodeActAgent", "ChatSession", "ApprovalRequest", "Approver", "describe_answer", "FunctionCall", "Usage"]
+__all__ = ["CodeActAgent", "ChatSession", "ApprovalRequest", "Approver"]
