@@ -1,0 +1,415 @@
+"""The :class:`Tool` record, the :func:`tool` decorator and :func:`ensure_tools`.
+
+A ``Tool`` is thin: a name, a description, flags, and three parts that do
+the work, each replaceable:
+
+* a :class:`~._signature.ToolSignature`: the parameters the model sees, the
+  prompt stub, the sandbox signature, and :meth:`Tool.bind`;
+* an :class:`~._schema.ArgumentsValidator`: the JSON schema and
+  :meth:`Tool.validate`;
+* an :data:`~._execution.Invoke`: how valid arguments become a call.
+
+``Tool(func)`` builds all three from a Python callable. A tool without a
+Python function (an MCP server's) builds them from its JSON schema and hands
+them to :meth:`Tool._assemble`; nothing else in ``Tool`` assumes ``func`` has
+a Python signature.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, ParamSpec, Sequence, TypeVar, overload
+
+from ..errors import ToolDefinitionError
+from . import _execution
+from ._context import RunContext
+from ._schema import ArgumentsModel, ArgumentsValidator
+from ._render import python_stub, stub_docstring
+from ._signature import ToolSignature, docstring_of, read_callable
+
+if TYPE_CHECKING:  # sandbox.functions is light, but only host_function() needs it
+    from sandbox.functions import HostFunction
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Tool(Generic[P, R]):
+    """A function the agent can call, with its schema, stub and validator.
+
+    Create one with :func:`tool` (``@tool`` or ``@tool(...)``) or ``Tool(func, ...)``.
+    Any callable works: functions (``async`` too), builtins and C functions,
+    bound methods, ``functools.partial`` objects, callable objects, classes.
+    Calling the ``Tool`` calls the function unchanged; the agent uses
+    :meth:`call` / :meth:`acall`, which validate the model's arguments first.
+
+    Example::
+
+        import math
+
+        hypot = Tool(math.hypot)              # no __text_signature__: (*args, **kwargs)
+        hypot.bind((3, 4), {})                # {'args': [3, 4]}
+        hypot.call({"args": [3, 4]})          # 5.0
+        biggest = Tool(max)                   # named like a builtin: the stub says so
+
+    Attributes:
+        name: the name the model calls (a Python identifier).
+        description: the docstring's summary and body (no Args section), or
+            the ``description`` given; the docstring's Returns text is appended.
+        func: the wrapped callable.
+        is_async: calling ``func`` returns an awaitable (``async def``).
+        return_direct: the tool's result ends the run and is the final answer.
+        requires_approval: a human (or approval callback) must allow each call.
+        timeout: seconds one call may take (``None``: no limit of its own).
+        context_param: name of the hidden :class:`RunContext` parameter, or None.
+        signature: the public signature (context parameter removed), with the
+            real annotations and defaults.
+    """
+
+    name: str
+    description: str
+    func: Callable[P, R]
+    is_async: bool
+    return_direct: bool
+    requires_approval: bool
+    timeout: float | None
+    context_param: str | None
+    signature: inspect.Signature
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        return_direct: bool = False,
+        requires_approval: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        if isinstance(func, Tool):
+            func = func.func
+        info = read_callable(func, name)
+        interface = ToolSignature.from_signature(info.name, info.signature, info.doc.params)
+        self._assemble(
+            name=info.name,
+            func=info.func,
+            interface=interface,
+            arguments=ArgumentsModel(interface),
+            invoke=_execution.function_invoker(info.func, info.signature, interface.context_param),
+            is_async=info.is_async,
+            summary=info.doc.description,
+            returns=info.doc.returns,
+            usage=info.doc.usage,
+            description=description,
+            return_direct=return_direct,
+            requires_approval=requires_approval,
+            timeout=timeout,
+        )
+        # Look like the wrapped function to introspection (help(), inspect.signature, pickling by name).
+        self.__wrapped__ = info.func
+        self.__doc__ = docstring_of(info.func) or None
+        self.__name__ = getattr(info.func, "__name__", info.name)
+        self.__qualname__ = getattr(info.func, "__qualname__", info.name)
+        self.__module__ = getattr(info.func, "__module__", None) or __name__
+
+    def _assemble(
+        self,
+        *,
+        name: str,
+        func: Callable[..., Any],
+        interface: ToolSignature,
+        arguments: ArgumentsValidator,
+        invoke: _execution.Invoke,
+        is_async: bool,
+        summary: str = "",
+        returns: str = "",
+        usage: Sequence[str] = (),
+        description: str | None = None,
+        return_direct: bool = False,
+        requires_approval: bool = False,
+        timeout: float | None = None,
+    ) -> None:
+        """Set every field from its parts; the one place a ``Tool`` is put together.
+
+        ``Tool(func)`` reads the parts from a Python callable; a tool described
+        by a JSON schema (MCP) builds ``interface`` (a signature synthesized
+        from the schema, text annotations), ``arguments`` (a JSON-schema
+        validator) and ``invoke`` (its call function) and calls this on
+        ``Tool.__new__(Tool)``.
+        """
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ToolDefinitionError(f"tool {name!r}: timeout must be a positive number of seconds or None")
+        self.name = name
+        self.func = func  # type: ignore[assignment]
+        self.is_async = bool(is_async)
+        self.return_direct = bool(return_direct)
+        self.requires_approval = bool(requires_approval)
+        self.timeout = float(timeout) if timeout is not None else None
+        self.context_param = interface.context_param
+        self.signature = interface.signature
+        self._interface = interface
+        self._arguments = arguments
+        self._invoke = invoke
+        self._usage = tuple(usage)
+        self._returns_doc = returns if description is None else ""
+        # Function-calling schemas have no place for the return value, so the
+        # description carries the Returns text; the stub gives it its own section.
+        self._summary = inspect.cleandoc(description) if description is not None else summary
+        self.description = self._summary
+        if self._returns_doc:
+            self.description = (self._summary + "\n\n" if self._summary else "") + f"Returns: {self._returns_doc}"
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema (an object schema) of the arguments dict; a fresh copy.
+
+        ``*args`` is an array property and ``**kwargs`` an object property, each
+        under the parameter's own name; only literal defaults are shown.
+        """
+        return copy.deepcopy(self._arguments.json_schema)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the wrapped function directly, without validation."""
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        flags = [f for f, on in (("return_direct", self.return_direct), ("requires_approval", self.requires_approval)) if on]
+        return f"Tool({self.name}{self._interface.render()}{', ' + ', '.join(flags) if flags else ''})"
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and coerce the model's arguments; return what the function will receive.
+
+        Values are converted to the annotated types (``"3"`` -> ``3`` for
+        ``int``, a dict -> a dataclass or pydantic model, a string -> an Enum
+        member); ``*args`` items and ``**kwargs`` values one by one against
+        their annotation. Arguments the caller left out are not filled in, so
+        the function's own defaults apply.
+
+        Example::
+
+            get_daily_weather.validate({"city": "Oslo", "days": "4"})   # {'city': 'Oslo', 'days': 4}
+
+        Raises:
+            ToolArgumentError: naming the tool, each bad argument with what was
+                expected and what was received, missing required arguments, and
+                unknown argument names next to the valid ones.
+        """
+        return self._arguments.validate(arguments)
+
+    def bind(self, args: tuple[Any, ...] | list[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """Map a Python call ``tool(*args, **kwargs)`` to the arguments dict.
+
+        Extra positional arguments go to ``*args`` and unknown keywords to
+        ``**kwargs`` when the function has them, under those parameters' own
+        names, so ``bind`` and :meth:`call` speak the same dict. Defaults are
+        not filled in; missing names, and unknown ones without ``**kwargs``,
+        are left for :meth:`validate`, which reports them all at once.
+
+        Example::
+
+            def f(a, /, b, *rest, c, d=3, **options): ...
+
+            Tool(f).bind((1, 2, 3, 4), {"c": 5, "x": 6})
+            # {'a': 1, 'b': 2, 'rest': [3, 4], 'c': 5, 'options': {'x': 6}}
+
+        Raises:
+            ToolArgumentError: the call cannot be mapped: too many positional
+                arguments, a value given twice, a positional-only argument
+                passed by keyword.
+        """
+        return self._interface.bind(args, kwargs)
+
+    def call(self, arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
+        """Validate ``arguments`` and run the tool; return its result.
+
+        Async tools run to completion here: with ``asyncio.run`` when no event
+        loop runs in this thread, else on a worker thread. ``context`` fills the
+        hidden context parameter (a default :class:`RunContext` when omitted).
+
+        Example::
+
+            Tool(max).call({"args": [3, 1, 2]})       # 3
+
+        Raises:
+            ToolArgumentError: the arguments do not validate (the tool did not run).
+            TimeoutError: the tool has a ``timeout`` and did not finish in time.
+            Exception: whatever the tool itself raises.
+        """
+        values = self.validate(arguments)
+        return _execution.run(
+            functools.partial(self._invoke, values, context), is_async=self.is_async, timeout=self.timeout, name=self.name
+        )
+
+    async def acall(self, arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
+        """Async :meth:`call`. Sync tools run in a worker thread so the event loop stays free."""
+        values = self.validate(arguments)
+        return await _execution.arun(
+            functools.partial(self._invoke, values, context), is_async=self.is_async, timeout=self.timeout, name=self.name
+        )
+
+    def python_stub(self) -> str:
+        """A Python function definition (signature + docstring) for a CodeAct prompt.
+
+        Defaults that are not literals show as ``...``. Example output::
+
+            def get_daily_weather(city: str, days: int = 3) -> str:
+                \"\"\"Weather for today, tomorrow and the day after in a city.
+
+                Args:
+                    city: city name, e.g. 北京
+                    days: how many days to report
+                \"\"\"
+        """
+        return python_stub(self.name, self._stub_docstring(), self._interface.display())
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI function-calling definition (``tools=[...]`` item).
+
+        The model's arguments for it go to :meth:`call` as they are.
+        """
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def host_function(self, invoke: Callable[[tuple[Any, ...], dict[str, Any]], Any]) -> HostFunction:
+        """A :class:`sandbox.functions.HostFunction` that offers this tool to sandboxed code.
+
+        The sandbox stub gets the tool's name, public signature (literal
+        defaults only, others ``...``) and docstring, and whether the tool is
+        async. Each call from the sandbox runs ``invoke(args, kwargs)`` on the
+        host with what the sandboxed code passed; the agent supplies ``invoke``
+        so it can log, ask for approval, bind and validate (:meth:`bind`,
+        :meth:`call`) and pass the run context. Defaults are applied here.
+        """
+        from sandbox.functions import HostFunction
+
+        def run_tool(*args: Any, **kwargs: Any) -> Any:
+            return invoke(args, kwargs)
+
+        options: dict[str, Any] = {}
+        if "is_async" in _host_function_options():
+            options["is_async"] = self.is_async
+        return HostFunction(
+            run_tool,
+            name=self.name,
+            doc=self._stub_docstring(),
+            signature=self._interface.display(),
+            timeout=self.timeout,
+            **options,
+        )
+
+    def _stub_docstring(self) -> str:
+        return stub_docstring(self._interface, self._summary, self._returns_doc, self._usage)
+
+
+@functools.lru_cache(maxsize=1)
+def _host_function_options() -> frozenset[str]:
+    """The keyword options this version of ``HostFunction`` takes (``is_async`` is new)."""
+    from sandbox.functions import HostFunction
+
+    return frozenset(inspect.signature(HostFunction.__init__).parameters)
+
+
+@overload
+def tool(func: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    requires_approval: bool = False,
+    timeout: float | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    return_direct: bool = False,
+    requires_approval: bool = False,
+    timeout: float | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Make a callable a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
+
+    Example::
+
+        @tool(timeout=10)
+        def get_daily_weather(city: str, days: int = 3) -> str:
+            \"\"\"Weather for the next days in a city.\"\"\"
+            ...
+
+        lookup = tool(name="lookup")(operator.itemgetter("id"))   # objects without __name__ need name=
+
+    Args:
+        func: the function (given when used bare).
+        name: the name the model uses; defaults to the callable's ``__name__``.
+            A builtin's name (``max``, ``sum``) is allowed; the stub says it
+            shadows the builtin.
+        description: overrides the docstring's description.
+        return_direct: the tool's result ends the run as the final answer.
+        requires_approval: each call needs approval before it runs.
+        timeout: seconds one call may take.
+
+    Raises:
+        ToolDefinitionError: the name is not an identifier or missing, a
+            parameter type has no JSON schema, a type hint cannot be resolved, ...
+    """
+
+    def make(f: Callable[P, R]) -> Tool[P, R]:
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            return_direct=return_direct,
+            requires_approval=requires_approval,
+            timeout=timeout,
+        )
+
+    if func is None:
+        return make
+    return make(func)
+
+
+def ensure_tools(items: Iterable[Tool[Any, Any] | Callable[..., Any]]) -> list[Tool[Any, Any]]:
+    """Turn a list of tools and plain callables into tools; names must be unique.
+
+    Example::
+
+        ensure_tools([get_daily_weather, max, tool(name="first")(operator.itemgetter(0))])
+
+    Raises:
+        ToolDefinitionError: an item is not callable or cannot become a tool,
+            or two tools share a name.
+    """
+    out: list[Tool[Any, Any]] = []
+    seen: dict[str, Tool[Any, Any]] = {}
+    for item in items:
+        t = item if isinstance(item, Tool) else Tool(item)
+        if t.name in seen:
+            if seen[t.name] is t:
+                raise ToolDefinitionError(f"tool {t.name!r} is listed twice; list it once")
+            raise ToolDefinitionError(
+                f"two tools are named {t.name!r} ({origin(seen[t.name])} and {origin(t)}); "
+                "rename one with @tool(name=...)"
+            )
+        seen[t.name] = t
+        out.append(t)
+    return out
+
+
+def origin(t: Tool[Any, Any]) -> str:
+    """Where a tool's function is defined, for messages: ``module.qualname``."""
+    module = getattr(t.func, "__module__", None)
+    qualname = getattr(t.func, "__qualname__", None) or t.name
+    return f"{module}.{qualname}" if module else qualname
