@@ -15,9 +15,15 @@ Example::
         "Weather for the next three days in a city."
         return {"tomorrow": "sunny"}
 
-    with open_sandbox(functions=[get_weather]) as sb:      # docker if it can, else local
+    with open_sandbox(functions=[get_weather]) as sb:      # docker; an error if Docker is not ready
         r = sb.run("print(get_weather('Beijing')['tomorrow'])")
         print(r.stdout, r.error, r.duration)
+
+The default never runs code outside the isolated backend: without a working
+Docker engine and image, :func:`open_sandbox` raises
+:class:`BackendUnavailable` with what to do. ``local`` and ``restricted`` are
+explicit choices (an argument, or ``CODEACT_BACKEND``) and warn each time
+with :class:`UnsafeBackendWarning`.
 """
 
 from __future__ import annotations
@@ -35,16 +41,18 @@ from .errors import (
     SandboxClosed,
     SandboxError,
 )
-from .functions import FunctionSpec, HostFunction
-from .result import ExecutionError, ExecutionResult, FunctionCall, Output
+from .functions import FunctionSpec, HostCall, HostFunction, current_call
+from .limits import Limits
+from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, Output
 
 BackendName = Literal["auto", "docker", "local", "restricted"]
 
 __all__ = [
     "open_sandbox", "docker_available", "Sandbox", "DockerSandbox", "LocalSandbox", "RestrictedSandbox",
-    "SandboxPool", "reap", "HostFunction", "FunctionSpec", "ExecutionResult", "ExecutionError", "Output",
-    "FunctionCall", "FileInfo", "SandboxError", "BackendUnavailable", "ImageNotFound", "KernelStartError",
-    "SandboxClosed", "FileTransferError", "FunctionRegistrationError", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
+    "SandboxPool", "reap", "HostFunction", "HostCall", "current_call", "FunctionSpec", "Limits",
+    "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "Elided", "FileInfo", "SandboxError",
+    "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
+    "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
 ]
 
 _LAZY = {
@@ -69,8 +77,16 @@ class UnsafeBackendWarning(UserWarning):
     """The sandbox in use is not a security boundary."""
 
 
+#: Why each unisolated backend is not a boundary (said in its warning).
+UNSAFE_BACKENDS = {
+    "local": "a kernel process on this machine, running as your user: the code can read and write your files "
+             "and reach your network",
+    "restricted": "RestrictedPython inside this process: known escapes exist, and C code can freeze the process",
+}
+
+
 def docker_available(image: str | None = None) -> str | None:
-    """``None`` when the Docker backend can run here, else the reason it cannot."""
+    """``None`` when the Docker backend can run here, else the reason it cannot and what to do."""
     try:
         from .container import docker_client
         from .image import default_image_tag, image_exists
@@ -84,41 +100,43 @@ def docker_available(image: str | None = None) -> str | None:
         return str(exc)
 
 
+def warn_unsafe(backend: str, stacklevel: int = 2) -> None:
+    """Warn that ``backend`` (local, restricted) is not a security boundary, saying why."""
+    warnings.warn(
+        f"the {backend!r} sandbox is not a security boundary ({UNSAFE_BACKENDS[backend]}); "
+        "use it only for trusted code. The default, 'docker', isolates the code.",
+        UnsafeBackendWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 def open_sandbox(
-    backend: BackendName = "auto",
+    backend: BackendName = "docker",
     *,
     functions: list[Callable[..., Any] | HostFunction] | tuple = (),
     **options: Any,
 ) -> Any:
     """Create a session of the chosen backend (not yet started; use it in ``with``).
 
-    ``auto`` picks docker when an engine answers and the image exists, and
-    otherwise local, with a warning that names the risk. ``options`` go to the
-    backend's constructor (``timeout``, ``memory``, ``network``, ...).
+    ``docker`` (the default; ``auto`` is a synonym) never falls back to an
+    unisolated backend: when Docker is not ready it raises
+    :class:`BackendUnavailable` saying how to fix it. ``local`` and
+    ``restricted`` run code without isolation and warn with
+    :class:`UnsafeBackendWarning`. ``options`` go to the backend's
+    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...).
     """
-    if backend == "auto":
-        reason = docker_available(options.get("image"))
-        if reason is None:
-            backend = "docker"
-        else:
-            warnings.warn(
-                f"Docker sandbox unavailable ({reason}); running code in a LOCAL kernel with your "
-                "user's permissions — this is not isolated. Fix Docker or pass backend='local' to silence this.",
-                UnsafeBackendWarning,
-                stacklevel=2,
-            )
-            backend = "local"
-            options.pop("image", None)
-    if backend == "docker":
+    if backend in ("docker", "auto"):
         from .container import DockerSandbox
 
         return DockerSandbox(functions, **options)
     if backend == "local":
         from .local import LocalSandbox
 
+        warn_unsafe("local")
         return LocalSandbox(functions, **options)
     if backend == "restricted":
         from .restricted import RestrictedSandbox
 
+        warn_unsafe("restricted")
         return RestrictedSandbox(functions, **options)
-    raise SandboxError(f"unknown sandbox backend {backend!r}; choose auto, docker, local or restricted")
+    raise SandboxError(f"unknown sandbox backend {backend!r}; choose docker, local or restricted")

@@ -1,19 +1,25 @@
-"""The Docker backend: a Jupyter kernel inside a locked-down container.
+"""The Docker backend: a Jupyter kernel inside a locked-down container, reached only through its attach stream.
 
 Defaults: no network, a non-root user, a read-only root filesystem, size-capped
-tmpfs for /tmp and a size-capped /workspace volume, memory limit with swap
-equal to it, a CPU quota, a pids limit, all capabilities dropped,
-no-new-privileges, an init process, capped container logs, and labels that
-let :func:`reap` find containers whose host process died.
+``nosuid,nodev`` tmpfs for /tmp and /workspace, a memory limit with swap equal
+to it, a CPU quota, a pids limit, an open-files limit, all capabilities
+dropped, no-new-privileges, no container log on disk, and labels that let
+:func:`reap` find what a dead process left.
 
-The kernel's ZMQ sockets are Unix sockets in a per-session directory that is
-bind-mounted into the container, so the container needs no network at all.
+One container per session. Its first process (PID 1) is the supervisor
+(``sandbox_init``): it owns the container's attach stream — the only link to
+the host, through the Docker API; no bind mount, no network — and runs the
+kernel as its child, relaying its messages, restarting it on request (files
+in /workspace stay), and killing everything when the stream closes. The
+stream closes when the host process that owns the session goes away, however
+it goes, so the container cannot outlive its owner: the code in the kernel
+cannot signal, trace or read the supervisor (it is the namespace's init and
+not dumpable). The engine removes the container when it stops
+(``AutoRemove``), and its anonymous /workspace volume with it.
 
-/workspace is a size-capped tmpfs volume. Docker unmounts such a volume (and
-its files are gone) when the last container using it stops, and the kernel
-container stops whenever its kernel dies or is restarted. So each session
-also runs a tiny, equally locked-down *keeper* container that only holds the
-volume: files survive kernel restarts, OOM kills and a killed container.
+/workspace is a size-capped tmpfs *volume* (not a tmpfs mount) so that files
+move in and out through the engine's archive API, which also works on remote
+engines.
 """
 
 from __future__ import annotations
@@ -26,24 +32,25 @@ import threading
 import time
 import uuid
 import warnings
-import weakref
 from pathlib import PurePosixPath
 from typing import Any, Callable
 
+from ._transport import SocketStream, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
 from .functions import HostFunction
+from .hostfiles import UnsafePath, check_relative_path
 from .kernel import KernelExit, KernelSandbox, exit_detail
+from .limits import Limits
 
 LABEL = "io.codeact.sandbox"
-KEEPER_SUFFIX = "-keeper"
-CONTAINER_SOCKET_DIR = "/run/sandbox"
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
+SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
 
 
 def docker_client(timeout: float = 120) -> Any:
-    """A docker-py client, or :class:`BackendUnavailable` saying how to get an engine."""
+    """A docker-py client for the local engine, or :class:`BackendUnavailable` saying how to get one."""
     try:
         import docker
     except ImportError as exc:  # pragma: no cover - docker is a dependency
@@ -55,8 +62,8 @@ def docker_client(timeout: float = 120) -> Any:
     except Exception as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
         raise BackendUnavailable(
-            f"no Docker engine answers at {host} ({exc.__class__.__name__}). Install and start Docker "
-            "(e.g. `apt-get install docker.io && dockerd &`), or use backend='local' (not isolated)."
+            f"no Docker engine answers at {host} ({exc.__class__.__name__}); install and start Docker "
+            "(e.g. `apt-get install docker.io && dockerd &`)"
         ) from exc
 
 
@@ -67,6 +74,174 @@ def _process_start_time(pid: int) -> str:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return ""
+
+
+def _raw_socket(attached: Any) -> socket.socket:
+    """The socket under docker-py's attach result (it wraps Unix sockets in SocketIO)."""
+    return getattr(attached, "_sock", attached)
+
+
+class DockerKernel:
+    """The kernel process of a :class:`DockerSandbox`: one container, its supervisor and kernel."""
+
+    workdir = WORKDIR
+
+    def __init__(self, client: Any, image: str, *, name: str, memory: str, cpus: float, pids: int, nofile: int,
+                 workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
+                 env: dict[str, str], max_frame: int) -> None:
+        self.client = client
+        self.image = image
+        self.name = name
+        self.memory, self.cpus, self.pids, self.nofile = memory, cpus, pids, nofile
+        self.workspace_size, self.tmp_size = workspace_size, tmp_size
+        self.network, self.runtime, self.env = network, runtime, env
+        self.max_frame = max_frame
+        self.uid = SANDBOX_UID
+        self.container_id: str | None = None
+        self._count = 0
+
+    def labels(self) -> dict[str, str]:
+        pid = os.getpid()
+        return {
+            LABEL: "1",
+            f"{LABEL}.host": socket.gethostname(),
+            f"{LABEL}.pid": str(pid),
+            f"{LABEL}.pid-start": _process_start_time(pid),
+            f"{LABEL}.session": self.name,
+        }
+
+    def _host_config(self) -> Any:
+        from docker.types import DriverConfig, LogConfig, Mount, Ulimit
+
+        workspace = Mount(WORKDIR, None, type="volume", driver_config=DriverConfig("local", {
+            "type": "tmpfs", "device": "tmpfs",
+            "o": f"size={self.workspace_size},uid={self.uid},gid={self.uid},mode=0755,nosuid,nodev",
+        }))
+        return self.client.api.create_host_config(
+            auto_remove=True,
+            network_mode="bridge" if self.network else "none",
+            read_only=True,
+            mem_limit=self.memory,
+            memswap_limit=self.memory,  # no swap beyond the memory limit
+            nano_cpus=int(self.cpus * 1e9),
+            pids_limit=self.pids,
+            ulimits=[Ulimit(name="nofile", soft=self.nofile, hard=self.nofile), Ulimit(name="core", soft=0, hard=0)],
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            runtime=self.runtime,
+            log_config=LogConfig(type="none"),
+            tmpfs={"/tmp": f"size={self.tmp_size},mode=1777,nosuid,nodev"},
+            mounts=[workspace],
+        )
+
+    # --- KernelProcess ---------------------------------------------------------------------
+
+    def start(self) -> Stream:
+        import docker.errors
+
+        self._count += 1
+        try:
+            created = self.client.api.create_container(
+                self.image, SUPERVISOR, name=f"{self.name}-{self._count}", user=f"{self.uid}:{self.uid}",
+                working_dir=WORKDIR, stdin_open=True, labels=self.labels(), host_config=self._host_config(),
+                environment={"PYTHONPATH": "/opt/sandbox/runtime", "SANDBOX_MAX_FRAME": str(self.max_frame),
+                             **self.env},
+            )
+            self.container_id = created["Id"]
+            attached = self.client.api.attach_socket(
+                self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "detachKeys": ""})
+            self.client.api.start(self.container_id)
+        except docker.errors.APIError as exc:
+            if self.runtime and "runtime" in str(exc).lower():
+                raise BackendUnavailable(
+                    f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=...") from exc
+            raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
+        # docker-py closes TLS sockets when the response object is collected: keep it with the stream.
+        return SocketStream(_raw_socket(attached), keepalive=attached)
+
+    def stop(self) -> None:
+        container, self.container_id = self.container_id, None
+        if container is not None:
+            try:
+                self.client.api.remove_container(container, force=True, v=True)
+            except Exception:
+                pass
+
+    def oom_since(self, started: float) -> bool:
+        """Whether the engine logged an out-of-memory kill in the container since ``started``."""
+        container = self.container_id
+        if container is None:
+            return False
+        for _ in range(10):  # the event may trail the kill by a moment
+            try:
+                events = self.client.api.events(since=int(started) - 1, until=int(time.time()) + 1, decode=True,
+                                                filters={"container": container, "event": ["oom"]})
+                if any(True for _ in events):
+                    return True
+            except Exception:
+                return False
+            time.sleep(0.05)
+        return False
+
+    def memory_limit(self) -> str | None:
+        return self.memory
+
+    def close(self) -> None:
+        self.stop()
+
+    # --- files (through the engine's archive API: works on remote engines too) -----------------
+
+    def put_file(self, target: PurePosixPath, data: bytes) -> None:
+        rel = target.relative_to(WORKDIR)
+        buf = io.BytesIO()
+        now = int(time.time())
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for i in range(1, len(rel.parts)):
+                info = tarfile.TarInfo("/".join(rel.parts[:i]))
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+                info.uid = info.gid = self.uid
+                tar.addfile(info)
+            info = tarfile.TarInfo(str(rel))
+            info.size, info.mode, info.mtime = len(data), 0o644, now
+            info.uid = info.gid = self.uid
+            tar.addfile(info, io.BytesIO(data))
+        if self.container_id is None or not self.client.api.put_archive(self.container_id, WORKDIR, buf.getvalue()):
+            raise FileTransferError(f"could not upload to {target}")
+
+    def get_file(self, target: PurePosixPath, max_bytes: int) -> bytes:
+        import docker.errors
+
+        try:
+            stream, stat = self.client.api.get_archive(self.container_id, str(target))
+        except docker.errors.NotFound:
+            raise FileTransferError(f"no such file in the sandbox: {target}") from None
+        size = stat.get("size") if isinstance(stat, dict) else None
+        if isinstance(size, int) and size > max_bytes:
+            _close_quietly(stream)
+            raise FileTransferError(f"{target} is {size:,} bytes, more than the download limit of {max_bytes:,} "
+                                    "(Limits.max_download_bytes)")
+        buf = bytearray()
+        for chunk in stream:
+            buf += chunk
+            if len(buf) > max_bytes + 1024 * 1024:  # a tar adds headers: allow a little beyond the data
+                _close_quietly(stream)
+                raise FileTransferError(f"{target} is larger than the download limit of {max_bytes:,} bytes")
+        with tarfile.open(fileobj=io.BytesIO(bytes(buf))) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise FileTransferError(f"{target} is not a regular file")
+            if member.size > max_bytes:
+                raise FileTransferError(f"{target} is larger than the download limit of {max_bytes:,} bytes")
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            return extracted.read()
+
+
+def _close_quietly(stream: Any) -> None:
+    try:
+        stream.close()  # type: ignore[attr-defined]
+    except Exception:
+        pass
 
 
 class DockerSandbox(KernelSandbox):
@@ -98,9 +273,12 @@ class DockerSandbox(KernelSandbox):
         timeout: float | None = DEFAULT_TIMEOUT,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         function_timeout: float | None = 60.0,
+        max_run_time: float | None = None,
+        limits: Limits | None = None,
         memory: str = "1g",
         cpus: float = 1.0,
         pids: int = 256,
+        nofile: int = 1024,
         workspace_size: str = "1g",
         tmp_size: str = "256m",
         network: bool = False,
@@ -109,238 +287,49 @@ class DockerSandbox(KernelSandbox):
         client: Any = None,
         start_timeout: float = 60.0,
     ) -> None:
-        super().__init__(functions, timeout=timeout, output_limit=output_limit, function_timeout=function_timeout)
-        try:
-            from .image import default_image_tag
+        from .image import default_image_tag
 
-            self._docker = client or docker_client()
-            self.image = image or default_image_tag()
-            self._check_image()
-        except BaseException:
-            self._finalizer()
-            raise
-        self.memory, self.cpus, self.pids = memory, cpus, pids
-        self.workspace_size, self.tmp_size = workspace_size, tmp_size
-        self.network, self.runtime, self.env = network, runtime, dict(env or {})
-        self.start_timeout = start_timeout
+        docker = client or docker_client()
+        self.image = image or default_image_tag()
+        _check_image(docker, self.image)
+        _reap_once(docker)
         if network:
             warnings.warn(
                 "DockerSandbox(network=True): sandboxed code can reach your network and the internet",
                 stacklevel=2,
             )
         self.name = f"codeact-sbx-{uuid.uuid4().hex[:12]}"
-        self.uid = os.getuid() if os.getuid() != 0 else SANDBOX_UID
-        self.container: Any = None
-        self.volume: Any = None
-        self.keeper: Any = None
-        self._generation = 0
-        if os.getuid() == 0:  # the kernel runs as an unprivileged user and must create its sockets here
-            os.chown(self.socket_dir, self.uid, self.uid)
-        self._docker_finalizer = weakref.finalize(self, _remove_docker_objects, self._docker, self.name)
+        self.memory, self.cpus, self.pids = memory, cpus, pids
+        self.network, self.runtime = network, runtime
+        self._docker = docker
+        process = DockerKernel(docker, self.image, name=self.name, memory=memory, cpus=cpus, pids=pids,
+                               nofile=nofile, workspace_size=workspace_size, tmp_size=tmp_size, network=network,
+                               runtime=runtime, env=dict(env or {}), max_frame=(limits or Limits()).max_frame)
+        self._kernel = process
+        super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
+                         function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,
+                         start_timeout=start_timeout)
 
-    def _check_image(self) -> None:
-        import docker.errors
-
-        try:
-            self._docker.images.get(self.image)
-        except docker.errors.ImageNotFound:
-            raise ImageNotFound(
-                f"the sandbox image {self.image!r} is not built; run `codeact image build` "
-                "(about 3 minutes the first time), or use backend='local'"
-            ) from None
-
-    # --- process hooks ------------------------------------------------------------------
-
-    def _kernel_ip(self) -> str:
-        return f"{CONTAINER_SOCKET_DIR}/k"
-
-    def _memory_limit_text(self) -> str | None:
-        return self.memory
-
-    def _kill_strays_in_namespace(self) -> bool:
-        return True
-
-    def _labels(self) -> dict[str, str]:
-        pid = os.getpid()
-        return {
-            LABEL: "1",
-            f"{LABEL}.host": socket.gethostname(),
-            f"{LABEL}.pid": str(pid),
-            f"{LABEL}.pid-start": _process_start_time(pid),
-            f"{LABEL}.socket-dir": str(self.socket_dir),
-            f"{LABEL}.session": self.name,
-        }
-
-    def _write_connection_file(self):  # noqa: ANN201 - same as base
-        path = super()._write_connection_file()
-        if os.getuid() == 0:
-            os.chown(path, self.uid, self.uid)
-        path.chmod(0o600)
-        return path
-
-    def _create(self) -> None:
-        import docker.errors
-        from docker.types import LogConfig, Mount
-
-        if self.volume is None:
-            self.volume = self._docker.volumes.create(
-                name=self.name,
-                driver="local",
-                driver_opts={"type": "tmpfs", "device": "tmpfs",
-                             "o": f"size={self.workspace_size},uid={self.uid},gid={self.uid},mode=0755"},
-                labels=self._labels(),
-            )
-        env = {"PYTHONPATH": "/opt/sandbox/runtime", **self.env}
-        try:
-            self.container = self._docker.containers.create(
-                self.image,
-                command=["python3", "-c", "import sandbox_runtime; sandbox_runtime.launch()",
-                         "-f", f"{CONTAINER_SOCKET_DIR}/kernel.json"],
-                name=self.name,
-                labels=self._labels(),
-                working_dir=WORKDIR,
-                environment=env,
-                tmpfs={"/tmp": f"size={self.tmp_size},mode=1777"},
-                mounts=[
-                    Mount(WORKDIR, self.name, type="volume"),
-                    Mount(CONTAINER_SOCKET_DIR, str(self.socket_dir), type="bind"),
-                ],
-                log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
-                **self._locked_down(memory=self.memory, cpus=self.cpus, pids=self.pids, network=self.network),
-            )
-        except docker.errors.APIError as exc:
-            if self.runtime and "runtime" in str(exc).lower():
-                raise BackendUnavailable(
-                    f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=..."
-                ) from exc
-            raise KernelStartError(f"could not create the sandbox container: {exc.explanation or exc}") from exc
-
-    def _locked_down(self, *, memory: str, cpus: float, pids: int, network: bool) -> dict[str, Any]:
-        """The security options every container of a session gets (kernel and keeper alike)."""
-        return {
-            "user": f"{self.uid}:{self.uid}",
-            "network_mode": "bridge" if network else "none",
-            "read_only": True,
-            "mem_limit": memory,
-            "memswap_limit": memory,  # no swap beyond the memory limit
-            "nano_cpus": int(cpus * 1e9),
-            "pids_limit": pids,
-            "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
-            "init": True,
-            "runtime": self.runtime,
-            "stop_signal": "SIGKILL",
-        }
-
-    def _start_keeper(self) -> None:
-        """Create and start the container that keeps the /workspace volume mounted."""
-        from docker.types import LogConfig, Mount
-
-        self.keeper = self._docker.containers.create(
-            self.image,
-            command=["python3", "-I", "-S", "-c", "import signal; signal.pause()"],
-            name=self.name + KEEPER_SUFFIX,
-            labels={**self._labels(), f"{LABEL}.role": "keeper"},
-            environment={},
-            mounts=[Mount(WORKDIR, self.name, type="volume")],
-            log_config=LogConfig(type="json-file", config={"max-size": "64k", "max-file": "1"}),
-            **self._locked_down(memory="32m", cpus=0.1, pids=4, network=False),
-        )
-        self.keeper.start()
-
-    def _keeper_running(self) -> bool:
-        if self.keeper is None:
-            return False
-        try:
-            return bool(self._docker.api.inspect_container(self.keeper.id)["State"]["Running"])
-        except Exception:
-            return False
-
-    def _start_process(self) -> None:
-        self._write_connection_file()
-        if self.container is None:
-            self._create()
-        keeper_error: list[BaseException] = []
-        keeper_thread = None
-        if self.keeper is None:
-            # Started alongside the kernel's container: it costs no extra start-up time.
-            def start_keeper() -> None:
-                try:
-                    self._start_keeper()
-                except BaseException as exc:
-                    keeper_error.append(exc)
-
-            keeper_thread = threading.Thread(target=start_keeper, daemon=True, name=f"keeper-{self.name}")
-            keeper_thread.start()
-        elif not self._keeper_running():
-            try:  # stopped from outside: start it again (the files are gone then, but later ones are kept)
-                self.keeper.start()
-            except Exception:
-                try:
-                    self.keeper.remove(force=True)
-                except Exception:
-                    pass
-                self.keeper = None
-                self._start_keeper()
-        self._generation += 1
-        try:
-            self.container.start()
-        except Exception as exc:
-            raise KernelStartError(f"could not start the sandbox container: {exc}") from exc
-        finally:
-            if keeper_thread is not None:
-                keeper_thread.join()
-        if keeper_error:
-            raise KernelStartError(f"could not start the sandbox's volume keeper container: {keeper_error[0]}")
-        # The watcher holds the session weakly: a forgotten session must still be collectable
-        # (its finalizer removes the container).
-        threading.Thread(
-            target=_watch_container, args=(weakref.ref(self), self._docker, self.container.id, self._generation),
-            daemon=True, name=f"watch-{self.name}",
-        ).start()
-
-    def _interrupt_process(self) -> None:
-        # docker-init forwards the signal to the kernel, which raises KeyboardInterrupt.
-        try:
-            self.container.kill(signal="SIGINT")
-        except Exception:
-            pass
-
-    def _stop_process(self) -> None:
-        if self.container is None:
-            return
-        self._generation += 1  # the watcher of the old process must not report this stop
-        try:
-            self.container.kill()
-        except Exception:
-            pass
-        try:
-            self._docker.api.wait(self.container.id, timeout=30)
-        except Exception:
-            pass
-
-    def _recreate_process(self) -> None:
-        self._generation += 1
-        if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except Exception:
-                pass
-            self.container = None
-        self._start_process()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._docker_finalizer()
-            self.container = None
+    @property
+    def container(self) -> Any:
+        """The session's container (a docker-py object), or None before it starts."""
+        cid = self._kernel.container_id
+        return self._docker.containers.get(cid) if cid else None
 
     # --- files -------------------------------------------------------------------------------
 
     def _sandbox_path(self, path: str) -> PurePosixPath:
         p = PurePosixPath(path)
-        return p if p.is_absolute() else PurePosixPath(WORKDIR) / p
+        if p.is_absolute():
+            try:
+                p = p.relative_to(WORKDIR)
+            except ValueError:
+                raise FileTransferError(f"{path!r} is outside {WORKDIR}") from None
+        try:
+            check_relative_path(str(p))
+        except UnsafePath as exc:
+            raise FileTransferError(str(exc)) from None
+        return PurePosixPath(WORKDIR) / p
 
     def upload(self, source: str | os.PathLike[str] | bytes, dest: str | None = None) -> str:
         """Copy a host file (or bytes) into ``/workspace``; returns the sandbox path."""
@@ -359,99 +348,72 @@ class DockerSandbox(KernelSandbox):
                     raise FileTransferError(f"cannot read {source}: {exc.strerror}") from exc
                 dest = dest or os.path.basename(os.fspath(source))
             target = self._sandbox_path(dest)
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                info = tarfile.TarInfo(target.name)
-                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-                info.uid = info.gid = self.uid
-                tar.addfile(info, io.BytesIO(data))
-            self._run_silent_checked(f"__import__('os').makedirs({str(target.parent)!r}, exist_ok=True)")
             try:
-                ok = self.container.put_archive(str(target.parent), buf.getvalue())
+                self._kernel.put_file(target, data)
+            except FileTransferError:
+                raise
             except Exception as exc:
                 raise FileTransferError(f"could not upload to {target}: {exc}") from exc
-            if not ok:
-                raise FileTransferError(f"could not upload to {target}")
             return str(target)
 
     def download(self, path: str) -> bytes:
         """Read a file from the sandbox (relative paths are under ``/workspace``)."""
-        import docker.errors
-
         with self._lock:
             self._check_open()
             self._ensure_kernel()
-            target = self._sandbox_path(path)
+            p = PurePosixPath(path)
+            if p.is_absolute() and not str(p).startswith(WORKDIR + "/"):
+                try:  # the container's own files (the image): harmless to read, but no tricks in the name
+                    target = PurePosixPath("/") / check_relative_path(str(p).lstrip("/"))
+                except UnsafePath as exc:
+                    raise FileTransferError(str(exc)) from None
+            else:
+                target = self._sandbox_path(path)
             try:
-                stream, stat = self.container.get_archive(str(target))
-            except docker.errors.NotFound:
-                raise FileTransferError(f"no such file in the sandbox: {target}") from None
+                return self._kernel.get_file(target, self.limits.max_download_bytes)
+            except FileTransferError:
+                raise
             except Exception as exc:
                 raise FileTransferError(f"could not download {target}: {exc}") from exc
-            buf = io.BytesIO(b"".join(stream))
-            with tarfile.open(fileobj=buf) as tar:
-                member = tar.next()
-                if member is None or not member.isfile():
-                    raise FileTransferError(f"{target} is not a regular file")
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                return extracted.read()
-
-    def _run_silent_checked(self, code: str) -> None:
-        reply = self._execute_silent(code, 30.0)
-        if reply.get("status") != "ok":
-            raise FileTransferError(f"{reply.get('ename')}: {reply.get('evalue')}")
 
 
-def _watch_container(ref: "weakref.ref[DockerSandbox]", client: Any, container_id: str, generation: int) -> None:
-    """Block until the container stops, then tell the session why (runs in a thread)."""
+def _check_image(client: Any, image: str) -> None:
+    import docker.errors
+
     try:
-        status = client.api.wait(container_id, timeout=None)
-        code = status.get("StatusCode")
-    except Exception:
-        code = None
-    sandbox = ref()
-    if sandbox is None or generation != sandbox._generation:
-        return  # the session is gone, or this is an older incarnation a restart replaced
-    oom, detail = False, ""
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise ImageNotFound(
+            f"the sandbox image {image!r} is not built; run `codeact image build` (about 3 minutes the first time)"
+        ) from None
+
+
+def _reap_once(client: Any) -> None:
+    """Once per client: remove what killed processes left on its engine (in the background)."""
+    if getattr(client, "_codeact_reaped", False):
+        return
+    client._codeact_reaped = True
+    threading.Thread(target=lambda: _quiet(reap, client), daemon=True, name="sandbox-reap").start()
+
+
+def _quiet(fn: Callable[..., Any], *args: Any) -> None:
     try:
-        state = client.api.inspect_container(container_id)["State"]
-        oom = bool(state.get("OOMKilled"))
-        logs = client.api.logs(container_id, tail=20).decode("utf-8", "replace")
-        detail = exit_detail(logs.splitlines())
+        fn(*args)
     except Exception:
         pass
-    sandbox._on_process_exit(KernelExit(code, oom, detail))
-
-
-def _remove_docker_objects(client: Any, name: str) -> None:
-    """Remove a session's containers (kernel and keeper) and volume (finalizer: must not raise)."""
-    for container in (name, name + KEEPER_SUFFIX):
-        try:
-            client.api.remove_container(container, force=True)
-        except Exception:
-            pass
-    for _ in range(20):
-        try:
-            client.api.remove_volume(name, force=True)
-            return
-        except Exception as exc:
-            if "not found" in str(exc).lower() or "no such volume" in str(exc).lower():
-                return
-            time.sleep(0.1)  # the container may still be going away
 
 
 def reap(client: Any = None, *, everything: bool = False) -> list[str]:
-    """Remove sandbox containers and volumes whose host process is gone.
+    """Remove sandbox containers whose host process is gone.
 
-    A session labels its container with the host name, pid and the pid's
+    A session labels its containers with the host name, pid and the pid's
     start time; on this host, a container whose process no longer exists
-    (or is a different process with a reused pid) is an orphan. With
-    ``everything=True`` all sandbox containers of this host are removed.
-    Returns the names removed.
+    (or is a different process with a reused pid) is an orphan. Containers
+    stop by themselves when their process dies (see the module docs), so
+    this only finds leftovers of engines that were down at the time, or of
+    older versions. With ``everything=True`` all sandbox containers of this
+    host are removed. Returns the session names removed.
     """
-    import shutil
-
     client = client or docker_client()
     host = socket.gethostname()
     removed: list[str] = []
@@ -460,25 +422,27 @@ def reap(client: Any = None, *, everything: bool = False) -> list[str]:
         if labels.get(f"{LABEL}.host") != host:
             continue
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
-        alive = pid > 0 and _process_start_time(pid) == labels.get(f"{LABEL}.pid-start") and \
-            _process_start_time(pid) != ""
+        start = _process_start_time(pid) if pid > 0 else ""
+        alive = start != "" and start == labels.get(f"{LABEL}.pid-start")
         if alive and not everything:
             continue
-        name = labels.get(f"{LABEL}.session") or c["Names"][0].lstrip("/").removesuffix(KEEPER_SUFFIX)
-        if name in removed:
+        try:
+            client.api.remove_container(c["Id"], force=True)
+        except Exception:
             continue
-        _remove_docker_objects(client, name)
-        sock_dir = labels.get(f"{LABEL}.socket-dir", "")
-        if sock_dir and os.path.basename(sock_dir).startswith("sbx-"):
-            shutil.rmtree(sock_dir, ignore_errors=True)
-        removed.append(name)
+        name = labels.get(f"{LABEL}.session") or c["Names"][0].lstrip("/")
+        if name not in removed:
+            removed.append(name)
     for v in client.api.volumes(filters={"label": LABEL}).get("Volumes") or []:
-        labels = v.get("Labels") or {}
-        if labels.get(f"{LABEL}.host") != host or v["Name"] in removed:
+        labels = v.get("Labels") or {}  # named volumes of older versions
+        if labels.get(f"{LABEL}.host") != host:
             continue
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
-        alive = pid > 0 and _process_start_time(pid) == labels.get(f"{LABEL}.pid-start") != ""
-        if everything or not alive:
-            _remove_docker_objects(client, v["Name"])
-            removed.append(v["Name"])
+        start = _process_start_time(pid) if pid > 0 else ""
+        if everything or not (start != "" and start == labels.get(f"{LABEL}.pid-start")):
+            try:
+                client.api.remove_volume(v["Name"], force=True)
+                removed.append(v["Name"])
+            except Exception:
+                pass
     return removed

@@ -2,43 +2,40 @@
 
 The sandbox never receives a function's source. It receives a
 :class:`FunctionSpec` — name, docstring and signature as data — and builds a
-stub with that signature. Calling the stub sends a request to the host, which
-runs the real function and sends back the result or the error.
+stub with that signature. Calling the stub sends the arguments to the host,
+which runs the real function and sends back the result or the error. Values
+cross through one codec (:mod:`sandbox.runtime.sandbox_codec`) that keeps
+Python types: a tuple stays a tuple, ``{1: 'a'}`` keeps its int key, bytes,
+sets, dates, Decimals, numpy arrays and DataFrames arrive as themselves.
 
-Values cross the boundary as JSON, with these conversions (both directions):
+Defaults are applied on the host: the spec shows only literal defaults
+(numbers, strings, small containers of them), anything else as ``...``, so a
+default such as an API client never reaches the sandbox, not even as text.
 
-* ``bytes`` travel as ``{"__bytes__": "<base64>"}`` and arrive as ``bytes``;
-* tuples and sets become lists; dict keys become strings;
-* dataclasses become dicts, pydantic models ``model_dump()``, enums their value;
-* ``datetime``/``date``/``time`` become ISO strings, ``Path`` and ``Decimal`` strings;
-* numpy scalars and arrays, pandas objects: ``.item()``/``.tolist()``/``to_dict("records")``;
-* anything else becomes ``str(value)`` (documented loss; the call does not fail).
+Calls made from several threads in the sandbox run concurrently on the host.
+Inside a host function, :func:`current_call` gives the call's handle: a human
+approving the call should happen inside ``with current_call().paused():`` so
+that the wait counts against neither the call's timeout nor the run's clock.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
-import base64
-import concurrent.futures
-import dataclasses
-import datetime as _dt
-import decimal
-import enum
+import contextlib
+import contextvars
 import inspect
 import json
 import keyword
-import pathlib
 import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import FunctionRegistrationError
-from .result import ExecutionError, FunctionCall
-
-#: Prefix of an ``input_request`` prompt that carries a host-function call.
-CALL_PREFIX = "\x1esandbox-call:"
+from .result import Elided, ExecutionError, FunctionCall
+from .runtime import sandbox_codec as codec
 
 _KIND_NAMES = {
     inspect.Parameter.POSITIONAL_ONLY: "positional_only",
@@ -48,46 +45,44 @@ _KIND_NAMES = {
     inspect.Parameter.VAR_KEYWORD: "var_keyword",
 }
 
-
-def to_json_value(value: Any) -> Any:
-    """Convert ``value`` to something ``json.dumps`` accepts (see module docs)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return to_json_value(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return to_json_value(dataclasses.asdict(value))
-    if hasattr(value, "model_dump") and callable(value.model_dump):  # pydantic v2
-        return to_json_value(value.model_dump(mode="json"))
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, (pathlib.PurePath, decimal.Decimal)):
-        return str(value)
-    if type(value).__module__.startswith("pandas") and hasattr(value, "to_dict"):
-        try:
-            return to_json_value(value.to_dict("records"))
-        except TypeError:
-            return to_json_value(value.to_dict())
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        return to_json_value(value.tolist())
-    return str(value)
+#: A default longer than this is shown as ``...`` even when it is a literal.
+MAX_DEFAULT_TEXT = 60
 
 
-def from_json_value(value: Any) -> Any:
-    """Undo the ``bytes`` encoding of :func:`to_json_value`."""
-    if isinstance(value, dict):
-        if len(value) == 1 and "__bytes__" in value:
-            return base64.b64decode(value["__bytes__"])
-        return {k: from_json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [from_json_value(v) for v in value]
-    return value
+def literal_default_text(value: Any) -> str | None:
+    """The text of ``value`` if it is a short Python literal, else None.
+
+    Literals are None, bools, numbers, strings, bytes and tuples, lists, dicts,
+    sets and frozensets of them whose ``repr`` reads back as an equal value.
+    ``repr`` is only called on values already known to be built from those
+    types, so a non-literal default's own ``__repr__`` never runs.
+    """
+    if not _is_literal(value, 0):
+        return None
+    text = repr(value)
+    if len(text) > MAX_DEFAULT_TEXT:
+        return None
+    if isinstance(value, frozenset):
+        return text  # frozenset({...}) is not literal_eval-able but is plain to read
+    try:
+        if ast.literal_eval(text) != value and value == value:  # nan != nan
+            return None
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return text
+
+
+def _is_literal(value: Any, depth: int) -> bool:
+    if depth > 4:
+        return False
+    if value is None or type(value) in (bool, int, float, complex, str, bytes):
+        return True
+    if type(value) in (tuple, list, set, frozenset):
+        return len(value) <= 16 and all(_is_literal(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return len(value) <= 16 and all(_is_literal(k, depth + 1) and _is_literal(v, depth + 1)
+                                        for k, v in value.items())
+    return False
 
 
 def _annotation_text(annotation: Any) -> str | None:
@@ -109,8 +104,8 @@ class ParameterSpec:
     kind: str = "positional_or_keyword"
     annotation: str | None = None
     has_default: bool = False
-    default: Any = None  # JSON value; meaningful when default_repr is None
-    default_repr: str | None = None  # set when the default is not JSON (shown, never sent)
+    #: How the default is shown: a literal's repr, or "..." (the host applies the real value).
+    default_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,32 +116,37 @@ class FunctionSpec:
     doc: str = ""
     parameters: tuple[ParameterSpec, ...] = ()
     returns: str | None = None
+    is_async: bool = False
 
     @classmethod
-    def from_signature(cls, name: str, signature: inspect.Signature, doc: str = "") -> "FunctionSpec":
+    def from_signature(cls, name: str, signature: inspect.Signature, doc: str = "",
+                       *, is_async: bool = False) -> "FunctionSpec":
         params = []
         for p in signature.parameters.values():
             has_default = p.default is not inspect.Parameter.empty
-            default, default_repr = None, None
+            text = None
             if has_default:
-                if p.default is None or isinstance(p.default, (bool, int, float, str)):
-                    default = p.default
-                else:
-                    default_repr = repr(p.default)
-            params.append(
-                ParameterSpec(
-                    name=p.name,
-                    kind=_KIND_NAMES[p.kind],
-                    annotation=_annotation_text(p.annotation),
-                    has_default=has_default,
-                    default=default,
-                    default_repr=default_repr,
-                )
-            )
-        return cls(name, inspect.cleandoc(doc or ""), tuple(params), _annotation_text(signature.return_annotation))
+                text = literal_default_text(p.default) or "..."
+            params.append(ParameterSpec(p.name, _KIND_NAMES[p.kind], _annotation_text(p.annotation),
+                                        has_default, text))
+        return cls(name, inspect.cleandoc(doc or ""), tuple(params), _annotation_text(signature.return_annotation),
+                   is_async)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {
+            "name": self.name, "doc": self.doc, "returns": self.returns, "is_async": self.is_async,
+            "parameters": [
+                {"name": p.name, "kind": p.kind, "annotation": p.annotation, "has_default": p.has_default,
+                 "default_text": p.default_text}
+                for p in self.parameters
+            ],
+        }
+
+
+_VARIADIC = inspect.Signature([
+    inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
+    inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
+])
 
 
 class HostFunction:
@@ -161,9 +161,11 @@ class HostFunction:
         with open_sandbox(functions=[add]) as sb:
             sb.run("print(add(2))").stdout   # '3\\n'
 
-    ``name``, ``doc`` and ``signature`` default to the callable's own.
+    ``name``, ``doc`` and ``signature`` default to the callable's own (a
+    builtin without a readable signature gets ``(*args, **kwargs)``).
     ``timeout`` (seconds) bounds one call; ``None`` uses the sandbox default.
-    Coroutine functions are run to completion on a private event loop.
+    ``is_async`` makes the sandbox stub awaitable (default: the callable is a
+    coroutine function); the host runs coroutines to completion either way.
     """
 
     def __init__(
@@ -174,10 +176,11 @@ class HostFunction:
         doc: str | None = None,
         signature: inspect.Signature | None = None,
         timeout: float | None = None,
+        is_async: bool | None = None,
     ) -> None:
         self.func = func
         self.name = name or getattr(func, "__name__", None) or type(func).__name__
-        if not self.name.isidentifier() or keyword.iskeyword(self.name):
+        if not isinstance(self.name, str) or not self.name.isidentifier() or keyword.iskeyword(self.name):
             raise FunctionRegistrationError(
                 f"{self.name!r} is not a valid Python identifier; pass name=... to HostFunction"
             )
@@ -185,16 +188,12 @@ class HostFunction:
             try:
                 signature = inspect.signature(func)
             except (TypeError, ValueError):
-                signature = inspect.Signature(
-                    [
-                        inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),
-                        inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
-                    ]
-                )
+                signature = _VARIADIC
         self.signature = signature
         self.doc = doc if doc is not None else (inspect.getdoc(func) or "")
         self.timeout = timeout
-        self.spec = FunctionSpec.from_signature(self.name, signature, self.doc)
+        self.is_async = inspect.iscoroutinefunction(func) if is_async is None else bool(is_async)
+        self.spec = FunctionSpec.from_signature(self.name, signature, self.doc, is_async=self.is_async)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         result = self.func(*args, **kwargs)
@@ -225,28 +224,216 @@ def error_info(exc: BaseException) -> ExecutionError:
     return ExecutionError(type(exc).__name__, str(exc))
 
 
-class FunctionDispatcher:
-    """Runs host-function calls for one sandbox session.
+# --- the clock of a run -----------------------------------------------------------------
 
-    Owns the name -> function registry. A call with a timeout runs in its own
-    daemon thread so that it can be abandoned after its timeout (the thread
-    is left to finish; Python cannot kill it) while the sandbox gets a
-    ``TimeoutError``. Abandoned calls never hold up later calls, nor the
-    host's exit.
+
+class RunClock:
+    """Time accounting for one run, on the host's clock only.
+
+    *Code time* is wall time minus the time during which at least one host
+    call was running (a tool's time is not the code's). *Run time* is wall
+    time minus the time a human spent approving calls. The kernel session
+    stops a run when either passes its limit; nothing the sandbox sends
+    changes these clocks.
     """
 
-    def __init__(
-        self,
-        functions: Iterable[Callable[..., Any] | HostFunction] = (),
-        *,
-        default_timeout: float | None = 60.0,
-        on_call: Callable[[FunctionCall], None] | None = None,
-    ) -> None:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+        self._busy = 0
+        self._busy_since = 0.0
+        self._busy_total = 0.0
+        self._paused = 0
+        self._paused_since = 0.0
+        self._paused_total = 0.0
+
+    def _enter(self, attr: str) -> None:
+        with self._lock:
+            count = getattr(self, f"_{attr}")
+            if count == 0:
+                setattr(self, f"_{attr}_since", time.monotonic())
+            setattr(self, f"_{attr}", count + 1)
+
+    def _leave(self, attr: str) -> None:
+        with self._lock:
+            count = getattr(self, f"_{attr}") - 1
+            setattr(self, f"_{attr}", count)
+            if count == 0:
+                total = getattr(self, f"_{attr}_total") + time.monotonic() - getattr(self, f"_{attr}_since")
+                setattr(self, f"_{attr}_total", total)
+
+    def call_started(self) -> None:
+        self._enter("busy")
+
+    def call_ended(self) -> None:
+        self._leave("busy")
+
+    def pause(self) -> None:
+        self._enter("paused")
+
+    def resume(self) -> None:
+        self._leave("paused")
+
+    def code_time(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            busy = self._busy_total + (now - self._busy_since if self._busy else 0.0)
+        return now - self.started - busy
+
+    def run_time(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            paused = self._paused_total + (now - self._paused_since if self._paused else 0.0)
+        return now - self.started - paused
+
+
+# --- one call ------------------------------------------------------------------------------
+
+
+_current: contextvars.ContextVar["HostCall | None"] = contextvars.ContextVar("sandbox_host_call", default=None)
+
+
+def current_call() -> "HostCall | None":
+    """The host-function call running in this thread (None outside a call)."""
+    return _current.get()
+
+
+class CallTimedOut(TimeoutError):
+    """The call was already answered with a timeout: its work must not happen now."""
+
+
+class HostCall:
+    """One call from the sandbox, as its host function sees it (see :func:`current_call`)."""
+
+    def __init__(self, call_id: int, name: str, timeout: float | None, clock: RunClock | None) -> None:
+        self.id = call_id
+        self.name = name
+        self.timeout = timeout
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+        self._paused = 0
+        self._paused_since = 0.0
+        self._paused_total = 0.0
+        #: "running", "done", "timed_out" or "abandoned" (the sandbox gave up waiting).
+        self.state = "running"
+        # Filled in by the dispatcher, for the call's record.
+        self.args: Any = ()
+        self.kwargs: Any = {}
+        self.started_wall = time.time()
+        self.payload_size = 0
+        self._record: Callable[[BaseException | None, Any, int], None] | None = None
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop this call's timeout clock and the run's clocks (a human is deciding)."""
+        with self._lock:
+            if self._paused == 0:
+                self._paused_since = time.monotonic()
+            self._paused += 1
+        if self._clock is not None:
+            self._clock.pause()
+        try:
+            yield
+        finally:
+            if self._clock is not None:
+                self._clock.resume()
+            with self._lock:
+                self._paused -= 1
+                if self._paused == 0:
+                    self._paused_total += time.monotonic() - self._paused_since
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds this call has counted against its timeout."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            paused = self._paused_total + (now - self._paused_since if self._paused else 0.0)
+        return now - self.started - paused
+
+    def record(self, error: BaseException | None, result: Any, result_size: int) -> None:
+        """Hand the call's record to the session, once; then drop the values the call held."""
+        recorder, self._record = self._record, None
+        if recorder is not None:
+            recorder(error, result, result_size)
+        self.args, self.kwargs = (), {}
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds left before the timeout; None without a timeout or while paused."""
+        if self.timeout is None or self._paused:
+            return None
+        return self.timeout - self.elapsed(now)
+
+    def overdue(self, now: float) -> bool:
+        return self.timeout is not None and self.state == "running" and self.elapsed(now) >= self.timeout
+
+    def checkpoint(self) -> None:
+        """Raise :class:`CallTimedOut` if the sandbox was already told this call failed."""
+        if self.state in ("timed_out", "abandoned"):
+            raise CallTimedOut(f"the call to {self.name!r} was already reported as failed ({self.state})")
+
+    def finish(self, state: str) -> bool:
+        """Move from running to ``state``; False if another outcome got there first."""
+        with self._lock:
+            if self.state != "running":
+                return False
+            self.state = state
+            return True
+
+
+# --- the dispatcher --------------------------------------------------------------------------
+
+
+ReplySender = Callable[[int, int, list[Any]], None]
+
+
+@dataclass
+class CallBudget:
+    """Per-run limits on host calls (counts and bytes the host keeps in call records)."""
+
+    max_calls: int = 100_000
+    max_kept_bytes: int = 64 * 1024 * 1024
+    calls: int = 0
+    kept_bytes: int = 0
+    records_dropped: int = 0
+
+    def keep(self, size: int) -> bool:
+        if self.kept_bytes + size > self.max_kept_bytes:
+            return False
+        self.kept_bytes += size
+        return True
+
+
+@dataclass
+class _Job:
+    call: HostCall
+    function: HostFunction
+    payload: memoryview
+    send: ReplySender
+    max_payload: int
+
+
+class FunctionDispatcher:
+    """The host functions of one session, and the calls running now.
+
+    Calls run on worker threads (reused; at most ``max_concurrent`` at a
+    time, counting calls that overran their timeout and are still running:
+    Python cannot stop a thread). A call over the limit, to an unknown
+    name, or over the run's budget is refused at once with an error the
+    sandbox code can read.
+    """
+
+    def __init__(self, functions: Iterable[Callable[..., Any] | HostFunction] = (), *,
+                 default_timeout: float | None = 60.0, max_concurrent: int = 32) -> None:
         self.functions = as_host_functions(functions)
         self.default_timeout = default_timeout
-        self.on_call = on_call
-        self._worker: _Worker | None = None
-        self._worker_lock = threading.Lock()
+        self.max_concurrent = max_concurrent
+        self._lock = threading.Lock()
+        self._running: dict[int, HostCall] = {}
+        self._busy_threads = 0
+        self._idle: list[_WorkerThread] = []
+        self._closed = False
+
+    # --- registry ---------------------------------------------------------------------
 
     def register(self, *functions: Callable[..., Any] | HostFunction) -> list[HostFunction]:
         added = list(as_host_functions(functions).values())
@@ -263,112 +450,242 @@ class FunctionDispatcher:
     def specs_json(self) -> str:
         return json.dumps([f.spec.to_json() for f in self.functions.values()])
 
+    def timeout_of(self, hf: HostFunction) -> float | None:
+        return hf.timeout if hf.timeout is not None else self.default_timeout
+
+    # --- calls from a kernel ------------------------------------------------------------------
+
+    def submit(self, call_id: int, name: str, payload: memoryview, *, send: ReplySender,
+               on_done: Callable[[FunctionCall, HostCall], None], clock: RunClock | None,
+               budget: CallBudget, max_payload: int) -> HostCall | None:
+        """Start a call that arrived from the sandbox; errors are answered at once (returns None)."""
+        hf = self.functions.get(name)
+        refusal: BaseException | None = None
+        if hf is None:
+            known = ", ".join(sorted(self.functions)) or "none"
+            refusal = NameError(f"host function {name!r} is not registered (available: {known})")
+        elif budget.calls >= budget.max_calls:
+            refusal = RuntimeError(f"this run made {budget.max_calls} host-function calls, the most one run may make")
+        if refusal is None:
+            with self._lock:
+                if self._closed:
+                    refusal = RuntimeError("the sandbox session is closing")
+                elif self._busy_threads >= self.max_concurrent:
+                    refusal = RuntimeError(
+                        f"too many host-function calls at once (at most {self.max_concurrent}, counting calls "
+                        "that timed out but are still running); wait for some to finish")
+                else:
+                    self._busy_threads += 1
+        if refusal is not None:
+            send(call_id, 1, encode_error(refusal))
+            return None
+        assert hf is not None
+        budget.calls += 1
+        call = HostCall(call_id, name, self.timeout_of(hf), clock)
+        call.payload_size = payload.nbytes
+
+        def record(error: BaseException | None, result: Any, result_size: int) -> None:
+            duration = time.monotonic() - call.started
+            rec = _record(call, call.args, call.kwargs, result, error, duration, call.started_wall,
+                          call.payload_size, result_size, budget)
+            try:
+                on_done(rec, call)
+            except Exception:
+                pass
+
+        call._record = record
+        if clock is not None:
+            clock.call_started()
+        with self._lock:
+            self._running[call_id] = call
+            worker = self._idle.pop() if self._idle else None
+        job = _Job(call, hf, payload, send, max_payload)
+        if worker is None:
+            worker = _WorkerThread(self)
+        worker.jobs.put(job)
+        return call
+
+    def overdue(self, now: float) -> list[HostCall]:
+        with self._lock:
+            return [c for c in self._running.values() if c.overdue(now)]
+
+    def next_deadline(self) -> float | None:
+        """Monotonic time at which the earliest running call times out (None: none will)."""
+        now = time.monotonic()
+        with self._lock:
+            calls = [c for c in self._running.values() if c.state == "running"]
+        times = [now + left for left in (c.remaining(now) for c in calls) if left is not None]
+        return min(times) if times else None
+
+    def expire(self, call: HostCall, send: ReplySender, clock: RunClock | None) -> None:
+        """Answer an overdue call with a TimeoutError; its thread's result will be dropped."""
+        if call.finish("timed_out"):
+            error = TimeoutError(f"host function {call.name!r} did not return within {call.timeout:g} s")
+            send(call.id, 1, encode_error(error))
+            if clock is not None:
+                clock.call_ended()
+            call.record(error, None, 0)
+
+    def abandon(self, call_id: int, clock: RunClock | None) -> None:
+        """The sandbox stopped waiting for ``call_id`` (interrupted): drop its result."""
+        with self._lock:
+            call = self._running.get(call_id)
+        if call is not None:
+            self._abandon(call, clock)
+
+    def abandon_all(self, clock: RunClock | None) -> None:
+        with self._lock:
+            calls = list(self._running.values())
+        for call in calls:
+            self._abandon(call, clock)
+
+    def _abandon(self, call: HostCall, clock: RunClock | None) -> None:
+        if call.finish("abandoned"):
+            if clock is not None:
+                clock.call_ended()
+            call.record(RuntimeError(f"the sandbox stopped waiting for {call.name!r} (interrupted)"), None, 0)
+
+    @property
+    def running(self) -> int:
+        with self._lock:
+            return sum(1 for c in self._running.values() if c.state == "running")
+
+    def _run_job(self, job: _Job) -> None:
+        call, hf = job.call, job.function
+        result: Any = None
+        error: BaseException | None = None
+        status, chunks = 1, []
+        try:
+            try:
+                decoded = codec.decode(job.payload, max_bytes=job.max_payload)
+                if not (isinstance(decoded, tuple) and len(decoded) == 2 and isinstance(decoded[0], tuple)
+                        and isinstance(decoded[1], dict) and all(isinstance(k, str) for k in decoded[1])):
+                    raise codec.CodecError("a call's arguments must be (tuple, dict of str)")
+                call.args, call.kwargs = decoded
+            except codec.CodecError as exc:
+                raise ValueError(f"malformed arguments for {call.name!r}: {exc}") from None
+            token = _current.set(call)
+            try:
+                result = hf(*call.args, **call.kwargs)
+            finally:
+                _current.reset(token)
+            try:
+                encoded = codec.encode(result, max_bytes=job.max_payload)
+            except codec.CodecError as exc:
+                raise ValueError(
+                    f"the result of {call.name!r} cannot be sent to the sandbox: {exc} "
+                    "(the limit is the sandbox's Limits.max_payload; raise it, or return less data)"
+                ) from None
+            status, chunks = 0, encoded
+        except BaseException as exc:  # every failure goes back to the sandbox; the host keeps running
+            error = exc
+            status, chunks = 1, encode_error(exc)
+        with self._lock:
+            self._running.pop(call.id, None)
+        if not call.finish("done"):
+            return  # already answered (timed out, abandoned) and recorded
+        if call._clock is not None:
+            call._clock.call_ended()
+        try:
+            job.send(call.id, status, chunks)
+        except Exception:
+            pass  # the stream is gone; the session reports that
+        call.record(error, result, codec.encoded_size(chunks) if error is None else 0)
+
+    def _worker_idle(self, worker: "_WorkerThread") -> bool:
+        """A worker finished a job; True if it should wait for another."""
+        with self._lock:
+            self._busy_threads -= 1
+            if self._closed or len(self._idle) >= 4:
+                return False
+            self._idle.append(worker)
+            return True
+
+    # --- calls made on the host (the in-process backend) --------------------------------------
+
     def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> FunctionCall:
-        """Run one call and return its record (result or error, never raises)."""
+        """Run one call on this thread and return its record (never raises)."""
+        return self.call_in_process(name, args, kwargs)[0]
+
+    def call_in_process(self, name: str, args: list[Any], kwargs: dict[str, Any]
+                        ) -> tuple[FunctionCall, BaseException | None]:
+        """Run one call on this thread: its record, and the exception it raised (never raises)."""
         started_wall, started = time.time(), time.perf_counter()
         hf = self.functions.get(name)
         result: Any = None
-        error: ExecutionError | None = None
+        exc: BaseException | None = None
         if hf is None:
             known = ", ".join(sorted(self.functions)) or "none"
-            error = ExecutionError("NameError", f"host function {name!r} is not registered (available: {known})")
+            exc = NameError(f"host function {name!r} is not registered (available: {known})")
         else:
-            timeout = hf.timeout if hf.timeout is not None else self.default_timeout
+            timeout = self.timeout_of(hf)
             try:
-                if timeout is None:
-                    result = hf(*args, **kwargs)
-                else:
-                    result = self._call_with_timeout(hf, args, kwargs, timeout)
-            except Exception as exc:  # the sandbox gets every error, the host keeps running
-                error = error_info(exc)
-        record = FunctionCall(name, args, kwargs, result, error, time.perf_counter() - started, started_wall)
-        if self.on_call is not None:
-            self.on_call(record)
-        return record
-
-    def _call_with_timeout(self, hf: HostFunction, args: list[Any], kwargs: dict[str, Any],
-                           timeout: float) -> Any:
-        # One reusable worker thread (starting a thread per call costs ~0.15 ms);
-        # a call that overruns keeps its thread, which is abandoned and replaced.
-        if not self._worker_lock.acquire(blocking=False):
-            worker = _Worker(f"host-fn-{hf.name}", once=True)  # concurrent call: a one-off thread
-            return _wait(worker.submit(hf, args, kwargs), worker, timeout, hf.name)
-        try:
-            if self._worker is None:
-                self._worker = _Worker("host-fn")
-            worker = self._worker
-            try:
-                return _wait(worker.submit(hf, args, kwargs), worker, timeout, hf.name)
-            except TimeoutError:
-                self._worker = None
-                raise
-        finally:
-            self._worker_lock.release()
-
-    def handle_request(self, payload: str) -> tuple[str, FunctionCall]:
-        """Decode a JSON request from the sandbox, run it, encode the reply."""
-        try:
-            request = json.loads(payload)
-            name, args, kwargs = request["name"], from_json_value(request["args"]), from_json_value(request["kwargs"])
-        except (ValueError, KeyError, TypeError) as exc:
-            record = FunctionCall("?", [], {}, error=ExecutionError("ValueError", f"malformed call request: {exc}"))
-        else:
-            record = self.call(name, args, kwargs)
-        return encode_reply(record), record
+                result = hf(*args, **kwargs) if timeout is None else _call_with_timeout(hf, args, kwargs, timeout)
+            except Exception as caught:
+                exc = caught
+        error = error_info(exc) if exc is not None else None
+        return FunctionCall(name, args, kwargs, result, error, time.perf_counter() - started, started_wall), exc
 
     def close(self) -> None:
-        """Let the worker thread exit; abandoned calls finish in their own daemon threads."""
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
+        """Stop idle workers; calls still running finish in their daemon threads, unanswered."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.jobs.put(None)
 
 
-class _Worker:
-    """A daemon thread that runs host-function calls in turn.
-
-    When a call overruns its timeout the worker is marked abandoned: it
-    finishes that call (Python cannot kill a thread) and then exits.
-    """
-
-    def __init__(self, name: str, *, once: bool = False) -> None:
-        self.abandoned = once
-        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, daemon=True, name=name).start()
-
-    def submit(self, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> "concurrent.futures.Future[Any]":
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((future, fn, args, kwargs))
-        return future
-
-    def stop(self) -> None:
-        self._jobs.put(None)
+class _WorkerThread:
+    def __init__(self, dispatcher: FunctionDispatcher) -> None:
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._dispatcher = dispatcher
+        threading.Thread(target=self._loop, daemon=True, name="host-call").start()
 
     def _loop(self) -> None:
         while True:
-            job = self._jobs.get()
+            job = self.jobs.get()
             if job is None:
                 return
-            future, fn, args, kwargs = job
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # delivered to the waiting caller
-                    future.set_exception(exc)
-            if self.abandoned:
+            self._dispatcher._run_job(job)
+            del job  # an idle worker must not hold the last call's payload and values
+            if not self._dispatcher._worker_idle(self):
                 return
 
 
-def _wait(future: "concurrent.futures.Future[Any]", worker: _Worker, timeout: float, name: str) -> Any:
+def _call_with_timeout(hf: HostFunction, args: list[Any], kwargs: dict[str, Any], timeout: float) -> Any:
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = hf(*args, **kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True, name=f"host-fn-{hf.name}").start()
+    if not done.wait(timeout):
+        raise TimeoutError(f"host function {hf.name!r} did not return within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def encode_error(exc: BaseException) -> list[Any]:
+    """The codec chunks of an error reply (the host traceback never goes along)."""
     try:
-        return future.result(timeout)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
-        worker.abandoned = True
-        worker.stop()
-        raise TimeoutError(f"host function {name!r} did not return within {timeout:g} s") from None
+        return codec.encode(codec.encode_exception(exc))
+    except Exception:  # an exception whose args cannot be encoded: keep type and message
+        return codec.encode({"type": type(exc).__name__, "message": str(exc)[:10_000]})
 
 
-def encode_reply(record: FunctionCall) -> str:
-    if record.error is not None:
-        return json.dumps({"ok": False, "type": record.error.type, "message": record.error.message})
-    return json.dumps({"ok": True, "value": to_json_value(record.result)})
+def _record(call: HostCall, args: Any, kwargs: Any, result: Any, error: BaseException | None, duration: float,
+            started_wall: float, args_size: int, result_size: int, budget: CallBudget) -> FunctionCall:
+    """The call's record, keeping its values only while the run's byte budget allows."""
+    if not budget.keep(args_size):
+        args, kwargs = (Elided("arguments", args_size),), {}
+    if error is None and not budget.keep(result_size):
+        result = Elided("result", result_size)
+    err = ExecutionError(type(error).__name__, str(error)) if error is not None else None
+    return FunctionCall(call.name, list(args), dict(kwargs), result, err, duration, started_wall)

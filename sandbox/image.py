@@ -43,8 +43,10 @@ def recipe_dir() -> Path:
     return Path(str(resources.files("sandbox.recipes")))
 
 
-def runtime_file() -> Path:
-    return Path(__file__).parent / "runtime" / "sandbox_runtime.py"
+def runtime_files() -> list[Path]:
+    """The in-kernel runtime: the modules copied into the image (stdlib-only)."""
+    runtime = Path(__file__).parent / "runtime"
+    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_codec.py")]
 
 
 def _digest(*paths: Path) -> str:
@@ -57,7 +59,7 @@ def _digest(*paths: Path) -> str:
 
 def recipe_hash() -> str:
     d = recipe_dir()
-    return _digest(d / "Dockerfile", d / "debian-base.sh", runtime_file())
+    return _digest(d / "Dockerfile", d / "debian-base.sh", *runtime_files())
 
 
 def default_image_tag() -> str:
@@ -150,7 +152,9 @@ def build_image(
         raise SandboxError(f"unknown image variant {variant!r}; use auto, standard or offline")
     with tempfile.TemporaryDirectory(prefix="codeact-image-") as ctx:
         shutil.copy(recipe_dir() / "Dockerfile", Path(ctx) / "Dockerfile")
-        shutil.copy(runtime_file(), Path(ctx) / "sandbox_runtime.py")
+        (Path(ctx) / "runtime").mkdir()
+        for path in runtime_files():
+            shutil.copy(path, Path(ctx) / "runtime" / path.name)
         tail: list[str] = []
         for chunk in client.api.build(path=ctx, tag=tag, buildargs=buildargs, rm=True, forcerm=True,
                                       decode=True, labels={"io.codeact.recipe": tag.split(":")[-1],

@@ -1,43 +1,53 @@
-"""A sandbox session backed by a Jupyter kernel process: the part Docker and local share.
+"""A sandbox session backed by a Jupyter kernel process: the part every kernel backend shares.
 
-Subclasses start and stop the kernel *process* (a container, a subprocess);
-this class speaks the Jupyter protocol to it over ZMQ ``ipc`` sockets in a
-private directory, runs code with a time limit, answers host-function calls
-arriving on the stdin channel, and recovers from a kernel that dies.
+:class:`KernelSandbox` is handed a :class:`KernelProcess` (a Docker container,
+a local subprocess; later a remote engine) that can start a kernel and give
+back its byte stream. Over that stream (see :mod:`sandbox._transport`) the
+session speaks Jupyter to ipykernel, answers host-function calls, and keeps
+every limit on the host's own clock:
 
-Recovery ladder on timeout: interrupt (SIGINT) -> restart the kernel
-process -> recreate it from scratch (subclass hook). State is kept when the
-interrupt works; otherwise the result says the state was lost.
+* a run stops after ``timeout`` seconds of its own time (time inside host
+  calls excluded) or ``max_run_time`` seconds in all (time a human spends
+  approving calls excluded), whatever the kernel sends;
+* each host call stops after its ``function_timeout`` (approval excluded);
+* everything the kernel sends is bounded (:class:`~sandbox.limits.Limits`)
+  and checked; a kernel that breaks the protocol is restarted, and the run
+  returns an error saying so. :meth:`KernelSandbox.run` never raises for
+  what the code does.
+
+Recovery ladder on timeout: interrupt (in-band SIGINT) -> restart the kernel
+process -> recreate its environment. State is kept when the interrupt works;
+otherwise the result says the state was lost.
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import binascii
 import json
-import secrets
-import shutil
-import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
-import zmq
-from jupyter_client.blocking.client import BlockingKernelClient
-
+from . import _jupyter
+from ._transport import Connection, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, StreamCallback
 from .errors import FileTransferError, KernelStartError, SandboxClosed
-from .functions import CALL_PREFIX, FunctionDispatcher, HostFunction
+from .functions import CallBudget, FunctionDispatcher, HostCall, HostFunction, RunClock
+from .hostfiles import UnsafePath, check_relative_path
+from .limits import Limits
 from .result import CappedText, ExecutionError, ExecutionResult, FileInfo, FunctionCall, Output, strip_ansi
+from .runtime import sandbox_wire as wire
 
-#: Channel "ports" of the ipc transport: they only name the socket files.
-_PORTS = {"shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5}
-#: Rich outputs kept per run, and their total size.
-MAX_OUTPUTS = 50
-MAX_OUTPUT_BYTES = 20_000_000
+#: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
+READY_MARKER = "sandbox-runtime: kernel ready"
+#: MIME type of the runtime's "this much output was cut in the kernel" message.
+OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
+#: Frame kinds the host accepts from a kernel.
+_KERNEL_KINDS = {wire.KIND_HELLO, wire.KIND_EXIT, wire.KIND_JUPYTER, wire.KIND_CALL, wire.KIND_ABANDON}
 
 
 @dataclass(frozen=True)
@@ -65,16 +75,43 @@ class KernelExit:
         return ExecutionError("KernelDied", f"the kernel process ended ({how}){detail}")
 
 
+class KernelProcess(Protocol):
+    """Starts the sandbox's supervisor and gives back its byte stream; the part each backend provides.
+
+    The supervisor (:mod:`sandbox_init`) runs kernels in turn inside one
+    environment (a container with its /workspace volume, a working directory);
+    restarting a kernel happens over the stream. :meth:`start` and
+    :meth:`stop` create and destroy the whole environment.
+    """
+
+    #: The working directory as the code sees it.
+    workdir: str
+
+    def start(self) -> Stream:
+        """Start the supervisor (which starts a kernel) and return its stream."""
+        ...
+
+    def stop(self) -> None:
+        """Kill the supervisor and its environment (files in a container go with it)."""
+        ...
+
+    def oom_since(self, started: float) -> bool:
+        """True if the out-of-memory killer killed a process of the sandbox since ``started`` (time.time())."""
+        ...
+
+    def memory_limit(self) -> str | None: ...
+
+    def close(self) -> None:
+        """Remove everything (idempotent; also called from finalizers)."""
+        ...
+
+
 _CLEAN_TB_SKIP = ("-" * 20,)
-#: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
-READY_MARKER = "sandbox-runtime: kernel ready"
-#: MIME type of the runtime's "this much output was cut in the kernel" message.
-OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
 
 
 def clean_traceback(lines: list[str]) -> str:
     """Plain-text traceback: colour codes, IPython's separator and hidden-frame notes removed."""
-    text = strip_ansi("\n".join(lines))
+    text = strip_ansi("\n".join(line for line in lines if isinstance(line, str)))
     out = [ln for ln in text.splitlines()
            if not ln.startswith(_CLEAN_TB_SKIP) and not ln.strip().startswith("[... skipping hidden")]
     cleaned: list[str] = []
@@ -96,186 +133,372 @@ def exit_detail(lines: list[str]) -> str:
         if lines[i].strip() == READY_MARKER:
             lines = lines[i + 1:]
             break
-    return next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return next((ln.strip()[:500] for ln in reversed(lines) if ln.strip()), "")
+
+
+class _Execution:
+    """One execute request in flight: what its messages have produced so far.
+
+    Filled on the I/O thread; read by the thread waiting in :meth:`KernelSandbox.run`.
+    """
+
+    def __init__(self, msg_id: str, *, user: bool, limits: Limits, output_limit: int,
+                 on_output: StreamCallback | None = None, on_call: Callable[[FunctionCall], None] | None = None,
+                 ) -> None:
+        self.msg_id = msg_id
+        self.user = user
+        self.limits = limits
+        self.result = ExecutionResult()
+        self.stdout = CappedText(output_limit)
+        self.stderr = CappedText(output_limit)
+        self.on_output = on_output
+        self.on_call = on_call
+        self.outputs_bytes = 0
+        self.dropped_outputs = 0
+        self.cut_outputs = 0
+        self.idle = False
+        self.reply: dict[str, Any] | None = None
+        self.done = threading.Event()
+        self.began = False
+        self.clock = RunClock()
+        self.budget = CallBudget(limits.max_calls_per_run, limits.max_kept_call_bytes)
+        self.lock = threading.Lock()
+        self.callback_errors: list[str] = []
+        #: "code" (the code's own time ran out) or "run" (the run's total time did).
+        self.timeout_kind = "code"
+        #: The interrupt did not stop the code: the kernel must be restarted.
+        self.forced_restart = False
+        #: The result was handed back: late call records are not added to it.
+        self.closed = False
+
+    def handle(self, channel: str, msg: _jupyter.Message) -> None:
+        self.began = True
+        if channel == "shell":
+            if msg.msg_type.endswith("_reply"):
+                self.reply = msg.content
+        elif channel == "iopub":
+            with self.lock:
+                self._iopub(msg)
+        if self.idle and self.reply is not None:
+            self.done.set()
+
+    def _iopub(self, msg: _jupyter.Message) -> None:
+        kind, content = msg.msg_type, msg.content
+        if kind == "stream":
+            name = _jupyter.text_field(content, "name")
+            text = _jupyter.text_field(content, "text")
+            (self.stderr if name == "stderr" else self.stdout).write(text)
+            if self.on_output is not None and text:
+                self._callback(self.on_output, "stderr" if name == "stderr" else "stdout", text)
+        elif kind == "display_data" and isinstance(content.get("data"), dict) and OUTPUT_CUT_MIME in content["data"]:
+            cut = content["data"][OUTPUT_CUT_MIME]
+            if isinstance(cut, dict):
+                for name, capped in (("stdout", self.stdout), ("stderr", self.stderr)):
+                    if type(cut.get(name)) is int and 0 < cut[name] < 2**62:
+                        capped.dropped += cut[name]
+                if type(cut.get("outputs")) is int and 0 < cut["outputs"] < 2**31:
+                    self.cut_outputs += cut["outputs"]
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            output = _decode_output(content.get("data"), kind)
+            if output is None:
+                return
+            size = sum(len(v) for v in output.data.values())
+            if len(self.result.outputs) >= self.limits.max_outputs or \
+                    self.outputs_bytes + size > self.limits.max_output_bytes:
+                self.dropped_outputs += 1
+            else:
+                self.outputs_bytes += size
+                self.result.outputs.append(output)
+        elif kind == "error":
+            tb = content.get("traceback")
+            self.result.error = ExecutionError(
+                _jupyter.text_field(content, "ename", "Error")[:200] or "Error",
+                _jupyter.text_field(content, "evalue")[:20_000],
+                clean_traceback(tb[:500] if isinstance(tb, list) else [])[:50_000],
+            )
+        elif kind == "status" and content.get("execution_state") == "idle":
+            self.idle = True
+
+    def record_call(self, record: FunctionCall, call: HostCall) -> None:
+        if self.closed:
+            return
+        with self.lock:
+            if len(self.result.calls) < self.limits.max_call_records:
+                self.result.calls.append(record)
+            else:
+                self.budget.records_dropped += 1
+        if self.on_call is not None:
+            self._callback(self.on_call, record)
+
+    def _callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:  # the caller's bug must not look like the kernel's
+            if len(self.callback_errors) < 5:
+                self.callback_errors.append(f"{getattr(fn, '__name__', 'callback')} raised "
+                                            f"{type(exc).__name__}: {exc}")
 
 
 class KernelSandbox:
-    """Base class of the kernel-backed backends; see :class:`DockerSandbox`, :class:`LocalSandbox`."""
+    """A session over a kernel process; see :class:`DockerSandbox` and :class:`LocalSandbox`."""
 
     backend = "kernel"
     workdir = "."
-    #: Subclasses set how long a fresh kernel may take to answer.
-    start_timeout = 60.0
-    #: True when the working directory is on this machine (listing it needs no kernel).
-    files_on_host = False
     #: Seconds to wait for the kernel to go idle after an interrupt.
     interrupt_grace = 3.0
 
     def __init__(
         self,
+        process: KernelProcess,
         functions: list[Callable[..., Any] | HostFunction] | tuple = (),
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         function_timeout: float | None = 60.0,
+        max_run_time: float | None = None,
+        limits: Limits | None = None,
+        start_timeout: float = 60.0,
     ) -> None:
+        self.process = process
+        self.workdir = process.workdir
         self.timeout = timeout
         self.output_limit = output_limit
-        self._dispatcher = FunctionDispatcher(functions, default_timeout=function_timeout)
+        self.function_timeout = function_timeout
+        self.max_run_time = max_run_time
+        self.limits = limits or Limits()
+        self.start_timeout = start_timeout
+        self._dispatcher = FunctionDispatcher(functions, default_timeout=function_timeout,
+                                              max_concurrent=self.limits.max_concurrent_calls)
+        self._requests = _jupyter.Requests()
         self._closed = False
-        # What the finalizer must release even when the session is never closed.
-        self._res = _Resources()
-        self._exit: KernelExit | None = None  # set when the kernel process has ended
-        self._dead = threading.Event()
         self._lock = threading.RLock()  # one run at a time per session
+        self._conn: Connection | None = None
+        self._stream_gen = 0  # which stream's events count (older streams are ignored)
+        #: The kernel's state: "starting" (until its hello), "ready", "ended" (its
+        #: supervisor said it exited) or "broken" (it broke the protocol).
+        self._state = "down"
+        self._state_changed = threading.Condition()
+        self._kernel_started = 0.0
+        self._exit: KernelExit | None = None
+        self._violation: str | None = None
+        self._exec: _Execution | None = None
         self._restarted_notice: str | None = None
-        self.key = secrets.token_hex(16)
-        self.socket_dir = Path(tempfile.mkdtemp(prefix="sbx-"))
-        self._res.socket_dir = str(self.socket_dir)
-        self._finalizer = weakref.finalize(self, _release, self._res)
+        self._holder = _ConnHolder()
+        self._finalizer = weakref.finalize(self, _release, process, self._holder)
 
-    @property
-    def _client(self) -> BlockingKernelClient | None:
-        return self._res.client
+    # --- the supervisor's stream and the kernel's state -----------------------------------------
 
-    @_client.setter
-    def _client(self, client: BlockingKernelClient | None) -> None:
-        self._res.client = client
+    def _set_state(self, state: str) -> None:
+        with self._state_changed:
+            self._state = state
+            self._state_changed.notify_all()
+        if state != "ready":
+            execution = self._exec
+            if execution is not None:
+                execution.done.set()
 
-    # --- subclass hooks -------------------------------------------------------------
+    def _open_stream(self) -> None:
+        """Start the supervisor (a new environment) and connect to its stream."""
+        self._retire_connection()
+        self._stream_gen += 1
+        generation = self._stream_gen
+        self._violation = None
+        self._set_state("starting")
+        self._kernel_started = time.time()
+        stream = self.process.start()
+        ref = weakref.ref(self)  # the I/O thread must not keep a forgotten session alive
 
-    def _start_process(self) -> None:
-        """Start the kernel process (first start or after it ended)."""
-        raise NotImplementedError
+        def on_frame(kind: bytes, body: bytearray) -> None:
+            session = ref()
+            if session is not None:
+                session._on_frame(generation, kind, body)
 
-    def _recreate_process(self) -> None:
-        """Last resort: throw the process environment away and start anew."""
-        self._stop_process()
-        self._start_process()
+        def on_closed(reason: str | None) -> None:
+            session = ref()
+            if session is not None:
+                session._on_closed(generation, reason)
 
-    def _stop_process(self) -> None:
-        raise NotImplementedError
+        self._conn = Connection(stream, max_frame=self.limits.max_frame, kinds=_KERNEL_KINDS,
+                                write_stall=self.limits.write_stall, on_frame=on_frame, on_closed=on_closed)
+        self._holder.conn = self._conn
 
-    def _interrupt_process(self) -> None:
-        raise NotImplementedError
+    def _stream_alive(self) -> bool:
+        return self._conn is not None and not self._conn.closed
 
-    def _kernel_ip(self) -> str:
-        """The ipc path prefix as the kernel sees it."""
-        return str(self.socket_dir / "k")
-
-    def _kill_strays_in_namespace(self) -> bool:
-        return False
-
-    def _memory_limit_text(self) -> str | None:
-        return None
-
-    # --- connection ---------------------------------------------------------------------
-
-    def _connection_info(self, ip: str) -> dict[str, Any]:
-        return {
-            "transport": "ipc",
-            "ip": ip,
-            **_PORTS,
-            "key": self.key,
-            "signature_scheme": "hmac-sha256",
-            "kernel_name": "python3",
-        }
-
-    def _write_connection_file(self) -> Path:
-        path = self.socket_dir / "kernel.json"
-        path.write_text(json.dumps(self._connection_info(self._kernel_ip())))
-        return path
-
-    def _on_process_exit(self, exit: KernelExit) -> None:
-        """Subclasses call this (from any thread) when the kernel process ends."""
-        self._exit = exit
-        self._dead.set()
-
-    def _boot(self, start: Callable[[], None] | None = None) -> None:
-        """Start the process (``start``, default :meth:`_start_process`), connect, install the runtime.
-
-        Socket files of an earlier kernel are removed first: their presence is
-        how we know the new kernel has bound its sockets.
-        """
-        for port in _PORTS.values():
-            (self.socket_dir / f"k-{port}").unlink(missing_ok=True)
-        self._exit = None
-        self._dead.clear()
-        (start or self._start_process)()
+    def _wait_ready(self) -> None:
+        """Wait for the kernel's hello, then install the runtime's settings and the stubs."""
         deadline = time.monotonic() + self.start_timeout
-        sockets = [self.socket_dir / f"k-{p}" for p in _PORTS.values()]
-        while not all(s.exists() for s in sockets):
-            if self._dead.is_set():
-                raise KernelStartError(f"the kernel exited while starting: {self._start_failure_detail()}")
-            if time.monotonic() > deadline:
-                raise KernelStartError(
-                    f"the kernel did not start within {self.start_timeout:g} s: {self._start_failure_detail()}"
-                )
-            time.sleep(0.002)
-        self._connect()
+        with self._state_changed:
+            while self._state == "starting":
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._state_changed.wait(min(left, 0.5))
+            state = self._state
+        if state != "ready":
+            detail = self._start_failure_detail()
+            if state == "starting":
+                raise KernelStartError(f"the kernel did not start within {self.start_timeout:g} s: {detail}")
+            raise KernelStartError(f"the kernel exited while starting: {detail}")
         self._setup_kernel(deadline)
 
-    def _start_failure_detail(self) -> str:
-        return self._exit.detail if self._exit and self._exit.detail else "no output"
+    def _boot(self) -> None:
+        self._open_stream()
+        self._wait_ready()
 
-    def _connect(self) -> None:
-        if self._client is not None:
-            self._client.stop_channels()
-        client = BlockingKernelClient()
-        client.load_connection_info(self._connection_info(str(self.socket_dir / "k")))
-        client.start_channels(shell=True, iopub=True, stdin=True, hb=False, control=False)
-        self._client = client
+    def _restart_kernel(self) -> None:
+        """A fresh kernel in the same environment (files stay); a new environment if that fails."""
+        if self._stream_alive():
+            self._violation = None
+            self._exit = None
+            self._set_state("starting")
+            self._kernel_started = time.time()
+            self._dispatcher.abandon_all(None)
+            try:
+                self._send(wire.KIND_RESTART)
+                self._wait_ready()
+                return
+            except (ConnectionError, KernelStartError):
+                pass
+        self._recreate()
+
+    def _recreate(self) -> None:
+        """The last resort: a new supervisor and environment (files in a container are lost)."""
+        self._retire_connection()
+        self.process.stop()
+        self._boot()
+        if self.backend == "docker":
+            self._restarted_notice = (self._restarted_notice or "") + (
+                " The sandbox's container had to be recreated: files from earlier runs are gone.")
+
+    def _start_failure_detail(self) -> str:
+        if self._violation:
+            return self._violation
+        tail = self._conn.stderr_text() if self._conn is not None else ""
+        if self._exit is not None:
+            return self._exit.detail or str(self._exit.describe())
+        return exit_detail(tail.splitlines()) or "no output"
 
     def _setup_kernel(self, deadline: float) -> None:
         code = (
             "import sandbox_runtime as __sr\n"
             f"__sr.install({self._dispatcher.specs_json()!r})\n"
-            f"__sr.configure(output_limit={int(self.output_limit)!r})\n"
+            f"__sr.configure(output_limit={int(self.output_limit)!r}, max_payload={int(self.limits.max_payload)!r})\n"
             "del __sr\n"
         )
-        reply = self._execute_silent(code, deadline - time.monotonic(), wait_iopub=True)
+        reply = self._execute_silent(code, max(deadline - time.monotonic(), 5.0))
         if reply.get("status") != "ok":
-            raise KernelStartError(f"the sandbox runtime failed to load in the kernel: {reply.get('evalue', reply)}")
+            raise KernelStartError("the sandbox runtime failed to load in the kernel: "
+                                   f"{_jupyter.text_field(reply, 'evalue', str(reply))[:500]}")
 
-    def _execute_silent(self, code: str, timeout: float, *, wait_iopub: bool = False,
+    def _on_frame(self, generation: int, kind: bytes, body: bytearray) -> None:
+        """Runs on the I/O thread for every frame. What the kernel sends is hostile input:
+        anything malformed marks the kernel broken (it is restarted); nothing raises."""
+        if generation != self._stream_gen:
+            return
+        if kind == wire.KIND_HELLO:
+            self._exit = None
+            self._set_state("ready")
+            return
+        if kind == wire.KIND_EXIT:
+            self._on_exit(body)
+            return
+        if self._state != "ready":
+            return  # from a kernel that has ended or broken the protocol
+        try:
+            if kind == wire.KIND_JUPYTER:
+                channel, parts = wire.unpack_parts(body)
+                msg = _jupyter.parse(parts)
+                execution = self._exec
+                if execution is not None and msg.parent_id == execution.msg_id:
+                    execution.handle(channel, msg)
+            elif kind == wire.KIND_CALL:
+                call_id, name, payload = wire.unpack_call(body)
+                self._on_call(call_id, name, payload)
+            elif kind == wire.KIND_ABANDON:
+                execution = self._exec
+                self._dispatcher.abandon(wire.unpack_u32(body), execution.clock if execution else None)
+        except (wire.WireError, _jupyter.MessageError, ValueError, TypeError, KeyError, RecursionError) as exc:
+            self._violation = f"the kernel sent a malformed message ({type(exc).__name__}: {str(exc)[:200]})"
+            self._set_state("broken")
+
+    def _on_exit(self, body: bytearray) -> None:
+        try:
+            info = json.loads(bytes(body[:4096]))
+            code = info.get("code") if isinstance(info, dict) else None
+            sig = info.get("signal") if isinstance(info, dict) else None
+        except ValueError:
+            code, sig = None, None
+        code = code if type(code) is int else (-sig if type(sig) is int else None)
+        tail = self._conn.stderr_text() if self._conn is not None else ""
+        self._exit = KernelExit(code, False, exit_detail(tail.splitlines()))
+        self._set_state("ended")
+
+    def _on_call(self, call_id: int, name: str, payload: memoryview) -> None:
+        execution = self._exec
+        send = self._reply_sender()
+        if execution is None or not execution.user:
+            from .functions import encode_error
+
+            send(call_id, wire.REPLY_ERROR, encode_error(RuntimeError(
+                "host functions can only be called while the sandbox runs code")))
+            return
+        self._dispatcher.submit(call_id, name, payload, send=send, on_done=execution.record_call,
+                                clock=execution.clock, budget=execution.budget, max_payload=self.limits.max_payload)
+
+    def _on_closed(self, generation: int, reason: str | None) -> None:
+        if generation != self._stream_gen:
+            return
+        if reason is not None:
+            self._violation = reason
+        if self._state not in ("ended", "broken") or reason is not None:
+            tail = self._conn.stderr_text() if self._conn is not None else ""
+            if self._exit is None:
+                self._exit = KernelExit(None, False, exit_detail(tail.splitlines()) or "its container stopped")
+            self._set_state("broken" if reason is not None else "ended")
+
+    def _send(self, kind: bytes, *chunks: Any) -> None:
+        conn = self._conn
+        if conn is None:
+            raise ConnectionError("no kernel")
+        conn.send(kind, *chunks)
+
+    def _reply_sender(self) -> Callable[[int, int, list[Any]], None]:
+        def send(call_id: int, status: int, chunks: list[Any]) -> None:
+            try:
+                self._send(wire.KIND_REPLY, *wire.pack_reply(call_id, status, chunks))
+            except ConnectionError:
+                pass
+        return send
+
+    def _start_execute(self, code: str, *, user: bool, user_expressions: dict[str, str] | None = None,
+                       on_output: StreamCallback | None = None,
+                       on_call: Callable[[FunctionCall], None] | None = None) -> _Execution:
+        msg_id, parts = self._requests.execute(code, silent=not user, user_expressions=user_expressions)
+        execution = _Execution(msg_id, user=user, limits=self.limits, output_limit=self.output_limit,
+                               on_output=on_output, on_call=on_call)
+        self._exec = execution
+        if self._state != "ready":
+            execution.done.set()
+            return execution
+        try:
+            self._send(wire.KIND_JUPYTER, *wire.pack_parts("shell", parts))
+        except ConnectionError:
+            execution.done.set()
+        return execution
+
+    def _execute_silent(self, code: str, timeout: float,
                         user_expressions: dict[str, str] | None = None) -> dict[str, Any]:
-        """Run bookkeeping code: no history, no output, result via the shell reply.
-
-        ``wait_iopub`` also waits until the iopub stream has delivered this
-        request's idle status, which proves the subscription is live (ZMQ SUB
-        sockets drop what is published before they finish connecting).
-        """
-        assert self._client is not None
-        client = self._client
-        deadline = time.monotonic() + max(timeout, 0.1)
-        msg_id = client.execute(code, silent=True, store_history=False, allow_stdin=False,
-                                user_expressions=user_expressions or {})
-        reply: dict[str, Any] | None = None
-        idle = not wait_iopub
-        nudged_at = time.monotonic()
-        while reply is None or not idle:
-            if self._dead.is_set():
-                raise KernelStartError(f"the kernel died: {self._start_failure_detail()}")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KernelStartError("the kernel did not answer in time")
-            if reply is None and client.shell_channel.msg_ready():
-                msg = client.shell_channel.get_msg(timeout=0)
-                if msg["parent_header"].get("msg_id") == msg_id:
-                    reply = msg["content"]
-                continue
-            if not idle and client.iopub_channel.msg_ready():
-                client.iopub_channel.get_msg(timeout=0)
-                # Any message on iopub proves the subscription is live.
-                idle = True
-                continue
-            if reply is not None and not idle and time.monotonic() - nudged_at > 0.2:
-                # What was published before SUB connected is lost: make the kernel publish again.
-                nudged_at = time.monotonic()
-                client.kernel_info()
-            zmq.select([client.shell_channel.socket, client.iopub_channel.socket], [], [], min(remaining, 0.05))
-        self._drain_shell()
-        return reply
+        """Run bookkeeping code: no history, no output; the shell reply's content is returned."""
+        execution = self._start_execute(code, user=False, user_expressions=user_expressions)
+        try:
+            if not execution.done.wait(max(timeout, 0.1)):
+                raise KernelStartError(f"the kernel did not answer within {timeout:g} s")
+            if execution.reply is None:
+                raise KernelStartError(f"the kernel stopped: {self._start_failure_detail()}")
+            return execution.reply
+        finally:
+            self._exec = None
 
     # --- public API -------------------------------------------------------------------------
 
@@ -283,7 +506,7 @@ class KernelSandbox:
         """Start the kernel now (otherwise the first :meth:`run` starts it)."""
         with self._lock:
             self._check_open()
-            if self._client is None:
+            if self._conn is None:
                 try:
                     self._boot()
                 except BaseException:
@@ -302,23 +525,43 @@ class KernelSandbox:
             raise SandboxClosed("this sandbox session is closed; open a new one")
 
     def _ensure_kernel(self) -> None:
-        if self._client is None:
+        if self._conn is None:
             self._boot()
-        elif self._dead.is_set():
-            reason = self._exit.describe(self._memory_limit_text()) if self._exit else None
-            self._revive()
+        elif self._state != "ready":
+            reason = self._death_reason()
+            self._restart_kernel()
             self._restarted_notice = (
                 f"The kernel was restarted because it had stopped ({reason}); "
-                "variables, imports and definitions from earlier runs are gone. Files in the working directory were kept."
+                "variables, imports and definitions from earlier runs are gone. "
+                "Files in the working directory were kept." + (self._restarted_notice or "")
             )
 
-    def _revive(self) -> None:
-        """Bring a dead or stuck kernel back: restart, and if that fails, recreate."""
-        try:
-            self._stop_process()
-            self._boot()
-        except Exception:
-            self._boot(self._recreate_process)
+    def _death_reason(self) -> ExecutionError:
+        if self._violation:
+            return ExecutionError("ProtocolError", f"{self._violation}; the kernel was stopped")
+        exit = self._exit or KernelExit(None)
+        if exit.code is not None and exit.code in (-9, 137) and not exit.oom:
+            try:
+                if self.process.oom_since(self._kernel_started):
+                    exit = KernelExit(exit.code, True, exit.detail)
+                    self._exit = exit
+            except Exception:
+                pass
+        return exit.describe(self.process.memory_limit())
+
+    def _retire_connection(self) -> None:
+        self._stream_gen += 1  # events of the old stream are ignored from now on
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close(wait=2.0)
+        self._dispatcher.abandon_all(None)
+
+    def _max_run_time(self, limit: float | None) -> float | None:
+        if self.max_run_time is not None:
+            return self.max_run_time
+        if limit is None:
+            return None
+        return max(10 * limit, limit + 2 * (self.function_timeout or 60.0))
 
     def run(
         self,
@@ -332,178 +575,170 @@ class KernelSandbox:
         """Run ``code`` in the kernel. Errors in the code come back in the result.
 
         ``timeout`` overrides the session's limit for this run (``None``: the
-        session default); time spent inside host functions (a tool, a human
-        approving a call) does not count against it: each call has its own
-        ``function_timeout``. ``on_output`` receives stdout/stderr text as it
-        arrives; ``on_call`` each host-function call when it completes.
+        session default). Time inside host functions does not count against
+        it, but the run ends after ``max_run_time`` in all (default: ten times
+        the timeout, at least the timeout plus two function timeouts); time a
+        human spends approving a call counts against neither.
+        ``on_output`` receives stdout/stderr text as it arrives and
+        ``on_call`` each host-function call when it completes; both are called
+        from background threads and must return quickly.
         ``list_files`` fills ``result.files`` (the listing rides on the same
-        request: no extra round trip when the code succeeds).
+        request: no extra round trip).
         """
         with self._lock:
             self._check_open()
             started = time.perf_counter()
-            result = ExecutionResult()
             limit = self.timeout if timeout is None else timeout
+            notices: list[str] = []
+            restarted = False
+            execution: _Execution | None = None
             for attempt in (1, 2):
                 self._ensure_kernel()
                 if self._restarted_notice:
-                    result.restarted = True
-                    result.notices.append(self._restarted_notice)
+                    restarted = True
+                    notices.append(self._restarted_notice.strip())
                     self._restarted_notice = None
+                execution = self._start_execute(
+                    code, user=True, user_expressions={"files": _LIST_FILES} if list_files else None,
+                    on_output=on_output, on_call=on_call)
                 try:
-                    self._execute(code, limit, result, on_output, on_call, retry_unstarted=attempt == 1,
-                                  list_files=list_files and not self.files_on_host)
-                    break
-                except _KernelGoneBeforeStart:
-                    # The kernel had died (killed from outside, say) before it began this code:
-                    # the next loop starts a fresh one and runs the code there, once.
-                    continue
+                    self._wait(execution, limit)
                 except KeyboardInterrupt:
                     # Ctrl-C on the host: stop the code in the kernel too, so the session
                     # is idle and consistent when the caller catches the interrupt.
+                    self._exec = None
                     self._settle_after_host_interrupt()
                     raise
-            if list_files and result.files is None:
-                try:  # the code failed (no user_expressions then) or the kernel restarted
-                    result.files = self._list_files_now()
-                except Exception:
-                    result.files = None
+                finally:
+                    self._exec = None
+                if self._state == "ended" and not execution.began and attempt == 1:
+                    # The kernel had died (killed from outside, say) before it began this code:
+                    # start a fresh one and run the code there, once.
+                    continue
+                break
+            assert execution is not None
+            result = self._finish(execution, limit, list_files)
+            result.restarted = result.restarted or restarted
+            result.notices[:0] = notices
             result.duration = time.perf_counter() - started
             return result
 
-    def _execute(self, code: str, limit: float | None, result: ExecutionResult,
-                 on_output: StreamCallback | None, on_call: Callable[[FunctionCall], None] | None,
-                 retry_unstarted: bool = False, list_files: bool = False) -> None:
-        client = self._client
-        assert client is not None
-        session = client.session
-        stdout, stderr = CappedText(self.output_limit), CappedText(self.output_limit)
-        outputs_bytes = 0
-        dropped_outputs = 0
-        cut_outputs = 0  # rich outputs the runtime shortened to fit the limit
-        msg_id = client.execute(code, silent=False, store_history=True, allow_stdin=False,
-                                user_expressions={"files": _LIST_FILES} if list_files else {})
-        iopub, stdin = client.iopub_channel.socket, client.stdin_channel.socket
-        poller = zmq.Poller()
-        poller.register(iopub, zmq.POLLIN)
-        poller.register(stdin, zmq.POLLIN)
-        deadline = None if limit is None else time.monotonic() + limit
+    def _wait(self, execution: _Execution, limit: float | None) -> None:
+        """Wait for the run to end, enforcing the time limits on the host's clock."""
+        run_limit = self._max_run_time(limit)
+        clock = execution.clock
         interrupted_at: float | None = None
-        began = False  # any sign that the kernel started on this request
-        while True:
+        while not execution.done.is_set():
             now = time.monotonic()
-            if deadline is not None and now >= deadline and interrupted_at is None:
-                result.timed_out = True
-                interrupted_at = now
-                self._interrupt_process()
-                deadline = now + self.interrupt_grace
-            elif deadline is not None and now >= deadline:
-                # The interrupt did not stop it (e.g. `except BaseException` in a loop).
-                self._force_restart(result, limit)
-                break
-            wait = 0.25 if deadline is None else min(max(deadline - now, 0.0), 0.25)
-            events = dict(poller.poll(wait * 1000))
-            if not events:
-                if self._dead.is_set():
-                    began = self._drain_iopub(msg_id, stdout, stderr, result) or began
-                    if not began and retry_unstarted:
-                        raise _KernelGoneBeforeStart()
-                    exit = self._exit or KernelExit(None)
-                    result.error = exit.describe(self._memory_limit_text())
-                    result.notices.append(
-                        "The kernel stopped during this run; the next run starts a fresh kernel "
-                        "(variables are lost, files are kept)."
-                    )
-                    break
-                continue
-            if stdin in events:
-                _, msg = session.recv(stdin, mode=zmq.NOBLOCK)
-                began = True
-                if msg is not None and msg["msg_type"] == "input_request":
-                    call_started = time.monotonic()
-                    self._answer_input(msg["content"]["prompt"], result, on_call)
-                    if deadline is not None and interrupted_at is None:
-                        # Host time (a tool, a human approving it) is not the code's time.
-                        deadline += time.monotonic() - call_started
-            if iopub in events:
-                done = False
-                while True:
-                    _, msg = session.recv(iopub, mode=zmq.NOBLOCK)
-                    if msg is None:
-                        break
-                    if msg["parent_header"].get("msg_id") != msg_id:
-                        continue
-                    began = True
-                    kind, content = msg["msg_type"], msg["content"]
-                    if kind == "stream":
-                        (stdout if content["name"] == "stdout" else stderr).write(content["text"])
-                        if on_output is not None:
-                            on_output(content["name"], content["text"])
-                    elif kind == "display_data" and OUTPUT_CUT_MIME in content.get("data", {}):
-                        # The runtime cut a stream at the source; count it as cut here.
-                        cut = content["data"][OUTPUT_CUT_MIME]
-                        if isinstance(cut, dict):
-                            for name, capped in (("stdout", stdout), ("stderr", stderr)):
-                                if isinstance(cut.get(name), int) and cut[name] > 0:
-                                    capped.dropped += cut[name]
-                            if isinstance(cut.get("outputs"), int) and cut["outputs"] > 0:
-                                cut_outputs += cut["outputs"]
-                    elif kind in ("display_data", "execute_result", "update_display_data"):
-                        output = _decode_output(content.get("data", {}), kind)
-                        size = sum(len(v) for v in output.data.values())
-                        if len(result.outputs) >= MAX_OUTPUTS or outputs_bytes + size > MAX_OUTPUT_BYTES:
-                            dropped_outputs += 1
-                        else:
-                            outputs_bytes += size
-                            result.outputs.append(output)
-                    elif kind == "error":
-                        result.error = ExecutionError(content.get("ename", "Error"), content.get("evalue", ""),
-                                                      clean_traceback(content.get("traceback", [])))
-                    elif kind == "status" and content["execution_state"] == "idle":
-                        done = True
-                        break
-                if done:
-                    break
-        result.stdout, result.stderr = stdout.getvalue(), stderr.getvalue()
-        if stdout.truncated or stderr.truncated or dropped_outputs or cut_outputs:
+            for call in self._dispatcher.overdue(now):
+                self._dispatcher.expire(call, self._reply_sender(), clock)
+            if interrupted_at is None:
+                over_code = limit is not None and clock.code_time(now) >= limit
+                over_run = run_limit is not None and clock.run_time(now) >= run_limit
+                if over_code or over_run:
+                    execution.result.timed_out = True
+                    execution.timeout_kind = "run" if over_run and not over_code else "code"
+                    interrupted_at = now
+                    self._dispatcher.abandon_all(clock)
+                    try:
+                        self._send(wire.KIND_INTERRUPT)
+                    except ConnectionError:
+                        pass
+            elif now - interrupted_at >= self.interrupt_grace:
+                execution.forced_restart = True
+                return
+            wait = 0.25
+            if interrupted_at is not None:
+                wait = interrupted_at + self.interrupt_grace - now
+            else:
+                if limit is not None:
+                    wait = min(wait, max(limit - clock.code_time(now), 0.0))
+                if run_limit is not None:
+                    wait = min(wait, max(run_limit - clock.run_time(now), 0.0))
+                next_call = self._dispatcher.next_deadline()
+                if next_call is not None:
+                    wait = min(wait, max(next_call - now, 0.0))
+            execution.done.wait(max(wait, 0.001))
+
+    def _finish(self, execution: _Execution, limit: float | None, list_files: bool) -> ExecutionResult:
+        result = execution.result
+        forced = execution.forced_restart
+        died = self._state != "ready" and not forced
+        if forced:
+            result.restarted = True
+            self._restart_kernel()
+            result.error = ExecutionError(
+                "TimeoutError",
+                f"the code ran longer than {self._limit_text(execution, limit)} and did not stop when interrupted; "
+                "the kernel was restarted and the session's variables were lost (files were kept)",
+            )
+            result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
+        elif died:
+            result.error = self._death_reason()
+            if self._violation:
+                result.notices.append(
+                    "The sandbox broke the protocol between it and the host, so its kernel was stopped; "
+                    "the next run starts a fresh kernel (variables are lost, files are kept).")
+                if self._stream_alive():
+                    self._restart_kernel()  # a broken kernel is not left running
+                    self._restarted_notice = None
+            else:
+                result.notices.append(
+                    "The kernel stopped during this run; the next run starts a fresh kernel "
+                    "(variables are lost, files are kept).")
+        with execution.lock:
+            result.stdout, result.stderr = execution.stdout.getvalue(), execution.stderr.getvalue()
+        stdout, stderr = execution.stdout, execution.stderr
+        if stdout.truncated or stderr.truncated or execution.dropped_outputs or execution.cut_outputs:
             result.truncated = True
             cut = []
             if stdout.truncated:
                 cut.append(f"stdout: {stdout.dropped} characters cut from the middle")
             if stderr.truncated:
                 cut.append(f"stderr: {stderr.dropped} characters cut from the middle")
-            if dropped_outputs:
-                cut.append(f"{dropped_outputs} rich outputs dropped (limit {MAX_OUTPUTS})")
-            if cut_outputs:
-                cut.append(f"{cut_outputs} rich outputs shortened or reduced to text (too large)")
+            if execution.dropped_outputs:
+                cut.append(f"{execution.dropped_outputs} rich outputs dropped (limit {self.limits.max_outputs})")
+            if execution.cut_outputs:
+                cut.append(f"{execution.cut_outputs} rich outputs shortened or reduced to text (too large)")
             result.notices.append("Output was truncated (" + "; ".join(cut) + ").")
-        if result.timed_out and not result.restarted:
-            self._cleanup_after_interrupt()
-            result.error = ExecutionError(
-                "TimeoutError",
-                f"the code ran longer than {limit:g} s and was interrupted; the session's variables were kept",
-                result.error.traceback if result.error else "",
-            )
-        if list_files and not result.timed_out and not result.restarted:
-            result.files = self._reply_files(msg_id)
-        self._drain_shell()
+        if execution.budget.records_dropped:
+            result.notices.append(f"{execution.budget.records_dropped} host-function calls were not recorded "
+                                  f"(more than {self.limits.max_call_records}).")
+        for message in execution.callback_errors:
+            result.notices.append(f"A callback failed: {message}")
+        if result.timed_out and not forced and not died:
+            if self._cleanup_after_interrupt():
+                result.restarted = True
+                self._restart_kernel()
+                result.error = ExecutionError(
+                    "TimeoutError",
+                    f"the code ran longer than {self._limit_text(execution, limit)} and was interrupted; it left "
+                    "threads running, so the kernel was restarted to stop them (variables were lost, files kept)",
+                )
+                result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
+            else:
+                result.error = ExecutionError(
+                    "TimeoutError",
+                    f"the code ran longer than {self._limit_text(execution, limit)} and was interrupted; "
+                    "the session's variables were kept",
+                    result.error.traceback if result.error else "",
+                )
+        execution.closed = True
+        if list_files and not result.timed_out and not died and not forced:
+            result.files = self._parse_listing(execution.reply)
+            if result.files is None and self._state == "ready":
+                # The code failed, so the listing that rode on its request was not made: ask again.
+                try:
+                    result.files = self._parse_listing(
+                        self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES}))
+                except KernelStartError:
+                    pass
+        return result
 
-    def _reply_files(self, msg_id: str) -> list[FileInfo] | None:
-        """The listing from this request's execute_reply (None when the code failed)."""
-        assert self._client is not None
-        deadline = time.monotonic() + 2.0
-        session, sock = self._client.session, self._client.shell_channel.socket
-        while time.monotonic() < deadline:
-            if not sock.poll(50):
-                if self._dead.is_set():
-                    return None
-                continue
-            _, msg = session.recv(sock, mode=zmq.NOBLOCK)
-            if msg is None or msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            value = msg["content"].get("user_expressions", {}).get("files", {})
-            return _parse_listing(value)
-        return None
+    def _limit_text(self, execution: _Execution, limit: float | None) -> str:
+        if execution.timeout_kind == "run":
+            return f"{self._max_run_time(limit):g} s in all (host-function time included)"
+        return f"{limit:g} s"
 
     def interrupt(self) -> None:
         """Interrupt the code running now; callable from any thread.
@@ -511,85 +746,42 @@ class KernelSandbox:
         The code gets a ``KeyboardInterrupt`` (its run returns with that error)
         and the session keeps its state. Does nothing when no code runs.
         """
-        if not self._closed and self._client is not None and not self._dead.is_set():
-            self._interrupt_process()
+        if not self._closed and self._state == "ready":
+            try:
+                self._send(wire.KIND_INTERRUPT)
+            except ConnectionError:
+                pass
 
     def _settle_after_host_interrupt(self) -> None:
+        self._dispatcher.abandon_all(None)
         try:
-            self._interrupt_process()
+            self._send(wire.KIND_INTERRUPT)
             reply = self._execute_silent("", self.interrupt_grace + 2.0)  # queued behind the interrupted cell
             if reply.get("status") not in ("ok", "error"):
                 raise KernelStartError("no answer")
         except BaseException:
             try:
-                self._revive()
+                self._restart_kernel()
                 self._restarted_notice = (
                     "The kernel was restarted after an interrupt it did not obey; variables are gone."
                 )
             except Exception:
                 pass
 
-    def _cleanup_after_interrupt(self) -> None:
-        """Kill processes a timed-out run left behind (a fork bomb's children, servers)."""
+    def _cleanup_after_interrupt(self) -> bool:
+        """Kill processes a timed-out run left behind (a fork bomb's children, servers).
+
+        True when the code also left threads running (or the kernel does not
+        answer): only a restart stops those.
+        """
         try:
-            self._execute_silent(
-                f"__import__('sandbox_runtime').kill_strays({self._kill_strays_in_namespace()!r})", 5.0
-            )
+            reply = self._execute_silent(
+                "", 5.0, user_expressions={"threads": "__import__('sandbox_runtime').after_interrupt()"})
+            value = reply.get("user_expressions", {}).get("threads", {})
+            text = value.get("data", {}).get("text/plain", "") if isinstance(value, dict) else ""
+            return not (isinstance(text, str) and text.strip() == "0")
         except Exception:
-            pass
-
-    def _force_restart(self, result: ExecutionResult, limit: float | None) -> None:
-        result.restarted = True
-        self._revive()
-        result.error = ExecutionError(
-            "TimeoutError",
-            f"the code ran longer than {limit:g} s and did not stop when interrupted; "
-            "the kernel was restarted and the session's variables were lost (files were kept)",
-        )
-        result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
-
-    def _answer_input(self, prompt: str, result: ExecutionResult,
-                      on_call: Callable[[FunctionCall], None] | None) -> None:
-        assert self._client is not None
-        if not prompt.startswith(CALL_PREFIX):
-            # Only our runtime asks for input; anything else gets end-of-file at once.
-            self._client.input("\x04")
-            return
-        reply, record = self._dispatcher.handle_request(prompt[len(CALL_PREFIX):])
-        self._client.input(reply)
-        result.calls.append(record)
-        if on_call is not None:
-            on_call(record)
-
-    def _drain_iopub(self, msg_id: str, stdout: CappedText, stderr: CappedText, result: ExecutionResult) -> bool:
-        """Collect what a dead kernel sent for this request; True if it sent anything."""
-        assert self._client is not None
-        session, sock = self._client.session, self._client.iopub_channel.socket
-        seen = False
-        while True:
-            try:
-                _, msg = session.recv(sock, mode=zmq.NOBLOCK)
-            except Exception:
-                return seen
-            if msg is None:
-                return seen
-            if msg["parent_header"].get("msg_id") == msg_id:
-                seen = True
-                if msg["msg_type"] == "stream":
-                    (stdout if msg["content"]["name"] == "stdout" else stderr).write(msg["content"]["text"])
-
-    def _drain_shell(self) -> None:
-        """Discard execute replies: results come from iopub; replies must not pile up."""
-        if self._client is None:
-            return
-        session, sock = self._client.session, self._client.shell_channel.socket
-        while True:
-            try:
-                _, msg = session.recv(sock, mode=zmq.NOBLOCK)
-            except Exception:
-                return
-            if msg is None:
-                return
+            return True
 
     # --- files ------------------------------------------------------------------------------
 
@@ -598,13 +790,38 @@ class KernelSandbox:
         with self._lock:
             self._check_open()
             self._ensure_kernel()
-            return self._list_files_now()
+            reply = self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES})
+            files = self._parse_listing(reply)
+            if files is None:
+                raise FileTransferError("the sandbox did not answer the file listing with a valid list")
+            return files
 
-    def _list_files_now(self) -> list[FileInfo]:
-        reply = self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES})
-        files = _parse_listing(reply.get("user_expressions", {}).get("files", {}))
-        if files is None:
-            raise FileTransferError(f"could not list files: {reply}")
+    def _parse_listing(self, reply: dict[str, Any] | None) -> list[FileInfo] | None:
+        """Files from a listing the kernel sent (untrusted: shape, types, names and count checked)."""
+        try:
+            value = (reply or {}).get("user_expressions", {}).get("files", {})
+            if not isinstance(value, dict) or value.get("status") != "ok":
+                return None
+            text = value["data"]["text/plain"]
+            if not isinstance(text, str):
+                return None
+            rows = json.loads(ast.literal_eval(text))
+        except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError, AttributeError):
+            return None
+        if not isinstance(rows, list):
+            return None
+        files: list[FileInfo] = []
+        for row in rows[: self.limits.max_listed_files]:
+            if not (isinstance(row, list) and len(row) == 3):
+                continue
+            path, size, mtime = row
+            if type(size) is not int or size < 0 or type(mtime) not in (int, float):
+                continue
+            try:
+                check_relative_path(path)
+            except UnsafePath:
+                continue
+            files.append(FileInfo(path, size, float(mtime)))
         return files
 
     # --- host functions -------------------------------------------------------------------
@@ -628,7 +845,7 @@ class KernelSandbox:
             self._reinstall()
 
     def _reinstall(self) -> None:
-        if self._client is not None and not self._dead.is_set():
+        if self._state == "ready":
             self._setup_kernel(time.monotonic() + 30.0)
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -637,7 +854,10 @@ class KernelSandbox:
         """Fresh interpreter; files and host functions stay. The next result says so."""
         with self._lock:
             self._check_open()
-            self._revive()
+            if self._conn is None:
+                self._boot()
+            else:
+                self._restart_kernel()
             self._restarted_notice = (
                 "The kernel was restarted on request; variables, imports and definitions are gone."
             )
@@ -648,71 +868,68 @@ class KernelSandbox:
             return
         self._closed = True
         try:
-            if self._client is not None:
-                self._client.stop_channels()
-                self._client = None
+            self._stream_gen += 1
+            if self._conn is not None:
+                self._conn.close(wait=2.0)
+                self._conn = None
         finally:
-            try:
-                self._stop_process()
-            finally:
-                self._dispatcher.close()
-                self._finalizer()
+            self._dispatcher.close()
+            self._finalizer()
 
     @property
     def closed(self) -> bool:
         return self._closed
 
 
-class _KernelGoneBeforeStart(Exception):
-    """The kernel was found dead before it began the requested code (internal)."""
+class _ConnHolder:
+    """The session's current connection, for its finalizer (which must not hold the session)."""
+
+    conn: Connection | None = None
 
 
-class _Resources:
-    """The kernel client and socket directory of a session, for its finalizer."""
-
-    def __init__(self) -> None:
-        self.client: BlockingKernelClient | None = None
-        self.socket_dir: str | None = None
-
-
-def _release(res: _Resources) -> None:
-    """Finalizer (close() or garbage collection): must not raise.
-
-    The client's sockets are closed here: left to garbage collection, a ZMQ
-    context can block forever in ``term()`` waiting for them.
-    """
-    client, res.client = res.client, None
-    if client is not None:
+def _release(process: KernelProcess, holder: _ConnHolder) -> None:
+    """Finalizer (close() or garbage collection): must not raise."""
+    conn, holder.conn = holder.conn, None
+    if conn is not None:
         try:
-            client.stop_channels()
+            conn.close(wait=1.0)
         except Exception:
             pass
-    if res.socket_dir:
-        shutil.rmtree(res.socket_dir, ignore_errors=True)
+    try:
+        process.close()
+    except Exception:
+        pass
 
 
-def _decode_output(data: dict[str, Any], kind: str) -> Output:
+#: Rich output types kept, and the longest base64 text decoded for a PNG.
+_TEXT_MIMES_PREFIX = ("text/", "image/svg+xml", "application/")
+
+
+def _decode_output(data: Any, kind: str) -> Output | None:
+    """A rich output from a display message (untrusted: only strings and JSON values kept)."""
+    if not isinstance(data, dict):
+        return None
     kept: dict[str, str | bytes] = {}
-    for mime, value in data.items():
-        if mime == "image/png" and isinstance(value, str):
-            try:
-                kept[mime] = base64.b64decode(value)
-            except ValueError:
-                continue
+    for mime, value in list(data.items())[:20]:
+        if not isinstance(mime, str) or len(mime) > 100:
+            continue
+        if mime.startswith("image/") and mime != "image/svg+xml":
+            if isinstance(value, str):
+                try:
+                    kept[mime] = base64.b64decode("".join(value.split()), validate=True)
+                except (binascii.Error, ValueError):
+                    continue
         elif isinstance(value, str):
             kept[mime] = value
         else:
-            kept[mime] = json.dumps(value)
+            try:
+                kept[mime] = json.dumps(value)
+            except (TypeError, ValueError, RecursionError):
+                continue
+    if not kept:
+        return None
     return Output(kept, "result" if kind == "execute_result" else "display")
 
 
 #: Evaluated in the kernel as a user expression: the working directory's files as JSON.
 _LIST_FILES = "__import__('sandbox_runtime').list_files('.')"
-
-
-def _parse_listing(value: dict[str, Any]) -> list[FileInfo] | None:
-    """Files from a ``list_files`` user-expression result (None when it did not run)."""
-    if value.get("status") != "ok":
-        return None
-    rows = json.loads(ast.literal_eval(value["data"]["text/plain"]))
-    return [FileInfo(p, s, m) for p, s, m in rows]

@@ -67,9 +67,11 @@ What the sandboxed code sees:
   ``sys.stderr`` (``df.info()``, warnings) made by the sandbox thread is
   captured too, without disturbing other threads.
 * ``input()`` fails at once: nobody is there to type.
-* Host functions are plain functions with the real signature; errors come
-  back as :class:`HostFunctionError` subclasses that also derive from the
-  matching builtin exception (``except ValueError`` works).
+* Host functions are plain functions with the real signature. Values cross
+  through the same codec as in the kernel backends (copies, with the same
+  types); a host error of a builtin type arrives as that type, also a
+  :class:`ToolError` (``except ValueError`` and ``except ToolError`` work),
+  any other as a :class:`ToolError` naming the host's type.
 """
 
 from __future__ import annotations
@@ -113,12 +115,14 @@ from RestrictedPython.transformer import (
 
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallback, walk_files
 from .errors import FileTransferError, FunctionRegistrationError, SandboxClosed
-from .functions import FunctionDispatcher, HostFunction, as_host_functions, from_json_value, to_json_value
+from .functions import FunctionDispatcher, HostFunction, as_host_functions
+from .runtime import sandbox_codec as codec
 from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, Output
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",
     "HostFunctionError",
+    "ToolError",
     "RestrictedSandbox",
     "SANDBOX_FILENAME",
     "TimeLimitExceeded",
@@ -232,28 +236,9 @@ _INPUT_MESSAGE = (
 _MISSING: Any = object()
 
 
-class HostFunctionError(Exception):
-    """Raised inside the sandbox when a host function fails.
-
-    The class actually raised is a subclass named after the host error type
-    (``ValueError``, ``TimeoutError``, ``MyToolError``); when that name is a
-    builtin exception it also derives from that builtin, so sandboxed code can
-    write ``except ValueError`` or ``except HostFunctionError``.
-    ``str(exc)`` is the host's message; ``exc.function`` is the function name
-    and ``exc.error_type`` the host's exception type name.
-    """
-
-    function: str = ""
-    error_type: str = ""
-
-    def __init__(self, message: str = "", *args: Any) -> None:
-        super().__init__(message, *args)
-        self.message = message
-
-    def __str__(self) -> str:
-        # The host already formatted the message (str(exc)); KeyError's own
-        # __str__ would quote it a second time.
-        return self.message
+ToolError = codec.ToolError
+#: The name earlier versions used; ``except HostFunctionError`` still catches every host error.
+HostFunctionError = ToolError
 
 
 class TimeLimitExceeded(BaseException):
@@ -823,7 +808,8 @@ class _Runtime:
         b.update(
             {
                 "NotImplemented": NotImplemented,
-                "HostFunctionError": HostFunctionError,
+                "HostFunctionError": ToolError,
+                "ToolError": ToolError,
                 "type": _RestrictedType,
                 "range": range,
                 "getattr": self.guarded_getattr,
@@ -1038,22 +1024,27 @@ class _Runtime:
         state = self.current
         if state.cancelled:
             state.interrupt()
-        # The same JSON conversions as the kernel backends: the host never
-        # sees sandbox objects, the sandbox never sees host objects.
-        call_args = from_json_value(to_json_value(list(args)))
-        call_kwargs = from_json_value(to_json_value(dict(kwargs)))
-        future = self.sandbox._submit_call(name, call_args, call_kwargs)
+        # The same codec as the kernel backends: the host never sees sandbox
+        # objects, the sandbox never sees host objects, and the types are the same.
+        try:
+            call_args, call_kwargs = codec.loads(codec.dumps((tuple(args), dict(kwargs))))
+        except codec.CodecError as exc:
+            raise ValueError(f"{name}(): the arguments cannot be sent to the host: {exc}") from None
+        future = self.sandbox._submit_call(name, list(call_args), call_kwargs)
         while True:
             try:
-                record = future.result(timeout=_CALL_POLL)
+                record, error = future.result(timeout=_CALL_POLL)
                 break
             except concurrent.futures.TimeoutError:
                 if state.cancelled:  # the call keeps running on the host; we stop waiting
                     state.interrupt()
         state.record_call(record)
-        if record.error is not None:
-            raise self.sandbox._host_exception(record)
-        return from_json_value(to_json_value(record.result))
+        if error is not None:
+            raise codec.as_tool_error(codec.decode_exception(codec.encode_exception(error)))
+        try:
+            return codec.loads(codec.dumps(record.result))
+        except codec.CodecError as exc:
+            raise ValueError(f"the result of {name!r} cannot be sent to the sandbox: {exc}") from None
 
     # -- guards -----------------------------------------------------------------
 
@@ -1379,7 +1370,6 @@ class RestrictedSandbox:
         self.workdir = str(self._root)
 
         self._dispatcher = FunctionDispatcher(host_functions.values(), default_timeout=function_timeout)
-        self._error_classes: dict[str, type[HostFunctionError]] = {}
         self._run_lock = threading.Lock()
         self._state_lock = threading.Lock()  # guards _closed and _runtime
         self._closed = False
@@ -1541,38 +1531,25 @@ class RestrictedSandbox:
         for name in names:
             self._runtime.remove_stub(name)
 
-    def _submit_call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> concurrent.futures.Future[FunctionCall]:
+    def _submit_call(self, name: str, args: list[Any], kwargs: dict[str, Any]
+                     ) -> concurrent.futures.Future[tuple[FunctionCall, BaseException | None]]:
         # Each call runs on its own daemon thread so that the sandbox thread
         # can stop waiting when the run is cancelled; a call that never
         # returns then holds up neither later calls nor the host's exit.
         if self._closed:
             raise SandboxClosed("the sandbox was closed")
-        future: concurrent.futures.Future[FunctionCall] = concurrent.futures.Future()
+        future: concurrent.futures.Future[tuple[FunctionCall, BaseException | None]] = concurrent.futures.Future()
 
         def target() -> None:
             if not future.set_running_or_notify_cancel():
                 return
             try:
-                future.set_result(self._dispatcher.call(name, args, kwargs))
+                future.set_result(self._dispatcher.call_in_process(name, args, kwargs))
             except BaseException as exc:  # dispatcher.call only fails on BaseException; hand it over
                 future.set_exception(exc)
 
         threading.Thread(target=target, daemon=True, name=f"restricted-call-{name}").start()
         return future
-
-    def _host_exception(self, record: FunctionCall) -> HostFunctionError:
-        assert record.error is not None
-        type_name, message = record.error.type, record.error.message
-        cls = self._error_classes.get(type_name)
-        if cls is None:
-            cls = self._error_classes[type_name] = _host_error_class(type_name)
-        try:
-            exc = cls(message)
-        except Exception:  # builtins with unusual constructors (UnicodeDecodeError, ...)
-            exc = HostFunctionError(message)
-        exc.function = record.name
-        exc.error_type = type_name
-        return exc
 
     # -- files ---------------------------------------------------------------
 
@@ -1714,13 +1691,3 @@ def _check_function_names(functions: Iterable[HostFunction]) -> None:
             )
 
 
-def _host_error_class(type_name: str) -> type[HostFunctionError]:
-    name = type_name if type_name.isidentifier() else "HostFunctionError"
-    base = getattr(builtins, type_name, None)
-    namespace = {"__module__": "builtins", "__qualname__": name, "__doc__": f"{type_name} raised by a host function."}
-    if isinstance(base, type) and issubclass(base, Exception) and not issubclass(base, HostFunctionError):
-        try:
-            return type(name, (HostFunctionError, base), namespace)
-        except TypeError:  # incompatible layouts: fall back to the plain class
-            pass
-    return type(name, (HostFunctionError,), namespace)

@@ -72,6 +72,17 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class Elided:
+    """Stands in for a value the host did not keep (the run's byte budget for call records was spent)."""
+
+    what: str
+    size: int
+
+    def __repr__(self) -> str:
+        return f"<{self.what} not kept: {self.size:,} bytes>"
+
+
+@dataclass(frozen=True)
 class FunctionCall:
     """One call from sandboxed code to a host function."""
 

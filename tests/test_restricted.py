@@ -377,24 +377,24 @@ def test_host_function_with_args_and_kwargs() -> None:
 def test_host_function_bytes_round_trip() -> None:
     with RestrictedSandbox([echo]) as sandbox:
         result = ok(sandbox, "r = echo(b'\\x00\\xffdata', tag='t')\n(r['data'], type(r['data']).__name__, r['pair'], r['tag'])")
-        assert result.outputs[0].text == "(b'\\x00\\xffdata', 'bytes', [1, 2], 't')"
+        assert result.outputs[0].text == "(b'\\x00\\xffdata', 'bytes', (1, 2), 't')"  # the same types as on the host
         assert result.calls[0].args == [b"\x00\xffdata"]
 
 
 def test_host_errors_are_catchable_in_the_sandbox() -> None:
     with RestrictedSandbox([fail, lookup, quota]) as sandbox:
         code = (
-            "try:\n    fail('bad input')\nexcept ValueError as e:\n    print('value', e, e.function, e.error_type)\n"
+            "try:\n    fail('bad input')\nexcept ValueError as e:\n    print('value', e, type(e).__name__, e.type_name)\n"
             "try:\n    fail('again')\nexcept HostFunctionError as e:\n    print('host', e)\n"
             "try:\n    lookup('k')\nexcept KeyError as e:\n    print('key', e)\n"
-            "try:\n    quota()\nexcept HostFunctionError as e:\n    print(type(e).__name__, e)\n"
+            "try:\n    quota()\nexcept ToolError as e:\n    print(type(e).__name__, e.type_name.rsplit('.', 1)[-1], e.message)\n"
         )
         result = ok(sandbox, code)
         assert result.stdout.splitlines() == [
-            "value bad input fail ValueError",
+            "value bad input ValueError ValueError",
             "host again",
             "key 'k'",  # str(KeyError('k')) on the host, passed through unchanged
-            "QuotaExceeded no quota left",
+            "ToolError QuotaExceeded no quota left",  # not a builtin type: a ToolError naming it
         ]
         assert [c.error.type for c in result.calls] == ["ValueError", "ValueError", "KeyError", "QuotaExceeded"]
         # uncaught: the run's error has the host's type and message

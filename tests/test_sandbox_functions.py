@@ -1,15 +1,13 @@
-"""Host functions at unit level: value conversions, specs and stubs, the dispatcher.
+"""Host functions at unit level: specs and stubs, the dispatcher, the run clock, the runtime's errors.
 
 No kernel here: the in-kernel runtime is stdlib-only, so its stub builder and
-its half of the JSON conversions are imported and checked directly against
-the host's half.
+its error classes are imported and checked directly. The value codec has its
+own tests (test_codec.py); the whole bridge is tested against real kernels in
+test_sandbox_kernel.py and test_boundary.py.
 """
 
 import asyncio
-import dataclasses
 import datetime as dt
-import decimal
-import enum
 import importlib.util
 import inspect
 import json
@@ -17,113 +15,52 @@ import sys
 import threading
 import time
 import types
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal, Optional
+from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from sandbox.errors import FunctionRegistrationError
 from sandbox.functions import (
-    CALL_PREFIX,
+    CallBudget,
+    CallTimedOut,
     FunctionDispatcher,
     HostFunction,
+    RunClock,
     as_host_functions,
-    encode_reply,
-    from_json_value,
-    to_json_value,
+    current_call,
+    literal_default_text,
 )
 from sandbox.kernel import OUTPUT_CUT_MIME, READY_MARKER, clean_traceback, exit_detail
-from sandbox.result import CappedText, ExecutionResult, Output, strip_ansi
+from sandbox.result import CappedText, Elided, ExecutionResult, Output, strip_ansi
+from sandbox.runtime import sandbox_codec as codec
+
+RUNTIME_DIR = Path(__file__).resolve().parents[1] / "sandbox" / "runtime"
 
 
 @pytest.fixture(scope="module")
 def runtime() -> types.ModuleType:
     """The in-kernel runtime module, loaded on the host (it only needs the standard library)."""
-    path = Path(__file__).resolve().parents[1] / "sandbox" / "runtime" / "sandbox_runtime.py"
-    spec = importlib.util.spec_from_file_location("sandbox_runtime_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    sys.path.insert(0, str(RUNTIME_DIR))
+    try:
+        spec = importlib.util.spec_from_file_location("sandbox_runtime_under_test", RUNTIME_DIR / "sandbox_runtime.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(RUNTIME_DIR))
 
 
-class Color(enum.Enum):
-    RED = "red"
+class Secret:
+    """A default that must never reach the sandbox, not even as text."""
 
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    when: dt.datetime
-    tags: set
-
-
-# --- value conversions -----------------------------------------------------------------------------------
-
-
-def test_json_conversions_follow_the_documented_rules():
-    value = {
-        "bytes": b"\x00\xff",
-        "bytearray": bytearray(b"ab"),
-        "tuple": (1, 2),
-        "set": {3},
-        1: "int key",
-        "enum": Color.RED,
-        "dataclass": Point(1, dt.datetime(2024, 1, 2, 3, 4, 5), {"a"}),
-        "date": dt.date(2024, 1, 2),
-        "time": dt.time(3, 4),
-        "path": PurePosixPath("/a/b"),
-        "decimal": decimal.Decimal("1.10"),
-        "other": object.__new__(type("Thing", (), {"__str__": lambda self: "a thing"})),
-    }
-    out = to_json_value(value)
-    json.dumps(out)  # must be JSON now
-    assert out["bytes"] == {"__bytes__": "AP8="}
-    assert out["bytearray"] == {"__bytes__": "YWI="}
-    assert out["tuple"] == [1, 2] and out["set"] == [3]
-    assert out["1"] == "int key"
-    assert out["enum"] == "red"
-    assert out["dataclass"] == {"x": 1, "when": "2024-01-02T03:04:05", "tags": ["a"]}
-    assert out["date"] == "2024-01-02" and out["time"] == "03:04:00"
-    assert out["path"] == "/a/b" and out["decimal"] == "1.10"
-    assert out["other"] == "a thing"
-
-
-def test_bytes_round_trip_and_nesting():
-    value = {"a": [b"x", {"b": b"\x00\x01"}], "s": "plain", "n": None}
-    assert from_json_value(json.loads(json.dumps(to_json_value(value)))) == value
-    # A dict that merely has other keys besides __bytes__ is left alone.
-    assert from_json_value({"__bytes__": "AA==", "other": 1}) == {"__bytes__": "AA==", "other": 1}
-
-
-def test_numpy_pandas_and_pydantic_values():
-    np = pytest.importorskip("numpy")
-    pd = pytest.importorskip("pandas")
-    assert to_json_value(np.int64(3)) == 3
-    assert to_json_value(np.arange(3)) == [0, 1, 2]
-    assert to_json_value(pd.DataFrame({"a": [1, 2]})) == [{"a": 1}, {"a": 2}]
-    assert to_json_value(pd.Series([1.5])) == {"0": 1.5}
-    pydantic = pytest.importorskip("pydantic")
-
-    class Model(pydantic.BaseModel):
-        name: str
-        when: dt.date
-
-    assert to_json_value(Model(name="n", when=dt.date(2024, 1, 1))) == {"name": "n", "when": "2024-01-01"}
-
-
-def test_runtime_conversions_match_the_host(runtime):
-    value = {"b": b"\xff", "t": (1, Color.RED), "d": Point(2, dt.datetime(2020, 1, 1), set()), "p": Path("x")}
-    assert runtime._to_json(value) == to_json_value(value)
-    wire = json.loads(json.dumps(to_json_value({"b": b"\x01", "l": [b"\x02"]})))
-    assert runtime._from_json(wire) == from_json_value(wire) == {"b": b"\x01", "l": [b"\x02"]}
-
-
-# --- specs and stubs -------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return "sk-live-SECRET"
 
 
 def search(query: str, /, limit: int = 10, *tags: str, exact: bool = False, since: dt.date = dt.date(2020, 1, 1),
-           mode: Literal["a", "b"] = "a", note: Optional[str] = None,
-           label: Annotated[str, "a label"] = "x", **extra: int) -> list[dict]:
+           mode: Literal["fast", "full"] = "fast", note: str | None = None, label: str = "x",
+           client: Secret = Secret(), **extra: int) -> list:
     """Search the index.
 
     Args:
@@ -132,27 +69,55 @@ def search(query: str, /, limit: int = 10, *tags: str, exact: bool = False, sinc
     return []
 
 
-def test_spec_captures_the_signature_as_data():
+# --- specs and stubs -----------------------------------------------------------------------------------
+
+
+def test_spec_captures_the_signature_with_literal_defaults_only():
     spec = HostFunction(search).spec
     assert spec.name == "search" and spec.doc.startswith("Search the index.")
     kinds = [(p.name, p.kind) for p in spec.parameters]
     assert kinds == [
         ("query", "positional_only"), ("limit", "positional_or_keyword"), ("tags", "var_positional"),
         ("exact", "keyword_only"), ("since", "keyword_only"), ("mode", "keyword_only"), ("note", "keyword_only"),
-        ("label", "keyword_only"), ("extra", "var_keyword"),
+        ("label", "keyword_only"), ("client", "keyword_only"), ("extra", "var_keyword"),
     ]
     by_name = {p.name: p for p in spec.parameters}
-    assert by_name["limit"].default == 10 and by_name["limit"].default_repr is None
-    assert by_name["since"].default_repr == "datetime.date(2020, 1, 1)"  # shown, never sent
+    assert by_name["limit"].default_text == "10" and by_name["note"].default_text == "None"
+    assert by_name["since"].default_text == "..."  # not a literal: the host fills it in
+    assert by_name["client"].default_text == "..."
     assert by_name["query"].annotation == "str" and not by_name["query"].has_default
-    json.dumps(spec.to_json())
+    text = json.dumps(spec.to_json())
+    assert "SECRET" not in text
 
 
-def test_stub_rebuilds_the_same_signature_and_docstring(runtime):
+def test_literal_default_text_never_calls_repr_of_other_objects():
+    class Loud:
+        def __repr__(self) -> str:
+            raise AssertionError("repr() of a non-literal default was called")
+
+    assert literal_default_text(Loud()) is None
+    assert literal_default_text([1, (2, "x"), {"k": None}]) == "[1, (2, 'x'), {'k': None}]"
+    assert literal_default_text("x" * 200) is None  # too long to show
+    assert literal_default_text(True) == "True" and literal_default_text(b"ab") == "b'ab'"
+
+
+def test_stub_rebuilds_the_signature_and_docstring(runtime):
     spec = json.loads(json.dumps(HostFunction(search).spec.to_json()))
     stub = runtime._make_stub(spec)
     assert stub.__name__ == "search" and stub.__doc__ == inspect.getdoc(search)
-    assert str(inspect.signature(stub)) == str(inspect.signature(search)).replace("typing.", "")
+    shown = str(inspect.signature(stub))
+    assert shown.startswith("(query: str, /, limit: int = 10, *tags: str, exact: bool = False, since: ")
+    assert "since: datetime.date = ..." in shown and "Secret = ..., " in shown and "SECRET" not in shown
+
+
+def test_async_functions_get_awaitable_stubs(runtime):
+    async def fetch(url: str) -> str:
+        return url
+
+    spec = HostFunction(fetch).spec
+    assert spec.is_async
+    assert inspect.iscoroutinefunction(runtime._make_stub(json.loads(json.dumps(spec.to_json()))))
+    assert not HostFunction(search).spec.is_async
 
 
 def test_stub_checks_arguments_before_calling_the_host(runtime):
@@ -161,8 +126,8 @@ def test_stub_checks_arguments_before_calling_the_host(runtime):
         stub()  # query is required
     with pytest.raises(TypeError, match=r"search\(\)"):
         stub(query="q")  # positional-only
-    with pytest.raises(RuntimeError, match="only be called while the sandbox runs code"):
-        stub("q", 5, "t1", exact=True, anything=1)  # valid; no kernel here
+    with pytest.raises(RuntimeError, match="supervisor"):
+        stub("q", 5, "t1", exact=True, anything=1)  # valid; no supervisor here
 
 
 def test_host_function_names_and_fallback_signature():
@@ -188,46 +153,100 @@ def test_async_host_function_runs_to_completion():
     assert HostFunction(fetch)(1) == 2
 
 
-# --- dispatcher ------------------------------------------------------------------------------------------
+# --- the dispatcher (calls as they arrive from a kernel) -----------------------------------------------------
 
 
-def test_dispatcher_records_results_errors_and_unknown_names():
-    seen = []
+class Bridge:
+    """The kernel side of a dispatcher, in-process: encodes calls, decodes replies."""
 
-    def add(a: int, b: int = 1) -> int:
-        return a + b
+    def __init__(self, dispatcher: FunctionDispatcher, **budget: int) -> None:
+        self.d = dispatcher
+        self.replies: dict[int, tuple[int, object]] = {}
+        self.records: list = []
+        self.done = threading.Condition()
+        self.clock = RunClock()
+        self.budget = CallBudget(**budget)
+        self.ids = iter(range(1, 10**6))
 
-    def boom() -> None:
-        raise PermissionError("no access")
+    def send(self, call_id: int, status: int, chunks: list) -> None:
+        value = codec.decode(b"".join(bytes(c) for c in chunks))
+        with self.done:
+            self.replies[call_id] = (status, codec.decode_exception(value) if status else value)
+            self.done.notify_all()
 
-    d = FunctionDispatcher([add, boom], on_call=seen.append)
-    ok = d.call("add", [2], {"b": 3})
-    assert ok.result == 5 and ok.error is None and ok.duration >= 0 and ok.started > 0
-    err = d.call("boom", [], {})
-    assert err.error.type == "PermissionError" and err.error.message == "no access"
-    missing = d.call("nope", [], {})
-    assert missing.error.type == "NameError" and "add, boom" in missing.error.message
-    assert seen == [ok, err, missing]
+    def on_done(self, record, call) -> None:
+        self.records.append(record)
+
+    def start(self, name: str, *args, **kwargs) -> int:
+        call_id = next(self.ids)
+        payload = memoryview(b"".join(bytes(c) for c in codec.encode((args, kwargs))))
+        self.d.submit(call_id, name, payload, send=self.send, on_done=self.on_done, clock=self.clock,
+                      budget=self.budget, max_payload=2**20)
+        return call_id
+
+    def wait(self, call_id: int, timeout: float = 10.0):
+        deadline = time.monotonic() + timeout
+        with self.done:
+            while call_id not in self.replies:
+                now = time.monotonic()
+                for call in self.d.overdue(now):  # what the kernel session's wait loop does
+                    self.d.expire(call, self.send, self.clock)
+                assert now < deadline, f"no reply to call {call_id}"
+                self.done.wait(0.02)
+            return self.replies[call_id]
+
+    def call(self, name: str, *args, **kwargs):
+        return self.wait(self.start(name, *args, **kwargs))
 
 
-def test_dispatcher_wire_format():
-    d = FunctionDispatcher([lambda_free_echo])
-    reply, record = d.handle_request(json.dumps({"name": "lambda_free_echo", "args": [{"__bytes__": "AP8="}],
-                                                 "kwargs": {}}))
-    assert record.args == [b"\x00\xff"]
-    assert json.loads(reply) == {"ok": True, "value": {"got": {"__bytes__": "AP8="}, "when": "2024-01-01",
-                                                       "set": [1]}}
-    reply, record = d.handle_request("{not json")
-    assert json.loads(reply)["ok"] is False and record.error.type == "ValueError"
-    failure = json.loads(encode_reply(d.call("lambda_free_echo", [], {})))
-    assert failure["ok"] is False and failure["type"] == "TypeError"
+def add(a: int, b: int = 1) -> int:
+    return a + b
 
 
-def lambda_free_echo(data: bytes) -> dict:
-    return {"got": data, "when": dt.date(2024, 1, 1), "set": {1}}
+def boom() -> None:
+    raise PermissionError("no access")
 
 
-def test_dispatcher_timeout_and_abandoned_calls_do_not_block_later_ones():
+class QuotaExceeded(Exception):
+    pass
+
+
+def quota() -> None:
+    raise QuotaExceeded("5 of 5 requests used")
+
+
+def echo(*args, **kwargs):
+    return args, kwargs
+
+
+def test_results_errors_and_unknown_names_reach_the_caller():
+    b = Bridge(FunctionDispatcher([add, boom, quota, echo]))
+    assert b.call("add", 2, b=3) == (0, 5)
+    status, err = b.call("boom")
+    assert status == 1 and type(err) is PermissionError and str(err) == "no access"
+    status, err = b.call("quota")
+    assert isinstance(err, codec.ToolError) and err.type_name.endswith("QuotaExceeded")
+    assert err.message == "5 of 5 requests used"
+    status, err = b.call("nope")
+    assert type(err) is NameError and "add, boom, echo, quota" in str(err)
+    assert b.call("echo", (1, 2), {3: "x"}, b"\x00", k={"s"}) == (0, (((1, 2), {3: "x"}, b"\x00"), {"k": {"s"}}))
+    assert [r.name for r in b.records] == ["add", "boom", "quota", "echo"]  # unknown names are refused, not run
+    assert b.records[0].args == [2] and b.records[0].kwargs == {"b": 3} and b.records[0].result == 5
+
+
+def test_calls_run_concurrently():
+    def nap(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    b = Bridge(FunctionDispatcher([nap]))
+    started = time.monotonic()
+    ids = [b.start("nap", 0.5) for _ in range(8)]
+    assert [b.wait(i) for i in ids] == [(0, 0.5)] * 8
+    assert time.monotonic() - started < 1.5  # eight half-second calls side by side
+
+
+def test_timeouts_are_answered_and_later_calls_are_not_blocked():
     release = threading.Event()
 
     def hang() -> None:
@@ -236,25 +255,96 @@ def test_dispatcher_timeout_and_abandoned_calls_do_not_block_later_ones():
     def quick() -> str:
         return "quick"
 
-    d = FunctionDispatcher([hang, quick], default_timeout=0.2)
+    b = Bridge(FunctionDispatcher([hang, quick], default_timeout=0.2, max_concurrent=8))
     try:
         started = time.monotonic()
-        for _ in range(6):  # more than any small worker pool would have
-            rec = d.call("hang", [], {})
-            assert rec.error.type == "TimeoutError" and "did not return within 0.2 s" in rec.error.message
-        assert d.call("quick", [], {}).result == "quick"
+        for _ in range(4):
+            status, err = b.call("hang")
+            assert type(err) is TimeoutError and "did not return within 0.2 s" in str(err)
+        assert b.call("quick") == (0, "quick")
         assert time.monotonic() - started < 5
+        assert [r.error.type for r in b.records[:4]] == ["TimeoutError"] * 4
     finally:
         release.set()
-        d.close()
+        b.d.close()
 
 
-def test_per_function_timeout_overrides_the_default():
-    d = FunctionDispatcher([HostFunction(lambda: time.sleep(0.5) or "late", name="late", timeout=0.05)],
-                           default_timeout=10)
-    assert d.call("late", [], {}).error.type == "TimeoutError"
-    d2 = FunctionDispatcher([HostFunction(lambda: "direct", name="direct")], default_timeout=None)
-    assert d2.call("direct", [], {}).result == "direct"
+def test_too_many_calls_at_once_and_per_run_cap_are_refused():
+    release = threading.Event()
+
+    def hang() -> None:
+        release.wait(30)
+
+    b = Bridge(FunctionDispatcher([hang, add], max_concurrent=2), max_calls=5)
+    try:
+        b.start("hang"), b.start("hang")
+        status, err = b.call("add", 1)
+        assert status == 1 and "too many host-function calls at once (at most 2" in str(err)
+        release.set()
+        time.sleep(0.2)
+        # Two hangs ran; the refused call did not count: three more may run, then the run's cap.
+        assert [b.call("add", i) for i in range(3)] == [(0, 1), (0, 2), (0, 3)]
+        status, err = b.call("add", 1)
+        assert status == 1 and "made 5 host-function calls, the most one run may make" in str(err)
+    finally:
+        release.set()
+
+
+def test_call_records_keep_values_only_within_the_byte_budget():
+    def blob(n: int) -> bytes:
+        return b"x" * n
+
+    b = Bridge(FunctionDispatcher([blob]), max_kept_bytes=10_000)
+    assert b.call("blob", 100)[1] == b"x" * 100
+    assert b.call("blob", 50_000)[1] == b"x" * 50_000  # the code still gets it
+    small, big = b.records
+    assert small.result == b"x" * 100
+    assert isinstance(big.result, Elided) and big.result.size > 50_000
+
+
+def test_approval_time_pauses_the_clocks_and_a_timed_out_call_never_runs_late():
+    ran = []
+
+    def approved_tool() -> str:
+        call = current_call()
+        with call.paused():  # a human deciding: 0.5 s, longer than the 0.2 s timeout
+            time.sleep(0.5)
+        call.checkpoint()
+        ran.append("ran")
+        return "done"
+
+    b = Bridge(FunctionDispatcher([approved_tool], default_timeout=0.2))
+    assert b.call("approved_tool") == (0, "done")
+    assert b.clock.run_time() < 0.3  # the approval did not count
+    assert ran == ["ran"]
+
+    def late_tool() -> str:
+        time.sleep(0.4)  # overruns its timeout, then a late "yes" arrives
+        current_call().checkpoint()
+        ran.append("late")
+        return "too late"
+
+    b = Bridge(FunctionDispatcher([late_tool], default_timeout=0.1))
+    status, err = b.call("late_tool")
+    assert type(err) is TimeoutError
+    time.sleep(0.5)
+    assert "late" not in ran  # checkpoint() stopped it: the sandbox was told it failed
+    with pytest.raises(CallTimedOut):
+        raise CallTimedOut("x")
+
+
+def test_run_clock_separates_code_time_from_host_time():
+    clock = RunClock()
+    clock.call_started()
+    clock.call_started()  # two at once count once
+    time.sleep(0.2)
+    clock.call_ended()
+    clock.call_ended()
+    assert clock.code_time() < 0.1 <= clock.run_time()
+    clock.pause()
+    time.sleep(0.2)
+    clock.resume()
+    assert clock.run_time() < 0.35
 
 
 def test_register_replaces_and_unregister_checks():
@@ -267,20 +357,30 @@ def test_register_replaces_and_unregister_checks():
     assert json.loads(d.specs_json()) == []
 
 
+def test_in_process_calls_for_the_restricted_backend():
+    d = FunctionDispatcher([add, boom], default_timeout=5)
+    ok = d.call("add", [2], {"b": 3})
+    assert ok.result == 5 and ok.error is None and ok.duration >= 0 and ok.started > 0
+    err = d.call("boom", [], {})
+    assert err.error.type == "PermissionError" and err.error.message == "no access"
+    missing = d.call("nope", [], {})
+    assert missing.error.type == "NameError" and "add, boom" in missing.error.message
+
+
 # --- the runtime's error classes -------------------------------------------------------------------------
 
 
 def test_host_errors_become_catchable_exceptions(runtime):
-    value_error = runtime._error_class("ValueError")
-    exc = value_error("bad")
-    assert isinstance(exc, ValueError) and isinstance(exc, runtime.HostFunctionError)
-    assert str(exc) == "bad" and value_error.__name__ == "ValueError"
-    assert str(runtime._error_class("KeyError")("k")) == "k"  # not "'k'"
-    assert issubclass(runtime._error_class("FileNotFoundError"), OSError)
-    custom = runtime._error_class("MyToolError")
-    assert issubclass(custom, runtime.HostFunctionError) and not issubclass(custom, ValueError)
-    assert not issubclass(runtime._error_class("SystemExit"), SystemExit)  # never a BaseException escape
-    assert runtime._error_class("ValueError") is value_error  # cached
+    exc = runtime._host_error(ValueError("bad"))
+    assert isinstance(exc, ValueError) and isinstance(exc, runtime.ToolError)
+    assert str(exc) == "bad" and type(exc).__name__ == "ValueError" and repr(exc) == "ValueError('bad')"
+    key = runtime._host_error(KeyError("k"))
+    assert isinstance(key, KeyError) and str(key) == "'k'"  # as the builtin prints it
+    assert isinstance(runtime._host_error(FileNotFoundError(2, "gone", "x.txt")), OSError)
+    custom = codec.ToolError("billing.QuotaExceeded", "over quota")
+    assert runtime._host_error(custom) is custom
+    assert type(runtime._host_error(ValueError("x"))) is type(exc)  # cached
+    assert runtime.HostFunctionError is runtime.ToolError  # the old name still catches
 
 
 def test_no_input_message(runtime):
@@ -387,7 +487,6 @@ def test_clean_traceback_and_exit_detail():
 
 
 def test_constants_match_the_runtime(runtime):
-    assert runtime.CALL_PREFIX == CALL_PREFIX
     assert runtime.READY_MARKER == READY_MARKER
     assert runtime.OUTPUT_CUT_MIME == OUTPUT_CUT_MIME
 

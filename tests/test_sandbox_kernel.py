@@ -227,10 +227,12 @@ def test_bytes_round_trip(sb):
     assert r.stdout == "bytes True\n"
 
 
-def test_non_json_results_are_converted(sb):
-    r = ok(sb, "v = odd_values()\nprint(v['forecast'])\nprint(v['when'], v['tags'], v['blob'])")
+def test_results_keep_their_python_types(sb):
+    r = ok(sb, "v = odd_values()\nprint(v['forecast'])\nprint(repr(v['when']), v['tags'], v['blob'])")
+    # A dataclass arrives as a dict of its fields (the sandbox does not have the class); the rest as themselves.
     assert r.stdout == (
-        "{'city': 'Oslo', 'day': '2024-05-17', 'temps': [12, 15]}\n2024-05-17T08:30:00 ['b'] b'\\x00\\xff'\n"
+        "{'city': 'Oslo', 'day': datetime.date(2024, 5, 17), 'temps': (12, 15)}\n"
+        "datetime.datetime(2024, 5, 17, 8, 30) {'b'} b'\\x00\\xff'\n"
     )
 
 
@@ -238,10 +240,11 @@ def test_host_exception_is_catchable_inside(sb):
     r = ok(
         sb,
         "try:\n    weather('Atlantis')\nexcept ValueError as e:\n    print('value', e)\n"
-        "try:\n    weather('Atlantis')\nexcept HostFunctionError as e:\n    print('host', type(e).__name__, e)\n"
-        "try:\n    lookup('k')\nexcept KeyError as e:\n    print('key', e)\n",
+        "try:\n    weather('Atlantis')\nexcept ToolError as e:\n    print('host', type(e).__name__, e)\n"
+        "try:\n    lookup('k')\nexcept KeyError as e:\n    print('key', e, repr(e))\n",
     )
-    assert r.stdout.splitlines() == ["value unknown city: Atlantis", "host ValueError unknown city: Atlantis", "key 'k'"]
+    assert r.stdout.splitlines() == ["value unknown city: Atlantis", "host ValueError unknown city: Atlantis",
+                                     "key 'k' KeyError('k')"]
     assert [c.error.type for c in r.calls] == ["ValueError", "ValueError", "KeyError"]
 
 
@@ -265,17 +268,18 @@ def test_calls_from_several_threads(sb):
         "out = []\n"
         "threads = [threading.Thread(target=lambda i=i: out.append(weather(f'c{i}')['city'])) for i in range(6)]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
-        "with ThreadPoolExecutor(8) as ex:\n    doubled = list(ex.map(double, range(20)))\n"
-        "print(sorted(out), doubled == [2 * i for i in range(20)])",
+        "with ThreadPoolExecutor(8) as ex:\n    doubled = list(ex.map(lambda i: reverse_bytes(bytes([i])), range(20)))\n"
+        "print(sorted(out), doubled == [bytes([i]) for i in range(20)])",
     )
     assert r.stdout == "['c0', 'c1', 'c2', 'c3', 'c4', 'c5'] True\n"
     assert len(r.calls) == 26
 
 
-def test_async_host_function(sb):
-    r = ok(sb, "print(double(21))")
-    assert r.stdout == "42\n"
-    assert r.calls[0].result == 42
+def test_async_host_function_is_awaitable(sb):
+    r = ok(sb, "import asyncio, inspect\nprint(inspect.iscoroutinefunction(double))\n"
+               "print(await double(21))\nprint(await asyncio.gather(double(1), double(2)))")
+    assert r.stdout == "True\n42\n[2, 4]\n"
+    assert sorted(c.result for c in r.calls) == [2, 4, 42]  # recorded as they complete
 
 
 def test_host_function_timeout_raises_inside_and_session_keeps_working(sb):
@@ -500,17 +504,15 @@ def test_subprocess_output_stays_in_its_own_run(sb):
 
 
 def _session_resources(session) -> dict:
-    res = {"socket_dir": Path(session.socket_dir)}
     if session.backend == "docker":
-        res["container"] = session.name
-    else:
-        res["workdir"] = Path(session.workdir)
-        res["pid"] = session._proc.pid
-    return res
+        container = session.container
+        volumes = [m["Name"] for m in container.attrs["Mounts"] if m["Type"] == "volume"]
+        return {"container": session.name, "volumes": volumes}
+    kernel_pid = int(ok(session, "import os; print(os.getpid())").stdout)
+    return {"workdir": Path(session.workdir), "pids": [session.process.proc.pid, kernel_pid]}
 
 
 def _assert_released(res: dict) -> None:
-    assert not res["socket_dir"].exists()
     if "container" in res:
         import docker
 
@@ -518,14 +520,15 @@ def _assert_released(res: dict) -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             names = [c.name for c in client.containers.list(all=True, filters={"name": res["container"]})]
-            vols = [v.name for v in client.volumes.list(filters={"name": res["container"]})]
+            vols = [v for v in res["volumes"] if client.volumes.list(filters={"name": v})]
             if not names and not vols:
                 break
             time.sleep(0.2)
         assert not names and not vols, (names, vols)
     else:
         assert not res["workdir"].exists()
-        assert not _alive(res["pid"]), f"kernel process {res['pid']} is still running"
+        for pid in res["pids"]:
+            assert not _alive(pid), f"sandbox process {pid} is still running"
 
 
 def _alive(pid: int) -> bool:

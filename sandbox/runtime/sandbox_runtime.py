@@ -2,12 +2,15 @@
 
 What it does:
 
-* ``launch(argv)`` starts the IPython kernel with settings suited to a
-  sandbox (no history database, plain tracebacks, a prepared matplotlib
-  cache) and installs the hooks below.
-* ``install(specs_json)`` turns host-function specs (data: name, docstring,
-  signature) into stubs in the user namespace. A stub sends its call to the
-  host over the Jupyter stdin channel and blocks until the reply.
+* :func:`launch` starts an IPython kernel under the supervisor
+  (:mod:`sandbox_init`), which owns the link to the host and relays the
+  kernel's ZMQ messages from its own process. Nothing is shared with the
+  host: no socket directory, no connection file, no network.
+* When the supervisor goes, the kernel and everything it started go too.
+* ``install(specs)`` turns host-function specs (data: name, docstring,
+  signature) into stubs in the user namespace. A stub sends its call over
+  the link and blocks until the host replies; calls from several threads run
+  concurrently on the host; stubs of async functions are awaitable.
 * plain ``input()``/``getpass()`` fail at once: nobody is there to type.
 * stdout/stderr are capped per cell at the source (head and tail kept), so
   ``print('x' * 10**8)`` never travels to the host; the host is told how
@@ -17,14 +20,17 @@ What it does:
 * tracebacks leave out frames of this runtime and of the kernel machinery.
 * ``list_files()`` and ``kill_strays()`` serve the host's bookkeeping.
 
-Host errors arrive as :class:`HostFunctionError`; when the host raised a
-builtin exception type (ValueError, KeyError, TimeoutError, ...), the
-exception is also an instance of that type, so ``except ValueError`` works.
+Errors of host functions arrive as the same builtin exception type when the
+host raised one (``except KeyError`` works), else as :class:`ToolError`.
+
+None of this is a security boundary in itself: code in the kernel can
+replace any of it. The host trusts nothing this process sends.
 """
 
 import builtins
 import getpass
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -32,17 +38,17 @@ import signal
 import sys
 import threading
 
-CALL_PREFIX = "\x1esandbox-call:"  # must match sandbox/functions.py
+import sandbox_codec
+import sandbox_wire as wire
+
 #: Written to stderr once the kernel is up: later process output is about a crash, not startup noise.
 READY_MARKER = "sandbox-runtime: kernel ready"  # must match sandbox/kernel.py
 #: MIME type of the display message that tells the host how much output was cut here.
 OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"  # must match sandbox/kernel.py
 
-
-class HostFunctionError(Exception):
-    """An error raised by a host function, re-raised inside the sandbox."""
-
-    host_type = "Exception"
+ToolError = sandbox_codec.ToolError
+#: The name earlier versions used; kept so that ``except HostFunctionError`` still works.
+HostFunctionError = ToolError
 
 
 class _State:
@@ -51,37 +57,150 @@ class _State:
     def __init__(self):
         self.kernel = None
         self.shell = None
-        self.ident = None
-        self.parent = None
-        self.lock = threading.Lock()
+        self.link = None  # the _CallLink
         self.stubs = {}
-        self.error_classes = {}
         self.limiters = []
         self.streams = []
         self.output_limit = None
+        self.max_payload = 64 * 1024 * 1024
         self.rich_cut = 0
         self.publish_raw = None
+        self.base_threads = set()  # the kernel's own threads, once it is ready
 
 
 _state = _State()
 
 
+# --- the call link to the supervisor ------------------------------------------------
+
+
+class _Waiter:
+    """One call waiting for its reply (a thread, or an asyncio future)."""
+
+    __slots__ = ("event", "reply", "loop", "future")
+
+    def __init__(self, loop=None, future=None):
+        self.event = threading.Event() if future is None else None
+        self.reply = None
+        self.loop = loop
+        self.future = future
+
+    def deliver(self, reply):
+        if self.future is None:
+            self.reply = reply
+            self.event.set()
+        else:
+            self.loop.call_soon_threadsafe(_resolve_future, self.future, reply)
+
+
+def _resolve_future(future, reply):
+    if not future.done():
+        future.set_result(reply)
+
+
+class _CallLink:
+    """Host-function calls over the socket the supervisor gave this kernel.
+
+    Calls go out from any thread (one frame at a time); a reader thread
+    hands each reply to the caller waiting for it. When the supervisor is
+    gone, so is this kernel.
+    """
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.write_lock = threading.Lock()
+        self.waiters = {}
+        self.waiters_lock = threading.Lock()
+        self.ids = itertools.count(1)
+        self.parser = wire.FrameParser(2**31, kinds={wire.KIND_REPLY})
+        threading.Thread(target=self._read, daemon=True, name="sandbox-calls").start()
+
+    def send(self, kind, *chunks):
+        views = wire.frame(kind, *chunks)
+        with self.write_lock:
+            for view in views:
+                view = memoryview(view)
+                while len(view):
+                    try:
+                        view = view[os.write(self.fd, view):]
+                    except InterruptedError:
+                        continue
+
+    def new_call(self, loop=None, future=None):
+        call_id = next(self.ids) & 0xFFFFFFFF
+        waiter = _Waiter(loop, future)
+        with self.waiters_lock:
+            self.waiters[call_id] = waiter
+        return call_id, waiter
+
+    def forget(self, call_id):
+        with self.waiters_lock:
+            return self.waiters.pop(call_id, None)
+
+    def _read(self):
+        try:
+            while True:
+                data = os.read(self.fd, 1 << 20)
+                if not data:
+                    break
+                for _, body in self.parser.feed(data):
+                    call_id, status, payload = wire.unpack_reply(body)
+                    waiter = self.forget(call_id)
+                    if waiter is not None:  # else: the caller was interrupted and gave up
+                        waiter.deliver((status, bytes(payload)))
+        except Exception:
+            pass
+        # The supervisor is gone: end this kernel and everything it started.
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        finally:
+            os._exit(0)
+
+
 # --- launching ---------------------------------------------------------------
 
 
+def _skip_terminal_ipython():
+    """Keep IPython's terminal front end (and prompt_toolkit) unimported: a kernel has no terminal.
+
+    ``import IPython`` pulls in ``IPython.terminal.embed`` for ``IPython.embed``,
+    which costs about a third of the kernel's start-up time.
+    """
+    if "IPython" in sys.modules:
+        return
+    import types
+
+    embed = types.ModuleType("IPython.terminal.embed")
+
+    def _embed(*args, **kwargs):
+        raise RuntimeError("IPython.embed() is not available in the sandbox")
+
+    embed.embed = _embed
+    embed.InteractiveShellEmbed = None
+    sys.modules["IPython.terminal.embed"] = embed
+
+
 def launch(argv=None):
-    """Start an IPython kernel for the sandbox; ``argv`` as for ipykernel (``-f conn.json``)."""
+    """Start the kernel; called by the supervisor (:mod:`sandbox_init`), which passes
+    the connection file and the call socket in the environment."""
+    _state.link = _CallLink(int(os.environ.pop("SANDBOX_CALL_FD")))
+    path = os.environ.pop("SANDBOX_CONNECTION")
     _prepare_matplotlib()
-    _patch_fd_capture()
     # The sandbox offers neither a debugger nor tab completion; without them
-    # ipykernel starts ~0.1 s faster (debugpy pulls in pkg_resources) and
+    # ipykernel starts faster (debugpy pulls in pkg_resources) and
     # stops warning about frozen modules on every start.
     sys.modules.setdefault("debugpy", None)
     sys.modules.setdefault("jedi", None)
+    _skip_terminal_ipython()
+    _patch_fd_capture()
+    import logging
+
+    logging.getLogger("traitlets").setLevel(logging.ERROR)  # "message signing is disabled": the link is private
     from ipykernel.kernelapp import IPKernelApp
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    args += [
+    args = list(sys.argv[1:] if argv is None else argv) + [
+        "-f", path,
+        "--IPKernelApp.log_level=40",  # no startup warnings in the kernel's log: its tail explains crashes
         "--HistoryManager.enabled=False",
         "--IPKernelApp.parent_handle=0",
         "--InteractiveShell.colors=NoColor",
@@ -89,8 +208,6 @@ def launch(argv=None):
     app = IPKernelApp.instance()
     app.initialize(args)
     setup(app.kernel, app.shell)
-    # The kernel's own stderr (a pipe on the host, the container log) gets a marker:
-    # what follows it is about this kernel's end, not startup chatter.
     fd = getattr(sys.stderr, "_original_stdstream_copy", None)
     try:
         os.write(fd if isinstance(fd, int) else 2, ("\n" + READY_MARKER + "\n").encode())
@@ -210,31 +327,28 @@ def setup(kernel, shell):
     _state.shell = shell
     shell.events.register("pre_run_cell", _before_cell)
     shell.events.register("post_run_cell", _after_cell)
-    shell.user_ns["HostFunctionError"] = HostFunctionError
+    shell.user_ns["ToolError"] = ToolError
+    shell.user_ns["HostFunctionError"] = ToolError
     _install_traceback_filter(shell)
     _install_output_caps(shell)
     _state.streams = [stream for stream in (sys.stdout, sys.stderr) if hasattr(stream, "write")]
     _state.limiters = [_OutputLimiter(stream) for stream in _state.streams]
 
 
-def configure(output_limit=None):
+def configure(output_limit=None, max_payload=None):
     """Settings from the host: ``output_limit`` caps each stream per cell and each
-    text of a rich output (characters)."""
+    text of a rich output (characters); ``max_payload`` caps one call's encoded
+    arguments (bytes; the host enforces it too)."""
     _state.output_limit = output_limit
+    if max_payload:
+        _state.max_payload = int(max_payload)
+    if not _state.base_threads:
+        _state.base_threads = {t.ident for t in threading.enumerate()}
     for limiter in _state.limiters:
         limiter.limit = output_limit
 
 
 def _before_cell(info=None):
-    # ipykernel keeps the requesting client's identity in (context-)variables
-    # that threads started by user code cannot see, so take them here, on the
-    # kernel's main thread, for stubs called from any thread during this cell.
-    k = _state.kernel
-    if hasattr(k, "_get_shell_context_var"):  # ipykernel >= 7
-        _state.ident = k._get_shell_context_var(k._shell_parent_ident)
-    else:
-        _state.ident = k._parent_ident["shell"]
-    _state.parent = k.get_parent("shell")
     builtins.input = _no_input
     getpass.getpass = _no_input
     for limiter in _state.limiters:
@@ -400,9 +514,12 @@ def _internal_prefixes():
     return tuple(prefixes)
 
 
+_RUNTIME_FILES = ("sandbox_runtime.py", "sandbox_codec.py", "sandbox_wire.py", "sandbox_init.py")
+
+
 def _is_internal(frame, prefixes):
     filename = frame.f_code.co_filename
-    if filename == __file__ or os.path.basename(filename) == "sandbox_runtime.py":
+    if filename == __file__ or os.path.basename(filename) in _RUNTIME_FILES:
         return True
     return bool(prefixes) and os.path.abspath(filename).startswith(prefixes)
 
@@ -484,27 +601,38 @@ def _signature(spec):
     for p in spec["parameters"]:
         default = inspect.Parameter.empty
         if p["has_default"]:
-            default = _Shown(p["default_repr"]) if p["default_repr"] is not None else p["default"]
-        annotation = _Shown(p["annotation"]) if p["annotation"] else inspect.Parameter.empty
+            # Only the shown text travels (a literal, or "..."): the host fills in the value.
+            default = _Shown(p.get("default_text") or "...")
+        annotation = _Shown(p["annotation"]) if p.get("annotation") else inspect.Parameter.empty
         params.append(inspect.Parameter(p["name"], _KINDS[p["kind"]], default=default, annotation=annotation))
-    returns = _Shown(spec["returns"]) if spec["returns"] else inspect.Signature.empty
+    returns = _Shown(spec["returns"]) if spec.get("returns") else inspect.Signature.empty
     return inspect.Signature(params, return_annotation=returns)
+
+
+def _bind(name, signature, args, kwargs):
+    try:
+        signature.bind(*args, **kwargs)  # wrong arguments fail here, like a real call
+    except TypeError as exc:
+        raise TypeError("%s(): %s" % (name, exc)) from None
 
 
 def _make_stub(spec):
     name = spec["name"]
     signature = _signature(spec)
 
-    def stub(*args, **kwargs):
-        __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
-        try:
-            signature.bind(*args, **kwargs)  # wrong arguments fail here, like a real call
-        except TypeError as exc:
-            raise TypeError(f"{name}(): {exc}") from None
-        return call(name, args, kwargs)
+    if spec.get("is_async"):
+        async def stub(*args, **kwargs):
+            __tracebackhide__ = True
+            _bind(name, signature, args, kwargs)
+            return await call_async(name, args, kwargs)
+    else:
+        def stub(*args, **kwargs):
+            __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
+            _bind(name, signature, args, kwargs)
+            return call(name, args, kwargs)
 
     stub.__name__ = stub.__qualname__ = name
-    stub.__doc__ = spec["doc"] or None
+    stub.__doc__ = spec.get("doc") or None
     stub.__signature__ = signature
     stub.__module__ = "host_functions"
     stub.__wrapped_host_function__ = True
@@ -527,93 +655,78 @@ def install(specs_json):
         user_ns[spec["name"]] = stub
 
 
+def _encode_call(name, args, kwargs):
+    try:
+        return sandbox_codec.encode((tuple(args), dict(kwargs)), max_bytes=_state.max_payload)
+    except sandbox_codec.CodecError as exc:
+        raise ValueError("%s(): the arguments cannot be sent to the host: %s" % (name, exc)) from None
+
+
+def _result(name, reply):
+    status, payload = reply
+    if status == wire.REPLY_VALUE:
+        return sandbox_codec.decode(payload)
+    raise _host_error(sandbox_codec.decode_exception(sandbox_codec.decode(payload)))
+
+
+def _host_error(exc):
+    """A builtin exception from the host is also a :class:`ToolError` (see ``sandbox_codec.as_tool_error``)."""
+    return sandbox_codec.as_tool_error(exc)
+
+
 def call(name, args, kwargs):
     """Call host function ``name``; returns its result or raises its error."""
     __tracebackhide__ = True
-    request = CALL_PREFIX + json.dumps({"name": name, "args": _to_json(args), "kwargs": _to_json(kwargs)})
-    k = _state.kernel
-    if k is None or _state.parent is None:
-        raise RuntimeError("host functions can only be called while the sandbox runs code")
-    # One request at a time: the stdin socket is not thread-safe.
-    with _state.lock:
-        reply = k._input_request(request, _state.ident, _state.parent, password=False)
-    data = json.loads(reply)
-    if data.get("ok"):
-        return _from_json(data.get("value"))
-    raise _error_class(data.get("type") or "Exception")(data.get("message") or "")
+    link = _state.link
+    if link is None:
+        raise RuntimeError("host functions need the sandbox's supervisor")
+    chunks = _encode_call(name, args, kwargs)
+    call_id, waiter = link.new_call()
+    try:
+        link.send(wire.KIND_CALL, *wire.pack_call(call_id, name, chunks))
+        waiter.event.wait()
+    except BaseException:  # interrupted: the host must not answer a caller who left
+        if link.forget(call_id) is not None:
+            try:
+                link.send(wire.KIND_ABANDON, wire.pack_u32(call_id))
+            except OSError:
+                pass
+        raise
+    return _result(name, waiter.reply)
 
 
-def _error_class(host_type):
-    cls = _state.error_classes.get(host_type)
-    if cls is None:
-        builtin = getattr(builtins, host_type, None)
-        bases = (HostFunctionError,)
-        if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin is not Exception:
-            bases = (HostFunctionError, builtin)
-        try:
-            cls = type(host_type, bases, {"host_type": host_type, "__module__": "host_functions"})
-        except TypeError:  # incompatible layouts (e.g. some OSError subclasses)
-            cls = type(host_type, (HostFunctionError,), {"host_type": host_type, "__module__": "host_functions"})
-        if issubclass(cls, KeyError):
-            cls.__str__ = Exception.__str__  # KeyError would quote the message
-        _state.error_classes[host_type] = cls
-    return cls
+async def call_async(name, args, kwargs):
+    """Awaitable :func:`call`: the event loop keeps running while the host works."""
+    import asyncio
 
-
-def _to_json(value):
-    # Keep in step with sandbox.functions.to_json_value (the host side).
-    import base64
-    import dataclasses
-    import datetime
-    import decimal
-    import enum
-    import pathlib
-
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"__bytes__": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, dict):
-        return {str(k): _to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_to_json(v) for v in value]
-    if isinstance(value, enum.Enum):
-        return _to_json(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _to_json(dataclasses.asdict(value))
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (pathlib.PurePath, decimal.Decimal)):
-        return str(value)
-    if type(value).__module__.startswith("pandas") and hasattr(value, "to_dict"):
-        try:
-            return _to_json(value.to_dict("records"))
-        except TypeError:
-            return _to_json(value.to_dict())
-    if hasattr(value, "tolist"):
-        return _to_json(value.tolist())
-    if hasattr(value, "items"):
-        return {str(k): _to_json(v) for k, v in value.items()}
-    return str(value)
-
-
-def _from_json(value):
-    import base64
-
-    if isinstance(value, dict):
-        if len(value) == 1 and "__bytes__" in value:
-            return base64.b64decode(value["__bytes__"])
-        return {k: _from_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_from_json(v) for v in value]
-    return value
+    __tracebackhide__ = True
+    link = _state.link
+    if link is None:
+        raise RuntimeError("host functions need the sandbox's supervisor")
+    chunks = _encode_call(name, args, kwargs)
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    call_id, _ = link.new_call(loop, future)
+    try:
+        link.send(wire.KIND_CALL, *wire.pack_call(call_id, name, chunks))
+        reply = await future
+    except BaseException:
+        if link.forget(call_id) is not None:
+            try:
+                link.send(wire.KIND_ABANDON, wire.pack_u32(call_id))
+            except OSError:
+                pass
+        raise
+    return _result(name, reply)
 
 
 # --- host bookkeeping ------------------------------------------------------------
 
 
 def list_files(root="."):
-    """JSON list of [relative path, size, mtime] for every file under ``root``."""
+    """JSON list of [relative path, size, mtime] for every regular file under ``root``."""
+    import stat
+
     out = []
     root = os.path.abspath(root)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -624,16 +737,30 @@ def list_files(root="."):
                 st = os.lstat(full)
             except OSError:
                 continue
-            out.append([os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime])
+            if stat.S_ISREG(st.st_mode):
+                out.append([os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime])
     return json.dumps(out)
 
 
-def kill_strays(whole_namespace):
+def after_interrupt():
+    """After a timed-out cell: kill stray processes; return how many threads the code left running.
+
+    Threads cannot be killed; the host restarts the kernel when any are left
+    (they would keep running, and printing, into later runs).
+    """
+    kill_strays()
+    return sum(1 for t in threading.enumerate() if t.ident not in _state.base_threads and t.is_alive())
+
+
+def kill_strays(whole_namespace=None):
     """Kill processes the sandboxed code left behind (e.g. a fork bomb).
 
-    In a container (``whole_namespace``) every process but init and the
-    kernel goes. On the host, only processes in the kernel's session.
+    In a container (the supervisor is the namespace's init) every process we
+    may signal but ourselves and the supervisor goes. On the host, only
+    processes in the kernel's session.
     """
+    if whole_namespace is None:
+        whole_namespace = os.getppid() == 1
     me = os.getpid()
     killed = 0
     for _ in range(5):  # repeat: a fork bomb refills the table between passes

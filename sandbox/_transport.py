@@ -1,0 +1,377 @@
+"""The host end of a kernel's byte stream: one I/O thread, framed messages, hard limits.
+
+A kernel process is reached through a byte stream it cannot see past: a
+Docker container's attach stream (stdin in, stdout and stderr multiplexed
+out) or a local subprocess's pipes. :class:`Connection` owns that stream:
+
+* one thread reads it, cuts it into frames (:mod:`sandbox_wire`) no longer
+  than ``max_frame`` and hands each to the session's ``on_frame``; the
+  kernel's own stderr is kept as a short tail for crash reports;
+* :meth:`Connection.send` writes without ever blocking the caller for long:
+  what the kernel does not read is queued, and a kernel that stops reading
+  for ``write_stall`` seconds is reported as broken;
+* anything malformed, oversized or unexpected ends the connection with a
+  reason (``on_closed``); nothing the kernel sends raises out of here.
+
+Everything that arrives is hostile input: the code in the kernel can write
+any bytes to the stream.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import ssl
+import struct
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Protocol
+
+from .runtime import sandbox_wire as wire
+
+#: Bytes of the kernel's own stderr kept for crash reports.
+STDERR_TAIL = 8192
+_READ_SIZE = 1 << 18
+
+
+class Stream(Protocol):
+    """A kernel's byte stream as the I/O thread sees it (all methods non-blocking)."""
+
+    #: False when only the I/O thread may touch the stream (TLS: one SSL object, one thread).
+    direct_send: bool
+
+    def read_fds(self) -> list[int]: ...
+
+    def read(self, fd: int) -> tuple[bytes, bytes] | None:
+        """``(stdout bytes, stderr bytes)`` from ``fd``; None at end of stream."""
+        ...
+
+    def write_fd(self) -> int: ...
+
+    def send(self, data: memoryview) -> int:
+        """Write what the stream takes now; raises BlockingIOError when it takes nothing."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class _DockerDemux:
+    """Splits Docker's multiplexed attach output (8-byte headers) into stdout and stderr."""
+
+    _HEADER = struct.Struct(">BxxxI")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._stream = 0
+        self._left = 0
+
+    def feed(self, data: bytes) -> tuple[bytes, bytes]:
+        out, err = bytearray(), bytearray()
+        view = memoryview(data)
+        while len(view):
+            if self._left == 0:
+                need = 8 - len(self._buf)
+                self._buf += view[:need]
+                view = view[need:]
+                if len(self._buf) < 8:
+                    break
+                self._stream, self._left = self._HEADER.unpack(bytes(self._buf))
+                self._buf.clear()
+                continue
+            take = min(self._left, len(view))
+            (err if self._stream == 2 else out).extend(view[:take])
+            self._left -= take
+            view = view[take:]
+        return bytes(out), bytes(err)
+
+
+class SocketStream:
+    """A Docker attach socket (Unix, TCP or TLS), stdout and stderr multiplexed."""
+
+    def __init__(self, sock: socket.socket, keepalive: Any = None) -> None:
+        self.sock = sock
+        self._keepalive = keepalive  # whatever must live as long as the socket
+        sock.setblocking(False)
+        self.is_tls = isinstance(sock, ssl.SSLSocket)
+        self.direct_send = not self.is_tls
+        self._demux = _DockerDemux()
+
+    def read_fds(self) -> list[int]:
+        return [self.sock.fileno()]
+
+    def read(self, fd: int) -> tuple[bytes, bytes] | None:
+        chunks = []
+        while True:
+            try:
+                data = self.sock.recv(_READ_SIZE)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError, InterruptedError):
+                break
+            except OSError as exc:
+                if exc.errno in (errno.ECONNRESET, errno.EPIPE) or isinstance(exc, ssl.SSLError):
+                    data = b""
+                else:
+                    raise
+            if not data:
+                if chunks:
+                    break
+                return None
+            chunks.append(data)
+            # TLS keeps decrypted bytes that select() cannot see: drain them now.
+            if not (self.is_tls and self.sock.pending()) and len(data) < _READ_SIZE:
+                break
+        return self._demux.feed(b"".join(chunks))
+
+    def write_fd(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, data: memoryview) -> int:
+        try:
+            return self.sock.send(data)
+        except ssl.SSLWantWriteError:
+            raise BlockingIOError(errno.EAGAIN, "TLS would block") from None
+        except ssl.SSLWantReadError:
+            raise BlockingIOError(errno.EAGAIN, "TLS would block") from None
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class PipeStream:
+    """A local subprocess's stdin, stdout and stderr pipes."""
+
+    direct_send = True
+
+    def __init__(self, stdin: int, stdout: int, stderr: int | None) -> None:
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        for fd in (stdin, stdout) + ((stderr,) if stderr is not None else ()):
+            os.set_blocking(fd, False)
+        self._open = {stdout} | ({stderr} if stderr is not None else set())
+
+    def read_fds(self) -> list[int]:
+        return sorted(self._open)
+
+    def read(self, fd: int) -> tuple[bytes, bytes] | None:
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return b"", b""
+        if not data:
+            self._open.discard(fd)
+            if fd == self.stdout:
+                return None
+            return b"", b""
+        return (data, b"") if fd == self.stdout else (b"", data)
+
+    def write_fd(self) -> int:
+        return self.stdin
+
+    def send(self, data: memoryview) -> int:
+        try:
+            return os.write(self.stdin, data)
+        except BrokenPipeError:
+            raise ConnectionError("the kernel's input is closed") from None
+
+    def close(self) -> None:
+        for fd in (self.stdin, self.stdout, self.stderr):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+
+FrameHandler = Callable[[bytes, bytearray], None]
+CloseHandler = Callable[[str | None], None]
+
+
+class Connection:
+    """One kernel's stream: frames in on an I/O thread, frames out from any thread.
+
+    ``on_frame(kind, body)`` runs on the I/O thread for each complete frame;
+    it must not block for long. ``on_closed(reason)`` runs once, when the
+    stream ends: ``reason`` is None for an orderly end of stream (the
+    process exited, or :meth:`close` was called), else what the kernel did
+    wrong (a malformed or oversized frame, a stalled input). An exception in
+    ``on_frame`` counts as the kernel's fault too: the host only fails there
+    on input it could not make sense of.
+    """
+
+    def __init__(self, stream: Stream, *, max_frame: int, on_frame: FrameHandler, on_closed: CloseHandler,
+                 kinds: set[bytes] | None = None, write_stall: float = 30.0, name: str = "kernel") -> None:
+        self.stream = stream
+        self.write_stall = write_stall
+        self._on_frame = on_frame
+        self._on_closed = on_closed
+        self._parser = wire.FrameParser(max_frame, kinds=kinds)
+        self._lock = threading.Lock()
+        self._out: deque[memoryview] = deque()
+        self._out_bytes = 0
+        self._last_progress = time.monotonic()
+        self._closed = False
+        self._reason: str | None = None
+        self.stderr_tail = bytearray()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"io-{name}")
+        self._thread.start()
+
+    # --- writing ------------------------------------------------------------------------
+
+    def send(self, kind: bytes, *chunks: Any) -> None:
+        """Queue one frame for the kernel; raises ConnectionError once the stream is closed."""
+        views = [memoryview(c) for c in wire.frame(kind, *chunks)]
+        with self._lock:
+            if self._closed:
+                raise ConnectionError("the kernel's stream is closed")
+            was_idle = not self._out
+            for view in views:
+                self._out.append(view)
+                self._out_bytes += len(view)
+            if was_idle:
+                self._last_progress = time.monotonic()
+            if self.stream.direct_send:
+                self._flush_locked()
+            pending = bool(self._out)
+        if pending:
+            self._wake()
+
+    def _flush_locked(self) -> None:
+        while self._out:
+            view = self._out[0]
+            try:
+                written = self.stream.send(view)
+            except (BlockingIOError, InterruptedError):
+                return
+            if written <= 0:
+                return
+            self._last_progress = time.monotonic()
+            self._out_bytes -= written
+            if written == len(view):
+                self._out.popleft()
+            else:
+                self._out[0] = view[written:]
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"\0")
+            except OSError:  # full: the thread is awake anyway
+                pass
+
+    @property
+    def queued(self) -> int:
+        """Bytes written but not yet taken by the kernel."""
+        return self._out_bytes
+
+    # --- the I/O thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        reason: str | None = None
+        selector = selectors.DefaultSelector()
+        try:
+            for fd in self.stream.read_fds():
+                selector.register(fd, selectors.EVENT_READ, "read")
+            selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+            write_fd = self.stream.write_fd()
+            shared_fd = write_fd in self.stream.read_fds()  # a socket: one fd both ways
+            watching_write = False
+            while True:
+                with self._lock:
+                    if self._closed:
+                        break
+                    wants_write = bool(self._out)
+                    if wants_write and time.monotonic() - self._last_progress > self.write_stall:
+                        reason = f"the kernel stopped reading its input for {self.write_stall:g} s"
+                        break
+                if wants_write != watching_write:
+                    if shared_fd:
+                        mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if wants_write else 0)
+                        selector.modify(write_fd, mask, "read")
+                    elif wants_write:
+                        selector.register(write_fd, selectors.EVENT_WRITE, "write")
+                    else:
+                        selector.unregister(write_fd)
+                    watching_write = wants_write
+                events = selector.select(1.0 if wants_write else None)
+                ended = False
+                for key, mask in events:
+                    if key.fileobj == self._wake_r:
+                        try:
+                            while os.read(self._wake_r, 4096):
+                                pass
+                        except (BlockingIOError, OSError):
+                            pass
+                        continue
+                    if mask & selectors.EVENT_WRITE:
+                        with self._lock:
+                            self._flush_locked()
+                    if mask & selectors.EVENT_READ:
+                        got = self.stream.read(key.fd)  # type: ignore[arg-type]
+                        if got is None:
+                            ended = True
+                            break
+                        out, err = got
+                        if err:
+                            self.stderr_tail += err
+                            del self.stderr_tail[:-STDERR_TAIL]
+                        if out:
+                            for kind, body in self._parser.feed(out):
+                                self._on_frame(kind, body)
+                if ended:
+                    if self._parser.pending:
+                        reason = "the kernel's stream ended in the middle of a message"
+                    break
+        except wire.WireError as exc:
+            reason = f"the kernel sent a malformed stream: {exc}"
+        except Exception as exc:  # a handler could not make sense of what arrived
+            reason = f"the kernel sent something the host could not handle: {type(exc).__name__}: {exc}"
+        finally:
+            selector.close()
+            with self._lock:
+                already = self._closed
+                self._closed = True
+                self._out.clear()
+                self._out_bytes = 0
+            self.stream.close()
+            with self._lock:  # a closed fd number may be reused: never write to it again
+                for fd in (self._wake_r, self._wake_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                self._wake_r = self._wake_w = -1
+            self._reason = None if already else reason
+            try:
+                self._on_closed(self._reason)
+            except Exception:
+                pass
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, wait: float = 5.0) -> None:
+        """End the stream (the kernel sees end of input); idempotent."""
+        with self._lock:
+            self._closed = True
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(wait)
+
+    def stderr_text(self) -> str:
+        return bytes(self.stderr_tail).decode("utf-8", "replace")

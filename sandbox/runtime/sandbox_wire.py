@@ -1,0 +1,206 @@
+"""The framing spoken between the host and the kernel over one byte stream.
+
+Standard library only: the same file runs inside the kernel (shipped with the
+runtime) and on the host (imported as ``sandbox.runtime.sandbox_wire``).
+
+The stream is the kernel process's own stdin/stdout: a Docker container's
+attach stream, or a local subprocess's pipes. There is no socket directory,
+no network and no file shared with the host. Every frame is::
+
+    kind: 1 byte | length: 4 bytes, big-endian | body: ``length`` bytes
+
+Kinds, kernel -> host:
+
+``H`` hello (JSON): a kernel is up and its messages reach the host.
+``E`` the kernel ended (JSON: exit code or signal); the supervisor waits for ``K``.
+``J`` a Jupyter message: one channel byte (``s`` shell, ``i`` iopub, ``n`` stdin,
+      ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
+``F`` a host-function call: call id (u32), name (u16 length + UTF-8), codec payload.
+``A`` a call the kernel abandoned (interrupted while waiting): call id (u32).
+
+Kinds, host -> kernel:
+
+``J`` a Jupyter message for a channel (as above).
+``R`` a call's reply: call id (u32), status byte (0 value, 1 error), codec payload.
+``X`` interrupt the running code (SIGINT in the kernel).
+``K`` kill the kernel and all it started, and start a fresh one.
+
+``F``, ``A`` and ``R`` also travel between the kernel and its supervisor
+(:mod:`sandbox_init`), over the socket pair the supervisor gives the kernel.
+
+A receiver refuses frames longer than its limit: the host treats everything
+the kernel sends as hostile (see :class:`FrameParser`).
+"""
+
+import struct
+
+KIND_HELLO = b"H"
+KIND_JUPYTER = b"J"
+KIND_CALL = b"F"
+KIND_ABANDON = b"A"
+KIND_REPLY = b"R"
+KIND_INTERRUPT = b"X"
+KIND_RESTART = b"K"
+KIND_EXIT = b"E"
+
+CHANNELS = {b"s": "shell", b"i": "iopub", b"n": "stdin", b"c": "control"}
+CHANNEL_BYTES = {name: code for code, name in CHANNELS.items()}
+
+REPLY_VALUE = 0
+REPLY_ERROR = 1
+
+_HEADER = struct.Struct(">cI")
+HEADER_SIZE = _HEADER.size
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+#: Largest frame body the format can express.
+MAX_FRAME = 2**32 - 1
+
+
+class WireError(ValueError):
+    """A frame that breaks the format (too long, truncated, wrong shape)."""
+
+
+def as_bytes_view(chunk):
+    """A byte-sized view of any bytes-like chunk (no copy)."""
+    view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def frame(kind, *chunks):
+    """The chunks of one frame: a header, then ``chunks`` as they are (no copy)."""
+    views = [as_bytes_view(c) for c in chunks]
+    size = sum(len(v) for v in views)
+    if size > MAX_FRAME:
+        raise WireError("a frame of %d bytes is longer than the format allows" % size)
+    return [_HEADER.pack(kind, size)] + [v for v in views if len(v)]
+
+
+def pack_parts(channel, parts):
+    """The body chunks of a ``J`` frame: channel byte, part count, then each part with its length."""
+    chunks = [CHANNEL_BYTES[channel], _U32.pack(len(parts))]
+    for part in parts:
+        part = as_bytes_view(part)
+        chunks.append(_U32.pack(len(part)))
+        chunks.append(part)
+    return chunks
+
+
+def unpack_parts(body, *, max_parts=64):
+    """``(channel name, [bytes, ...])`` from a ``J`` frame's body; raises :class:`WireError`."""
+    view = memoryview(body)
+    if len(view) < 5:
+        raise WireError("a Jupyter frame shorter than its header")
+    channel = CHANNELS.get(bytes(view[:1]))
+    if channel is None:
+        raise WireError("a Jupyter frame for an unknown channel %r" % bytes(view[:1]))
+    (count,) = _U32.unpack_from(view, 1)
+    if count > max_parts:
+        raise WireError("a Jupyter frame with %d parts (at most %d)" % (count, max_parts))
+    parts = []
+    offset = 5
+    for _ in range(count):
+        if offset + 4 > len(view):
+            raise WireError("a Jupyter frame cut short")
+        (size,) = _U32.unpack_from(view, offset)
+        offset += 4
+        if offset + size > len(view):
+            raise WireError("a Jupyter frame part longer than the frame")
+        parts.append(bytes(view[offset:offset + size]))
+        offset += size
+    if offset != len(view):
+        raise WireError("trailing bytes after a Jupyter frame's parts")
+    return channel, parts
+
+
+def pack_call(call_id, name, payload_chunks):
+    encoded = name.encode("utf-8")
+    return [_U32.pack(call_id), _U16.pack(len(encoded)), encoded] + list(payload_chunks)
+
+
+def unpack_call(body, *, max_name=256):
+    """``(call id, name, payload memoryview)`` from an ``F`` frame's body."""
+    view = memoryview(body)
+    if len(view) < 6:
+        raise WireError("a call frame shorter than its header")
+    (call_id,) = _U32.unpack_from(view, 0)
+    (name_len,) = _U16.unpack_from(view, 4)
+    if name_len > max_name or 6 + name_len > len(view):
+        raise WireError("a call frame with a bad name length")
+    try:
+        name = bytes(view[6:6 + name_len]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise WireError("a call frame whose name is not UTF-8") from None
+    return call_id, name, view[6 + name_len:]
+
+
+def pack_reply(call_id, status, payload_chunks):
+    return [_U32.pack(call_id), bytes((status,))] + list(payload_chunks)
+
+
+def unpack_reply(body):
+    view = memoryview(body)
+    if len(view) < 5:
+        raise WireError("a reply frame shorter than its header")
+    (call_id,) = _U32.unpack_from(view, 0)
+    return call_id, view[4], view[5:]
+
+
+def pack_u32(value):
+    return _U32.pack(value)
+
+
+def unpack_u32(body):
+    view = memoryview(body)
+    if len(view) != 4:
+        raise WireError("expected a 4-byte frame body")
+    return _U32.unpack_from(view, 0)[0]
+
+
+class FrameParser:
+    """Cuts a byte stream into frames, refusing any longer than ``max_frame``.
+
+    Feed it what arrives; it returns complete ``(kind, body)`` pairs. A frame's
+    body is collected into one buffer of its announced size (checked against
+    the limit first), so a large frame costs one allocation, and the parser
+    never holds more than one frame plus one read.
+    """
+
+    def __init__(self, max_frame, kinds=None):
+        self.max_frame = max_frame
+        self.kinds = kinds
+        self._header = bytearray()
+        self._kind = None
+        self._body = None
+        self._filled = 0
+
+    @property
+    def pending(self):
+        """True while a frame is half received."""
+        return bool(self._header) or self._body is not None
+
+    def feed(self, data):
+        frames = []
+        view = memoryview(data)
+        while len(view):
+            if self._body is None:
+                need = HEADER_SIZE - len(self._header)
+                self._header += view[:need]
+                view = view[need:]
+                if len(self._header) < HEADER_SIZE:
+                    break
+                kind, size = _HEADER.unpack(bytes(self._header))
+                self._header = bytearray()
+                if self.kinds is not None and kind not in self.kinds:
+                    raise WireError("unknown frame kind %r" % kind)
+                if size > self.max_frame:
+                    raise WireError("a frame of %d bytes (the limit is %d)" % (size, self.max_frame))
+                self._kind, self._body, self._filled = kind, bytearray(size), 0
+            take = min(len(view), len(self._body) - self._filled)
+            self._body[self._filled:self._filled + take] = view[:take]
+            self._filled += take
+            view = view[take:]
+            if self._filled == len(self._body):
+                frames.append((self._kind, self._body))
+                self._kind, self._body = None, None
+        return frames
