@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import threading
@@ -29,12 +30,14 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from sandbox.errors import SandboxError
-from sandbox.functions import HostFunction, to_json_value
+from sandbox.functions import HostFunction, current_call
+from sandbox.hostfiles import UnsafePath, check_relative_path, write_confined
 from sandbox.result import ExecutionResult
 
 from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import (
     CodeAction,
+    CodeOutput,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -52,6 +55,7 @@ from .observation import NOTHING_PRINTED, ObservationParts, format_observation, 
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
 from .tools import RunContext, Tool, ensure_tools
+from .values import preview
 
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
@@ -68,6 +72,21 @@ class ApprovalRequest:
 
 
 Approver = Callable[[ApprovalRequest], bool]
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """Budgets of one run that the code in the sandbox could otherwise run up.
+
+    Files the code writes in the working directory are copied to the run's
+    output directory after each step, within these caps (beyond them, the
+    observation says what was not copied).
+    """
+
+    max_artifact_files_per_step: int = 20
+    max_artifact_bytes_per_step: int = 50 * 1024 * 1024
+    max_artifact_files_per_run: int = 200
+    max_artifact_bytes_per_run: int = 200 * 1024 * 1024
 
 
 def _default_output_root() -> Path:
@@ -98,9 +117,10 @@ class CodeActAgent:
     Args:
         model: anything implementing :class:`codeact.models.Model`.
         tools: :class:`Tool` objects or plain functions (converted with ``@tool``).
-        sandbox: ``"auto"`` (docker if possible, else local with a warning),
-            ``"docker"``, ``"local"``, ``"restricted"``, or a started sandbox
-            object you own (it is reused across runs and not closed).
+        sandbox: ``"docker"`` (the default: isolated; an error with what to do
+            when Docker is not ready, never a silent fallback), ``"local"`` or
+            ``"restricted"`` (not isolated: explicit choices that warn), or a
+            started sandbox object you own (reused across runs, not closed).
         sandbox_options: keyword options for the sandbox backend (``timeout``, ``memory``...).
         max_steps: model turns per run before it ends with status ``max_steps``.
         approve: called before each call of a ``requires_approval`` tool; return
@@ -114,6 +134,7 @@ class CodeActAgent:
         history_budget: approximate tokens of history; beyond it older observations are elided.
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
+        limits: artifact caps per step and per run (:class:`RunLimits`).
     """
 
     def __init__(
@@ -121,7 +142,7 @@ class CodeActAgent:
         model: Any,
         tools: Sequence[Tool[Any, Any] | Callable[..., Any]] = (),
         *,
-        sandbox: Any = "auto",
+        sandbox: Any = "docker",
         sandbox_options: dict[str, Any] | None = None,
         max_steps: int = 10,
         approve: Approver | None = None,
@@ -133,6 +154,7 @@ class CodeActAgent:
         history_budget: int = 60_000,
         system_prompt: str | None = None,
         execution_timeout: float = 60.0,
+        limits: RunLimits | None = None,
     ) -> None:
         self.model = model
         self.tools = ensure_tools(tools)
@@ -149,6 +171,7 @@ class CodeActAgent:
         self.history_budget = history_budget
         self.system_prompt = system_prompt
         self.execution_timeout = execution_timeout
+        self.limits = limits or RunLimits()
         self._log_spec = log
         self._log: Any = None
 
@@ -255,6 +278,7 @@ class ChatSession:
         self._state: _RunState | None = None
         self._files: list[FileDescription] = []
         self._closed = False
+        self._approval = threading.Lock()  # one approval open at a time
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -338,6 +362,7 @@ class ChatSession:
                         FileDescription.of(p).render() for p in file_paths)
                 self.messages.append(Message("user", task + extra))
             snapshot = self._file_snapshot()
+            budget = _ArtifactBudget(agent.limits)
             for index in range(1, agent.max_steps + 1):
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled(f"cancelled before step {index}")
@@ -370,11 +395,13 @@ class ChatSession:
                     if isinstance(item, ToolCall):
                         step.tool_calls.append(item)
                         yield emit(item)
+                    elif isinstance(item, CodeOutput):
+                        yield emit(item)
                     else:
                         exec_result = item
                 assert exec_result is not None
                 step.sandbox_time = time.perf_counter() - exec_started
-                parts, images = self._collect_artifacts(exec_result, index, output_dir, snapshot, result)
+                parts, images = self._collect_artifacts(exec_result, index, output_dir, snapshot, result, budget)
                 full_text = format_observation(exec_result, parts, limit=None)
                 text = truncate_middle(full_text, agent.observation_limit)
                 step.observation = text
@@ -445,30 +472,45 @@ class ChatSession:
             try:
                 arguments = tool.bind(args, kwargs)
                 if tool.requires_approval:
-                    request = ApprovalRequest(tool.name, to_json_value(arguments), state.run_id, state.step)
-                    approver = self.agent.approve
-                    if approver is None or not approver(request):
-                        raise ApprovalDenied(f"the user did not allow this call to {tool.name}; "
-                                             "do not retry it, find another way or explain in the final answer")
+                    self._ask_approval(tool, arguments, state)
                 ctx = RunContext(run_id=state.run_id, step=state.step, deps=self.agent.deps)
                 value = tool.call(arguments, ctx)
             except Exception as exc:
+                shown = arguments or {"args": list(args), **kwargs}
                 state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
-                                                  arguments=to_json_value(arguments or {"args": list(args), **kwargs}),
-                                                  error=f"{type(exc).__name__}: {exc}",
-                                                  duration=time.perf_counter() - started))
+                                      arguments={k: preview(v) for k, v in shown.items()},
+                                      error=f"{type(exc).__name__}: {exc}", duration=time.perf_counter() - started))
                 raise
             state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
-                                              arguments=to_json_value(arguments), result=to_json_value(value),
-                                              duration=time.perf_counter() - started))
+                                  arguments={k: preview(v) for k, v in arguments.items()}, result=preview(value),
+                                  duration=time.perf_counter() - started))
             if tool.return_direct:
                 state.answer, state.answered = value, True
             return value
 
         return invoke
 
-    def _run_code(self, code: str, state: _RunState) -> Iterator[ToolCall | ExecutionResult]:
-        """Run a code action, yielding each tool call as it completes, then the result.
+    def _ask_approval(self, tool: Tool[Any, Any], arguments: dict[str, Any], state: _RunState) -> None:
+        """Ask the approver; raise :class:`ApprovalDenied` unless it says yes.
+
+        One approval is open at a time, and the time a human takes (waiting for
+        the turn included) counts against neither the call's timeout nor the
+        code's time limit. A call the sandbox was already told had failed is
+        never run after a late yes.
+        """
+        call = current_call()
+        request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, state.run_id, state.step)
+        approver = self.agent.approve
+        with call.paused() if call is not None else contextlib.nullcontext(), self._approval:
+            allowed = approver is not None and approver(request)
+        if call is not None:
+            call.checkpoint()
+        if not allowed:
+            raise ApprovalDenied(f"the user did not allow this call to {tool.name}; "
+                                 "do not retry it, find another way or explain in the final answer")
+
+    def _run_code(self, code: str, state: _RunState) -> Iterator[ToolCall | CodeOutput | ExecutionResult]:
+        """Run a code action, yielding its output and each tool call as they come, then the result.
 
         The sandbox runs on a worker thread so that tool-call events reach the
         caller while the code is still running. If the caller stops (Ctrl-C,
@@ -479,9 +521,12 @@ class ChatSession:
         done = object()
         outcome: dict[str, Any] = {}
 
+        def on_output(stream: str, text: str) -> None:
+            events.put(CodeOutput(run_id=state.run_id, step=state.step, stream=stream, text=text))
+
         def work() -> None:
             try:
-                outcome["result"] = self._sandbox.run(code, list_files=True)
+                outcome["result"] = self._sandbox.run(code, list_files=True, on_output=on_output)
             except BaseException as exc:  # re-raised on the caller's thread
                 outcome["error"] = exc
             finally:
@@ -565,28 +610,49 @@ class ChatSession:
 
     def _collect_artifacts(self, exec_result: ExecutionResult, step: int, output_dir: Path,
                            snapshot: dict[str, tuple[int, float]],
-                           result: RunResult) -> tuple[ObservationParts, list[bytes]]:
+                           result: RunResult, budget: "_ArtifactBudget") -> tuple[ObservationParts, list[bytes]]:
+        """Save the step's figures and the files its code wrote into ``output_dir``.
+
+        The file list comes from the sandbox, so every name is checked (plain
+        relative paths only) and written without following links, below the
+        run's output directory only; per-step and per-run caps bound what is
+        copied, and the observation says what was left out.
+        """
         parts = ObservationParts()
         images = exec_result.images
-        for k, png in enumerate(images, 1):
+        if images or exec_result.files:
             output_dir.mkdir(parents=True, exist_ok=True)
-            path = output_dir / f"step{step}_figure{k}.png"
-            path.write_bytes(png)
-            parts.artifacts.append(path.name)
+        for k, png in enumerate(images, 1):
+            name = f"step{step}_figure{k}.png"
+            if not budget.take(len(png), step):
+                parts.skipped.append((name, budget.reason(len(png))))
+                continue
+            path = write_confined(output_dir, name, png)
+            parts.artifacts.append(name)
             result.artifacts.append(path)
         current = ({f.path: (f.size, f.mtime) for f in exec_result.files} if exec_result.files is not None
                    else self._file_snapshot())
         for rel, (size, mtime) in sorted(current.items()):
             if snapshot.get(rel) == (size, mtime) or rel.startswith("."):
                 continue
+            try:
+                check_relative_path(rel)
+            except UnsafePath as exc:
+                parts.skipped.append((rel, f"unsafe name: {exc}"))
+                continue
             parts.changed_files.append((rel, size))
+            if not budget.take(size, step):
+                parts.skipped.append((rel, budget.reason(size)))
+                continue
             try:
                 data = self._sandbox.download(rel)
-            except Exception:
+                if len(data) != size and not budget.take(len(data) - size, step):
+                    parts.skipped.append((rel, budget.reason(len(data))))
+                    continue
+                target = write_confined(output_dir, rel, data)
+            except Exception as exc:  # vanished, grew past the download cap, or a name the host refuses
+                parts.skipped.append((rel, f"not copied: {exc}"))
                 continue
-            target = output_dir / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
             if target not in result.artifacts:
                 result.artifacts.append(target)
         snapshot.clear()
@@ -604,6 +670,40 @@ class ChatSession:
         return None
 
 
+class _ArtifactBudget:
+    """What one run may still copy out of the sandbox (files and bytes, per step and per run)."""
+
+    def __init__(self, limits: RunLimits) -> None:
+        self.limits = limits
+        self.files = self.bytes = 0
+        self.step = 0
+        self.step_files = self.step_bytes = 0
+
+    def take(self, size: int, step: int) -> bool:
+        if step != self.step:
+            self.step, self.step_files, self.step_bytes = step, 0, 0
+        lim = self.limits
+        if (self.step_files + 1 > lim.max_artifact_files_per_step or self.files + 1 > lim.max_artifact_files_per_run
+                or self.step_bytes + size > lim.max_artifact_bytes_per_step
+                or self.bytes + size > lim.max_artifact_bytes_per_run):
+            return False
+        self.step_files += 1
+        self.files += 1
+        self.step_bytes += size
+        self.bytes += size
+        return True
+
+    def reason(self, size: int) -> str:
+        lim = self.limits
+        if self.step_files + 1 > lim.max_artifact_files_per_step:
+            return f"over the limit of {lim.max_artifact_files_per_step} files per step"
+        if self.files + 1 > lim.max_artifact_files_per_run:
+            return f"over the limit of {lim.max_artifact_files_per_run} files per run"
+        if self.step_bytes + size > lim.max_artifact_bytes_per_step:
+            return f"over the limit of {lim.max_artifact_bytes_per_step:,} bytes per step"
+        return f"over the limit of {lim.max_artifact_bytes_per_run:,} bytes per run"
+
+
 def _result_of(events: Iterator[Event]) -> RunResult:
     """Consume a run's events; return the result its final RunFinished carries."""
     result: RunResult | None = None
@@ -614,4 +714,4 @@ def _result_of(events: Iterator[Event]) -> RunResult:
     return result
 
 
-__all__ = ["CodeActAgent", "ChatSession", "ApprovalRequest", "Approver"]
+__all__ = ["CodeActAgent", "ChatSession", "ApprovalRequest", "Approver", "RunLimits"]

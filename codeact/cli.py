@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .render import Renderer
     from .runlog import RunLog
 
-BACKENDS = ("auto", "docker", "local", "restricted")
+BACKENDS = ("docker", "local", "restricted", "auto")
 STATUSES = ("running", "success", "max_steps", "error", "cancelled")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -57,6 +57,9 @@ class RunCancelledByUser(Exception):
 
 
 def _error_line(message: str) -> None:
+    from .terminal import safe
+
+    message = safe(message)  # error messages can carry text from the sandbox
     message = " ".join(str(message).split()) if "\n" not in str(message).strip() else str(message).strip()
     click.secho("Error: ", fg="red", bold=True, err=True, nl=False)
     click.secho(message, fg="red", err=True)
@@ -178,9 +181,9 @@ def _model_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def _backend_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
-        "-b", "--backend", type=click.Choice(BACKENDS), default="auto", show_default=True,
-        help="Sandbox: docker (isolated), local (a kernel process; NOT isolated), restricted "
-             "(RestrictedPython in-process; NOT isolated); auto = docker if available, else local with a warning.",
+        "-b", "--backend", type=click.Choice(BACKENDS), default=None,
+        help="Sandbox: docker (the default: isolated; an error if Docker is not ready), local (a kernel "
+             "process; NOT isolated), restricted (RestrictedPython in-process; NOT isolated) [env: CODEACT_BACKEND].",
     )(f)
 
 
@@ -225,24 +228,24 @@ def _load_tools(specs: Sequence[str]) -> list[Any]:
     return ensure_tools(tools)
 
 
-def _resolve_backend(backend: str, renderer: Renderer) -> str:
-    """A concrete backend name; docker's absence is an error only when docker was asked for."""
-    if backend == "local":
-        renderer.notice("Note: the local backend runs code on this machine with your permissions (not isolated).")
-        return backend
-    if backend == "restricted":
-        renderer.notice("Note: the restricted backend runs code in this process (not a security boundary).")
-        return backend
+def _resolve_backend(backend: str | None, renderer: Renderer) -> str:
+    """The backend to use: docker unless local or restricted is named; Docker's absence is an error."""
+    name = cfg.backend(backend)
+    if name != "docker":
+        from sandbox import UNSAFE_BACKENDS
+
+        renderer.notice(f"Note: the {name} backend is not isolated ({UNSAFE_BACKENDS[name]}); "
+                        "use it only for trusted code.")
+        return name
     from sandbox import docker_available
 
     reason = docker_available()
-    if reason is None:
-        return "docker"
-    if backend == "docker":
-        raise UserError(f"the Docker sandbox is unavailable: {reason}")
-    renderer.warning(f"Docker sandbox unavailable ({reason}); running code in a LOCAL kernel with your "
-                     "permissions (not isolated). Fix Docker, or pass --backend local to choose this knowingly.")
-    return "local"
+    if reason is not None:
+        raise UserError(
+            f"the Docker sandbox is not ready: {reason}; `codeact doctor` shows what to fix. To run code "
+            f"WITHOUT isolation instead, choose it knowingly: --backend local (or {cfg.BACKEND_ENV}=local)"
+        )
+    return "docker"
 
 
 def _open_log(db: str | None, no_log: bool) -> RunLog | None:
@@ -369,9 +372,11 @@ def _result_json(result: RunResult) -> str:
 
     from .runlog import jsonable
 
+    from .terminal import safe_json
+
     data = jsonable(result)
     data["ok"] = result.ok
-    return json.dumps(data, ensure_ascii=False, indent=2)
+    return safe_json(json.dumps(data, ensure_ascii=False, indent=2))
 
 
 def _cancelled_message(exc: RunCancelledByUser, log: RunLog | None) -> str:
@@ -637,8 +642,9 @@ def _list_runs(db: str | None, limit: int, status: str | None, as_json: bool) ->
         import json
 
         from .runlog import jsonable
+        from .terminal import safe_json
 
-        click.echo(json.dumps(jsonable(runs), ensure_ascii=False, indent=2))
+        click.echo(safe_json(json.dumps(jsonable(runs), ensure_ascii=False, indent=2)))
         return
     if not runs:
         where = cfg.db_path(db)
@@ -771,7 +777,7 @@ class _Checks:
 
     def report(self, key: str, status: str, what: str, detail: str, fix: str = "") -> None:
         self.results[key] = status
-        colour = {"OK": "green", "FAIL": "red", "WARN": "yellow"}[status]
+        colour = {"OK": "green", "FAIL": "red", "WARN": "yellow", "INFO": "cyan"}[status]
         click.secho(f"{status:<4}", fg=colour, bold=True, nl=False)
         click.echo(f"  {what}: {detail}")
         if fix and status != "OK":
@@ -847,9 +853,9 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         version = client.version().get("Version", "?")
         checks.report("docker", "OK", "Docker engine", f"answers (server {version})")
     except BackendUnavailable as exc:
-        checks.report("docker", "FAIL", "Docker engine", str(exc).split(". ")[0],
-                      "install and start Docker (e.g. `apt-get install docker.io && dockerd &`), "
-                      "or use --backend local (not isolated)")
+        checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0],
+                      "install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
+                      "`scripts/dev.sh setup` in a checkout)")
     except Exception as exc:  # noqa: BLE001
         checks.report("docker", "FAIL", "Docker engine", f"{type(exc).__name__}: {exc}", "check the Docker engine")
     from sandbox.image import default_image_tag, image_exists
@@ -900,16 +906,39 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         checks.report("log", "FAIL", "run log", f"{path}: {_message_for(exc)}",
                       "pass --db PATH or set CODEACT_DB to a writable location")
 
+    if client is not None:
+        _check_isolation_extras(checks, client)
+
     docker_ok = checks.results.get("docker") == "OK" and checks.results.get("image") == "OK"
     local_ok = checks.results.get("local") == "OK"
     if docker_ok:
         click.secho("Ready: code runs in the Docker sandbox.", fg="green", bold=True)
-    elif local_ok:
-        click.secho("Ready with the local backend only (NOT isolated): fix Docker for the isolated sandbox.",
-                    fg="yellow", bold=True)
     else:
-        click.secho("Not ready: no backend can run code here.", fg="red", bold=True)
-    raise click.exceptions.Exit(0 if docker_ok or local_ok else 1)
+        click.secho("Not ready: the Docker sandbox (the default) cannot run code here; fix what is marked "
+                    "above.", fg="red", bold=True)
+        if local_ok:
+            click.echo("Code can run WITHOUT isolation if you choose it: --backend local (or CODEACT_BACKEND=local).")
+    raise click.exceptions.Exit(0 if docker_ok else 1)
+
+
+def _check_isolation_extras(checks: _Checks, client: Any) -> None:
+    """Optional hardening of the engine: user-namespace remapping and gVisor (informational)."""
+    try:
+        info = client.info()
+    except Exception:  # noqa: BLE001
+        return
+    security = " ".join(info.get("SecurityOptions") or [])
+    if "userns" in security:
+        checks.report("userns", "OK", "user namespaces", "the engine remaps container users (userns-remap)")
+    else:
+        checks.report("userns", "INFO", "user namespaces", "not enabled (containers' uid 1000 is the host's uid 1000)",
+                      'optional: "userns-remap": "default" in /etc/docker/daemon.json (see README, Security)')
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if "runsc" in runtimes:
+        checks.report("gvisor", "OK", "gVisor", "runtime runsc is installed: DockerSandbox(runtime='runsc')")
+    else:
+        checks.report("gvisor", "INFO", "gVisor", f"not installed (runtimes: {', '.join(runtimes) or '?'})",
+                      "optional: install gVisor for a second kernel boundary (see README, Security)")
 
 
 # --------------------------------------------------------------------------- image

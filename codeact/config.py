@@ -13,6 +13,8 @@ a default.
                            when set, ``run`` and ``chat`` replay these replies with a
                            :class:`~codeact.models.ScriptedModel` instead of calling a
                            model (no network, deterministic). Not for normal use.
+``CODEACT_BACKEND``        sandbox backend (``--backend``): ``docker`` (default), or
+                           ``local`` / ``restricted`` to choose an unisolated one knowingly
 ``CODEACT_DEBUG``          ``1`` shows tracebacks instead of one-line errors
 =========================  ===========================================================
 
@@ -35,6 +37,8 @@ DB_ENV = "CODEACT_DB"
 OUTPUT_DIR_ENV = "CODEACT_OUTPUT_DIR"
 SCRIPTED_ENV = "CODEACT_SCRIPTED_REPLIES"
 DEBUG_ENV = "CODEACT_DEBUG"
+BACKEND_ENV = "CODEACT_BACKEND"
+BACKENDS = ("docker", "local", "restricted")
 
 NO_MODEL_HINT = (
     "no model configured: pass --model NAME or set CODEACT_MODEL "
@@ -46,6 +50,21 @@ NO_MODEL_HINT = (
 def env(name: str) -> str:
     """The environment variable ``name``, stripped ('' when unset)."""
     return os.environ.get(name, "").strip()
+
+
+def backend(option: str | None = None) -> str:
+    """The sandbox backend from ``--backend`` or ``$CODEACT_BACKEND``; ``docker`` when neither is set.
+
+    ``auto`` (accepted from older configurations) means docker: nothing falls
+    back to an unisolated backend unless it is named.
+    """
+    value = (option or "").strip().lower() or env(BACKEND_ENV).lower() or "docker"
+    if value == "auto":
+        value = "docker"
+    if value not in BACKENDS:
+        raise ConfigError(f"unknown sandbox backend {value!r} (from {'--backend' if option else BACKEND_ENV}); "
+                          f"choose one of {', '.join(BACKENDS)}")
+    return value
 
 
 def debug_enabled() -> bool:

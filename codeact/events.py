@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from .messages import Usage
 
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled"]
+#: ``interrupted``: the process running it ended before it could (found and marked later).
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +55,18 @@ class CodeAction(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CodeOutput(Event):
+    """Output of the running code action as it arrives (stdout or stderr)."""
+
+    stream: str
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ToolCall(Event):
+    """A tool call made by the code action; ``arguments`` and ``result`` are
+    :func:`codeact.values.preview` values (bounded JSON)."""
+
     name: str
     arguments: dict[str, Any]
     result: Any = None

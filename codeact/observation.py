@@ -27,6 +27,7 @@ class ObservationParts:
 
     artifacts: list[str] = field(default_factory=list)  # saved image/file names, for the summary
     changed_files: list[tuple[str, int]] = field(default_factory=list)  # files the code wrote
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why) not copied to the host
 
 
 def _size(n: int) -> str:
@@ -63,6 +64,11 @@ def format_observation(result: ExecutionResult, parts: ObservationParts | None =
     if parts.changed_files:
         listing = ", ".join(f"{p} ({_size(s)})" for p, s in parts.changed_files)
         sections.append(f"Files written in the working directory: {listing}")
+    if parts.skipped:
+        shown = parts.skipped[:20]
+        listing = "; ".join(f"{ascii(p)[1:-1]}: {why}" for p, why in shown)
+        more = f" (and {len(parts.skipped) - len(shown)} more)" if len(parts.skipped) > len(shown) else ""
+        sections.append(f"Not saved for the user: {listing}{more}")
     if result.error is not None:
         tb = result.error.traceback.strip() or str(result.error)
         last = tb.splitlines()[-1] if tb else ""

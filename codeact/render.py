@@ -19,7 +19,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from collections.abc import Iterable
@@ -34,6 +33,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from .terminal import safe
+from .values import show
 from .events import (
     CodeAction,
     ErrorEvent,
@@ -96,19 +97,18 @@ def fmt_time(t: float | None, *, short: bool = False) -> str:
 
 
 def short(text: str, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
+    text = " ".join(safe(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def json_text(value: Any, *, indent: int | None = None) -> str:
-    from .runlog import jsonable
-
-    return json.dumps(jsonable(value), ensure_ascii=False, indent=indent)
+def value_text(value: Any, limit: int | None = None) -> str:
+    """A value from an event (a :mod:`codeact.values` preview) as readable, terminal-safe text."""
+    return safe(show(value, limit))
 
 
 def call_text(name: str, arguments: dict[str, Any] | None) -> str:
-    args = ", ".join(f"{k}={json_text(v)}" for k, v in (arguments or {}).items())
-    return f"{name}({args})"
+    args = ", ".join(f"{safe(k)}={value_text(v, 400)}" for k, v in (arguments or {}).items())
+    return f"{safe(name)}({args})"
 
 
 def elide_lines(text: str, limit: int = OBSERVATION_LINES) -> tuple[str, int]:
@@ -133,9 +133,8 @@ def answer_renderable(answer: Any) -> RenderableType:
     if answer is None:
         return Text("(no answer)", style="dim")
     if isinstance(answer, str):
-        return Markdown(answer) if answer.strip() else Text("(empty answer)", style="dim")
-    return Syntax(json_text(answer, indent=2), "json", theme="ansi_dark", background_color="default",
-                  word_wrap=True)
+        return Markdown(safe(answer)) if answer.strip() else Text("(empty answer)", style="dim")
+    return Syntax(value_text(answer), "python", theme="ansi_dark", background_color="default", word_wrap=True)
 
 
 # --------------------------------------------------------------------------- renderer
@@ -169,20 +168,20 @@ class Renderer:
 
     def note(self, message: str, style: str = "dim") -> None:
         self.pause()
-        self.console.print(Text(message, style=style), soft_wrap=True)
+        self.console.print(Text(safe(message), style=style), soft_wrap=True)
 
     def notice(self, message: str) -> None:
         """A yellow diagnostic on stderr (not part of the run's output)."""
         self.pause()
-        self.err.print(Text(message, style="yellow"), soft_wrap=True)
+        self.err.print(Text(safe(message), style="yellow"), soft_wrap=True)
 
     def warning(self, message: str) -> None:
         self.pause()
-        self.err.print(Text.assemble(("Warning: ", "bold yellow"), (message, "yellow")), soft_wrap=True)
+        self.err.print(Text.assemble(("Warning: ", "bold yellow"), (safe(message), "yellow")), soft_wrap=True)
 
     def error(self, message: str) -> None:
         self.pause()
-        self.err.print(Text.assemble(("Error: ", "bold red"), (message, "red")), soft_wrap=True)
+        self.err.print(Text.assemble(("Error: ", "bold red"), (safe(message), "red")), soft_wrap=True)
 
     # -- live region (spinner and streamed text) -------------------------------------------
 
@@ -201,7 +200,7 @@ class Renderer:
         renderable: RenderableType = spinner
         if self._stream:
             tail = "\n".join(self._stream.splitlines()[-STREAM_LINES:])
-            renderable = Group(Text(tail, style="dim italic"), spinner)
+            renderable = Group(Text(safe(tail), style="dim italic"), spinner)
         if self._live is None:
             self._live = Live(renderable, console=self.console, transient=True, refresh_per_second=12)
             self._live.start()
@@ -240,7 +239,7 @@ class Renderer:
         if e.files:
             bits.append("files: " + ", ".join(e.files))
         self.pause()
-        self.console.print(Text(" · ".join(bits), style="dim"), soft_wrap=True)
+        self.console.print(Text(safe(" · ".join(bits)), style="dim"), soft_wrap=True)
         self._step = 1
         self.wait("step 1: waiting for the model")
 
@@ -261,7 +260,7 @@ class Renderer:
             return  # a plain-text reply is the final answer: shown once, below
         prose = prose_of(e.text)
         if prose:
-            self.console.print(Text(prose, style="italic"))
+            self.console.print(Text(safe(prose), style="italic"))
 
     def _on_CodeAction(self, e: CodeAction) -> None:
         self.pause()
@@ -295,7 +294,7 @@ class Renderer:
             self.error(e.message)
             self._errors_shown.add(e.message)
             return
-        self.console.print(Text.assemble((f"⚠ step {e.step} ({e.kind}): ", "bold yellow"), (e.message, "yellow")))
+        self.console.print(Text.assemble((f"⚠ step {e.step} ({e.kind}): ", "bold yellow"), (safe(e.message), "yellow")))
         self.wait(f"step {e.step + 1}: waiting for the model")
 
     def _on_FinalAnswer(self, e: FinalAnswer) -> None:
@@ -318,7 +317,7 @@ class Renderer:
         self.console.print(Rule(Text(title, style="bold"), align="left", style="bright_black"))
 
     def code(self, code: str) -> None:
-        syntax = Syntax(code, "python", theme="ansi_dark", background_color="default", word_wrap=True)
+        syntax = Syntax(safe(code), "python", theme="ansi_dark", background_color="default", word_wrap=True)
         self.console.print(Panel(syntax, title="code", title_align="left", border_style="blue", box=box.ROUNDED))
 
     def tool_call(self, name: str, arguments: dict[str, Any] | None, result: Any, error: str | None,
@@ -327,14 +326,14 @@ class Renderer:
         if error:
             head.append(f"  ✘ {short(error, 200)}", style="red")
         else:
-            head.append(f"  → {short(json_text(result), 200)}", style="default")
+            head.append(f"  → {short(value_text(result, 400), 200)}", style="default")
         if duration:
             head.append(f"  ({fmt_seconds(duration)})", style="dim")
         self.console.print(head)
 
     def observation(self, text: str, *, error: bool = False, duration: float | None = None,
                     run_id: str | None = None) -> None:
-        shown, hidden = elide_lines(text or "")
+        shown, hidden = elide_lines(safe(text or ""))
         subtitle = None
         if hidden:
             subtitle = f"{hidden} lines hidden: codeact logs show {run_id or self._run_id}"
@@ -347,7 +346,7 @@ class Renderer:
         for name in names:
             path = (self.output_root / run_id / name) if self.output_root else Path(name)
             kind = "image" if name.lower().endswith((".png", ".jpg", ".jpeg", ".svg", ".gif")) else "file"
-            self.console.print(Text.assemble((f"  ↳ {kind} saved: ", "cyan"), (str(path), "cyan underline")),
+            self.console.print(Text.assemble((f"  ↳ {kind} saved: ", "cyan"), (safe(path), "cyan underline")),
                                soft_wrap=True)
 
     def answer(self, answer: Any, status: str) -> None:
@@ -369,7 +368,7 @@ class Renderer:
         ]
         if artifacts_dir is not None:
             parts.append(f"artifacts: {artifacts_dir}")
-        text.append(" · " + " · ".join(parts), style="dim")
+        text.append(safe(" · " + " · ".join(parts)), style="dim")
         return text
 
     def summary(self, result: RunResult) -> None:
@@ -379,7 +378,7 @@ class Renderer:
             if self.output_root is not None:
                 folder = self.output_root / result.run_id
         if result.status in ("error", "cancelled") and result.error and result.error not in self._errors_shown:
-            self.console.print(Text(f"{result.status}: {result.error}", style=STATUS_STYLE[result.status]))
+            self.console.print(Text(safe(f"{result.status}: {result.error}"), style=STATUS_STYLE[result.status]))
         self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
                                              result.usage.output_tokens, result.duration, result.run_id, folder),
                            soft_wrap=True)
@@ -388,9 +387,9 @@ class Renderer:
 
     def approval_request(self, tool: str, arguments: dict[str, Any], step: int) -> None:
         self.pause()
-        body = Syntax(json_text(arguments, indent=2), "json", theme="ansi_dark", background_color="default",
-                      word_wrap=True)
-        self.err.print(Panel(body, title=f"step {step}: the code wants to call {tool}", title_align="left",
+        lines = "\n".join(f"{safe(k)} = {value_text(v, 2000)}" for k, v in arguments.items()) or "(no arguments)"
+        body = Syntax(lines, "python", theme="ansi_dark", background_color="default", word_wrap=True)
+        self.err.print(Panel(body, title=f"step {step}: the code wants to call {safe(tool)}", title_align="left",
                              border_style="yellow", box=box.ROUNDED))
 
     # -- the run log -----------------------------------------------------------------------
@@ -398,7 +397,7 @@ class Renderer:
     def runs_table(self, runs: list[Any]) -> None:
         """A table of :class:`codeact.runlog.RunSummary`; optional columns go first when the terminal is narrow."""
         columns: list[tuple[str, dict[str, Any], Any, bool]] = [
-            ("run", {"style": "cyan"}, lambda r: r.id, True),
+            ("run", {"style": "cyan"}, lambda r: safe(r.id), True),
             ("started", {}, lambda r: fmt_time(r.started, short=True), True),
             ("status", {}, lambda r: Text(r.status, style=STATUS_STYLE.get(r.status, "")), True),
             ("steps", {"justify": "right"}, lambda r: str(r.step_count), True),
@@ -433,16 +432,16 @@ class Renderer:
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
         meta.add_column()
-        meta.add_row("run", record.id)
-        meta.add_row("task", record.task)
-        meta.add_row("status", Text(record.status, style=STATUS_STYLE.get(record.status, "")))
-        meta.add_row("model", record.model or "-")
-        meta.add_row("backend", record.backend or "-")
+        meta.add_row("run", safe(record.id))
+        meta.add_row("task", safe(record.task))
+        meta.add_row("status", Text(safe(record.status), style=STATUS_STYLE.get(record.status, "")))
+        meta.add_row("model", safe(record.model or "-"))
+        meta.add_row("backend", safe(record.backend or "-"))
         meta.add_row("started", fmt_time(record.started))
         if record.tools:
-            meta.add_row("tools", ", ".join(record.tools))
+            meta.add_row("tools", safe(", ".join(record.tools)))
         if record.files:
-            meta.add_row("files", ", ".join(record.files))
+            meta.add_row("files", safe(", ".join(record.files)))
         self.console.print(meta)
         errors_by_step: dict[int, list[Any]] = {}
         for err in record.errors:
@@ -453,7 +452,7 @@ class Renderer:
             if s.code is None and not s.error and s.model_output.strip() and s.step == len(record.steps):
                 prose = ""  # the plain-text final answer, shown below
             if prose:
-                self.console.print(Text(prose, style="italic"))
+                self.console.print(Text(safe(prose), style="italic"))
             if s.code is not None:
                 self.code(s.code)
             for c in s.tool_calls:
@@ -461,19 +460,22 @@ class Renderer:
             if s.observation is not None:
                 self.observation(s.observation, error=bool(s.error), duration=s.sandbox_time, run_id=record.id)
             for a in s.artifacts:
-                self.console.print(Text.assemble(("  ↳ saved: ", "cyan"), (a.path, "cyan underline")), soft_wrap=True)
+                self.console.print(Text.assemble(("  ↳ saved: ", "cyan"), (safe(a.path), "cyan underline")),
+                                   soft_wrap=True)
             for err in errors_by_step.pop(s.step, []):
                 if not err.fatal:
-                    self.console.print(Text.assemble((f"⚠ {err.kind}: ", "bold yellow"), (err.message, "yellow")))
+                    self.console.print(Text.assemble((f"⚠ {safe(err.kind)}: ", "bold yellow"),
+                                                     (safe(err.message), "yellow")))
         if record.status in ("success", "max_steps"):
             self.answer(record.answer, record.status)
         for errs in errors_by_step.values():
             for err in errs:
                 if err.fatal:
-                    self.console.print(Text(f"error ({err.kind}): {err.message}", style="red"))
+                    self.console.print(Text(safe(f"error ({err.kind}): {err.message}"), style="red"))
         if record.error and record.status != "success":
             if not any(e.fatal and e.message == record.error for e in record.errors):
-                self.console.print(Text(f"{record.status}: {record.error}", style=STATUS_STYLE.get(record.status, "")))
+                self.console.print(Text(safe(f"{record.status}: {record.error}"),
+                                        style=STATUS_STYLE.get(record.status, "")))
         folder = None
         if record.artifacts:
             folder = Path(record.artifacts[0].path).parent

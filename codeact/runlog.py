@@ -56,6 +56,7 @@ import json
 import math
 import mimetypes
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -67,6 +68,7 @@ from typing import IO, Any, Literal
 from .errors import CodeActError
 from .events import (
     CodeAction,
+    CodeOutput,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -97,7 +99,9 @@ __all__ = [
 ]
 
 #: Current schema version, stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Characters of a step's live output kept until its observation arrives.
+PARTIAL_OUTPUT_LIMIT = 64_000
 
 #: Environment variable that overrides the database location.
 DB_ENV_VAR = "CODEACT_DB"
@@ -484,8 +488,25 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, seq)
         )""",
     ),
+    (
+        # Version 2: who runs a run (to mark it interrupted when that process died), and the
+        # output a step had produced so far (kept if its process dies before the observation).
+        "ALTER TABLE runs ADD COLUMN owner_host TEXT",
+        "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_start TEXT",
+        "ALTER TABLE steps ADD COLUMN partial_output TEXT",
+    ),
 )
 assert len(_MIGRATIONS) == SCHEMA_VERSION
+
+
+def _process_start(pid: int) -> str:
+    """A process's start time in clock ticks ('' when it is gone): tells a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def default_db_path() -> Path:
@@ -530,6 +551,10 @@ class RunLog:
         self._closed = False
         with self._lock:
             self._connect()
+        try:
+            self.mark_interrupted()
+        except RunLogError:
+            pass  # a read-only or busy log still reads
 
     # -- connection management -------------------------------------------------
 
@@ -704,7 +729,58 @@ class RunLog:
         """
         if isinstance(event, TextDelta):
             return
+        if isinstance(event, CodeOutput):
+            self._write(lambda conn: self._record_output(conn, event))
+            return
         self._write(lambda conn: self._record(conn, event))
+
+    def _record_output(self, conn: sqlite3.Connection, event: CodeOutput) -> None:
+        """Keep a step's live output (capped) until its observation: what survives if the process dies."""
+        conn.execute("INSERT OR IGNORE INTO runs (id, status, started) VALUES (?, 'running', ?)",
+                     (event.run_id, event.time))
+        self._ensure_step(conn, event.run_id, event.step, event.time)
+        text = event.text if event.stream == "stdout" else f"[stderr] {event.text}"
+        conn.execute(
+            """UPDATE steps SET partial_output = substr(COALESCE(partial_output, '') || ?, 1, ?)
+               WHERE run_id = ? AND step = ? AND length(COALESCE(partial_output, '')) < ?""",
+            (_clean(text), PARTIAL_OUTPUT_LIMIT, event.run_id, event.step, PARTIAL_OUTPUT_LIMIT),
+        )
+
+    def mark_interrupted(self) -> list[str]:
+        """Mark runs whose process died mid-run (on this host) as ``interrupted``; returns their ids.
+
+        Their last step keeps the output it had produced so far as its
+        observation. Called when a log is opened, so the next ``codeact``
+        start tidies up after a killed one.
+        """
+        host = socket.gethostname()
+
+        def mark(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT id, owner_pid, owner_start FROM runs WHERE status = 'running' AND owner_host = ?",
+                (host,),
+            ).fetchall()
+            dead = [r[0] for r in rows if r[1] and _process_start(int(r[1])) != (r[2] or "")]
+            for run_id in dead:
+                conn.execute(
+                    """UPDATE runs SET status = 'interrupted', error = COALESCE(error, ?) WHERE id = ?""",
+                    ("the process running this run ended before the run finished (killed, or the machine "
+                     "stopped)", run_id),
+                )
+                conn.execute(
+                    """UPDATE steps SET observation = COALESCE(partial_output, '') ||
+                         '\n[the run was interrupted here: its process ended]'
+                       WHERE run_id = ? AND observation IS NULL AND code IS NOT NULL""",
+                    (run_id,),
+                )
+            return dead
+
+        with self._lock:
+            conn = self._connection()
+            running = conn.execute("SELECT COUNT(*) FROM runs WHERE status = 'running'").fetchone()[0]
+        if not running:
+            return []
+        return self._write(mark)
 
     def tee(self, events: Iterable[Event]) -> Iterator[Event]:
         """Record each event of ``events`` and pass it on: ``for ev in log.tee(agent.run(task))``."""
@@ -716,11 +792,13 @@ class RunLog:
         run_id = event.run_id
         if isinstance(event, RunStarted):
             conn.execute(
-                """INSERT INTO runs (id, task, model, backend, tools, files, status, started)
-                   VALUES (?, ?, ?, ?, ?, ?, 'running', ?)
+                """INSERT INTO runs (id, task, model, backend, tools, files, status, started,
+                                     owner_host, owner_pid, owner_start)
+                   VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)
                    ON CONFLICT (id) DO UPDATE SET task = excluded.task, model = excluded.model,
                      backend = excluded.backend, tools = excluded.tools, files = excluded.files,
-                     started = COALESCE(runs.started, excluded.started)""",
+                     started = COALESCE(runs.started, excluded.started), owner_host = excluded.owner_host,
+                     owner_pid = excluded.owner_pid, owner_start = excluded.owner_start""",
                 (
                     run_id,
                     _clean(event.task),
@@ -729,6 +807,9 @@ class RunLog:
                     to_json(list(event.tools)),
                     to_json([str(f) for f in event.files]),
                     event.time,
+                    socket.gethostname(),
+                    os.getpid(),
+                    _process_start(os.getpid()),
                 ),
             )
         else:
@@ -863,10 +944,12 @@ class RunLog:
     @staticmethod
     def _insert_artifact(conn: sqlite3.Connection, run_id: str, step: int, path: str | os.PathLike[str]) -> None:
         text = os.fspath(path)
-        try:
-            size: int | None = os.stat(text).st_size
-        except (OSError, ValueError):
-            size = None  # a sandbox-side path, or already gone: keep the reference
+        size: int | None = None
+        if os.path.isabs(text):  # a file the agent wrote; relative names come from the sandbox: never stat them
+            try:
+                size = os.lstat(text).st_size
+            except (OSError, ValueError):
+                pass
         conn.execute(
             "INSERT OR IGNORE INTO artifacts (run_id, step, path, mime, size) VALUES (?, ?, ?, ?, ?)",
             (run_id, step, _clean(text), mimetypes.guess_type(text)[0], size),

@@ -226,10 +226,12 @@ def test_events_stream_in_order(tmp_path: Path) -> None:
     kinds = [type(e).__name__ for e in events]
     assert kinds == [
         "RunStarted",
-        "ModelOutput", "CodeAction", "ToolCall", "Observation",
+        "ModelOutput", "CodeAction", "ToolCall", "CodeOutput", "Observation",
         "ModelOutput", "CodeAction", "Observation",
         "FinalAnswer", "RunFinished",
     ]
+    (live,) = [e for e in events if type(e).__name__ == "CodeOutput"]
+    assert (live.stream, live.text, live.step) == ("stdout", "sunny\n", 1)
     assert {e.run_id for e in events} == {result.run_id}
     started = events[0]
     assert isinstance(started, RunStarted)
@@ -341,7 +343,7 @@ def test_uncaught_tool_error_is_an_error_observation(tmp_path: Path) -> None:
     assert result.status == "success"
 
 
-def test_tool_returning_non_json_values_is_converted(tmp_path: Path) -> None:
+def test_tool_results_keep_their_types_and_odd_objects_print_the_same(tmp_path: Path) -> None:
     class Reading:
         def __str__(self) -> str:
             return "Reading(21.5 °C)"
@@ -357,11 +359,14 @@ def test_tool_returning_non_json_values_is_converted(tmp_path: Path) -> None:
     ])
     events, result = collect(make_agent(tmp_path, model, [last_reading]), "Last reading?")
     assert result.steps[0].error is None, result.steps[0].observation
-    assert result.steps[0].observation.strip() == "2024-05-01T07:30:00 Reading(21.5 °C) ['a'] b'\\x00\\x01' str"
+    assert result.steps[0].observation.strip() == "2024-05-01 07:30:00 Reading(21.5 °C) {'a'} b'\\x00\\x01' datetime"
     [call] = of_type(events, ToolCall)
-    assert call.result["at"] == "2024-05-01T07:30:00" and call.result["value"] == "Reading(21.5 °C)"
+    from codeact.values import restore
+
+    shown = restore(call.result)
+    assert shown["at"] == dt.datetime(2024, 5, 1, 7, 30) and str(shown["value"]) == "Reading(21.5 °C)"
     record = stored(tmp_path, result.run_id)
-    assert record.steps[0].tool_calls[0].result["value"] == "Reading(21.5 °C)"
+    assert str(restore(record.steps[0].tool_calls[0].result)["value"]) == "Reading(21.5 °C)"
 
 
 def test_tool_argument_validation_error_reaches_the_model(tmp_path: Path) -> None:
@@ -689,7 +694,7 @@ def test_astream_yields_events_in_order(tmp_path: Path) -> None:
     events = asyncio.run(main())
     assert isinstance(events[0], RunStarted) and isinstance(events[-1], RunFinished)
     assert [type(e).__name__ for e in events[1:-1]] == [
-        "ModelOutput", "CodeAction", "Observation", "ModelOutput", "FinalAnswer"]
+        "ModelOutput", "CodeAction", "CodeOutput", "Observation", "ModelOutput", "FinalAnswer"]
     assert events[-1].result.answer == "bye"
 
 

@@ -207,7 +207,7 @@ def test_run_renders_steps_and_summary(runner: CliRunner, tmp_path: Path, monkey
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Step 1" in out and "total = sum(range(10))" in out and "45" in out
-    assert "Answer" in out and '"sum": 45' in out
+    assert "Answer" in out and "{'sum': 45}" in out
     assert "✔ success · 2 steps" in out
     assert "not isolated" in result.stderr  # the explicit local backend says what it is
 
@@ -362,7 +362,7 @@ def test_logs_show(runner: CliRunner, logged_run: str) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert logged_run in out and "Add the numbers 0..9" in out
-    assert "Step 1" in out and "total = sum(range(10))" in out and '"sum": 45' in out
+    assert "Step 1" in out and "total = sum(range(10))" in out and "{'sum': 45}" in out
     last = runner.invoke(cli, ["logs", "show"])
     assert last.exit_code == 0 and logged_run in last.stdout
 
@@ -446,16 +446,30 @@ def test_backend_docker_without_docker(runner: CliRunner, tmp_path: Path, monkey
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
     result = runner.invoke(cli, ["run", "x", "--backend", "docker"])
     assert result.exit_code == 1
-    assert_one_line_error(result.stderr, "Docker sandbox is unavailable")
+    assert_one_line_error(result.stderr, "Docker sandbox is not ready", "codeact doctor", "--backend local")
 
 
-def test_auto_backend_falls_back_to_local_with_a_warning(runner: CliRunner, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("args", [[], ["--backend", "auto"]], ids=["default", "auto"])
+def test_default_backend_fails_closed_without_docker(runner: CliRunner, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
+    """No Docker: an error that says what to do; the code never runs unisolated unless that is chosen."""
     scripted(tmp_path, monkeypatch, SUM_REPLIES)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.delenv("CODEACT_BACKEND", raising=False)
+    result = runner.invoke(cli, ["run", "x", "--json", *args])
+    assert result.exit_code == 1, result.output
+    assert_one_line_error(result.stderr, "Docker sandbox is not ready", "--backend local")
+    assert result.stdout == ""
+
+
+def test_local_backend_chosen_through_the_environment_warns(runner: CliRunner, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    scripted(tmp_path, monkeypatch, SUM_REPLIES)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.setenv("CODEACT_BACKEND", "local")
     result = runner.invoke(cli, ["run", "x", "--json"])
     assert result.exit_code == 0, result.output
-    assert "Warning: Docker sandbox unavailable" in result.stderr and "LOCAL" in result.stderr
+    assert "not isolated" in result.stderr
     assert json.loads(result.stdout)["status"] == "success"
 
 

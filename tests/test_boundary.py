@@ -1,0 +1,595 @@
+"""The trust boundary, tested as the attacker: hostile code run through the real agent or sandbox on Docker.
+
+Each test plays code written by a prompt-injected model. It runs in the
+default Docker backend, tries one of the attacks found against earlier
+versions (the numbers are the findings of the boundary issue), and then the
+test checks the HOST: files (contents, modes, owners) outside the run's
+output directory, memory, time, and containers left behind. Targets are
+files the test creates itself, never real host files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codeact import CodeActAgent, RunLog, ScriptedModel, tool
+from codeact.agent import ApprovalRequest, RunLimits
+from codeact.events import CodeOutput, Observation, RunFinished, ToolCall
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def py(code: str) -> str:
+    return f"Let me do that.\n```python\n{textwrap.dedent(code).strip()}\n```"
+
+
+def run_agent(tmp_path: Path, code: str, tools: Any = (), **options: Any):
+    """One scripted step of ``code`` then a plain answer, through the real agent on Docker."""
+    model = ScriptedModel([py(code), "done"])
+    options.setdefault("execution_timeout", 20)
+    agent = CodeActAgent(model, tools, log=tmp_path / "runs.db", output_dir=tmp_path / "out", **options)
+    events = list(agent.stream("hostile task"))
+    result = events[-1].result
+    return events, result
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, int, bytes]]:
+    """Every file under ``root``: mode, uid, gid, size and content."""
+    out = {}
+    for path in root.rglob("*"):
+        st = path.lstat()
+        content = path.read_bytes() if stat.S_ISREG(st.st_mode) else b""
+        out[str(path.relative_to(root))] = (st.st_mode, st.st_uid, st.st_gid, st.st_size, content)
+    return out
+
+
+@pytest.fixture()
+def host_target(tmp_path: Path) -> Path:
+    """A host file the attacker aims at (made by the test), next to — not inside — the output directory."""
+    target = tmp_path / "victim" / "important.txt"
+    target.parent.mkdir()
+    target.write_text("original\n")
+    target.chmod(0o644)
+    return target
+
+
+# --- 1 and 9: files leave the sandbox only into the output directory, within caps ----------------------------
+
+
+def test_artifact_names_cannot_escape_the_output_directory(tmp_path: Path, host_target: Path) -> None:
+    before = snapshot(tmp_path / "victim")
+    events, result = run_agent(tmp_path, f"""
+        import os, json, sandbox_runtime
+        os.makedirs('a/b', exist_ok=True)
+        open('a/b/x', 'w').write('payload')
+        open('ok.txt', 'w').write('fine')
+        os.symlink('/etc/passwd', 'link.txt')
+        evil = ['a/../../../victim/important.txt', '../victim/important.txt', {str(host_target)!r},
+                'a/b/../../../../victim/important.txt', 'ok.txt\\x1b]0;owned\\x07', 'a/\\u202eexe.txt']
+        sandbox_runtime.list_files = lambda root='.': json.dumps(
+            [[p, 7, 1.0] for p in evil] + [['ok.txt', 4, 2.0], ['link.txt', 11, 3.0]])
+        print('listing replaced')
+    """)
+    assert snapshot(tmp_path / "victim") == before  # contents, modes and owners untouched
+    out = tmp_path / "out" / result.run_id
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["ok.txt"]
+    assert not any(str(p).startswith(str(tmp_path / "victim")) for p in result.artifacts)
+    # Nothing was written anywhere else under the test's directory either.
+    assert {p.name for p in tmp_path.iterdir()} - {"runs.db-wal", "runs.db-shm"} == {"victim", "out", "runs.db"}
+
+
+def test_symlinks_and_oversized_files_are_not_copied_and_the_observation_says_so(tmp_path: Path) -> None:
+    limits = RunLimits(max_artifact_files_per_step=5, max_artifact_bytes_per_step=2_000_000)
+    events, result = run_agent(tmp_path, """
+        import os
+        for i in range(8):
+            open(f'f{i}.txt', 'w').write('x')
+        open('big.bin', 'wb').write(b'0' * 3_000_000)
+        os.symlink('/etc/shadow', 'shadow')
+        print('wrote')
+    """, limits=limits)
+    obs = [e for e in events if isinstance(e, Observation)][0].text
+    assert "Not saved for the user" in obs and "files per step" in obs and "big.bin" in obs
+    out = tmp_path / "out" / result.run_id
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 5 and sum(p.stat().st_size for p in files) <= 2_000_000
+    assert not (out / "shadow").exists()
+
+
+# --- 2: no shared directory: nothing on the host the container can write -------------------------------------
+
+
+def test_the_container_shares_nothing_writable_with_the_host(tmp_path: Path) -> None:
+    from sandbox import DockerSandbox
+
+    before = set(os.listdir(tmp_path.parent))
+    with DockerSandbox(timeout=20) as sb:
+        r = sb.run("""
+import os
+found = []
+for root in ['/run', '/tmp', '/workspace', '/var', '/opt', '/home', '/mnt', '/srv']:
+    for dirpath, dirs, files in os.walk(root):
+        if os.access(dirpath, os.W_OK):
+            found.append(dirpath)
+print(sorted(set(p.split('/')[1] for p in found)))
+""")
+        info = sb.container.attrs
+        assert not info["HostConfig"].get("Binds")
+        assert all(m["Type"] in ("volume", "tmpfs") for m in info["Mounts"]), info["Mounts"]
+        assert r.stdout.strip() == "['tmp', 'workspace']", r.stdout  # both in the container only
+        # The kernel restarted by hostile code and by us: the host still writes no file anywhere.
+        sb.run("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+        sb.restart()
+        assert sb.run("print('back')").stdout == "back\n"
+    assert set(os.listdir(tmp_path.parent)) == before
+
+
+def test_the_supervisor_cannot_be_signalled_traced_or_read_by_the_code() -> None:
+    from sandbox import DockerSandbox
+
+    with DockerSandbox(timeout=20) as sb:
+        r = sb.run("""
+import os, signal, ctypes
+out = []
+for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
+    try:
+        os.kill(1, sig); out.append('sent')
+    except OSError as e:
+        out.append(type(e).__name__)
+for path in ('/proc/1/mem', '/proc/1/fd/0', '/proc/1/environ'):
+    try:
+        open(path, 'rb').read(1); out.append('read')
+    except OSError as e:
+        out.append(type(e).__name__)
+libc = ctypes.CDLL(None, use_errno=True)
+out.append(libc.ptrace(16, 1, 0, 0))  # PTRACE_ATTACH
+print(out)
+""")
+        assert r.error is None, r.error
+        # SIGKILL/SIGSTOP to the namespace's init are dropped by the kernel even when "sent".
+        assert "read" not in r.stdout and r.stdout.strip().endswith("-1]"), r.stdout
+        assert sb.run("print('still supervised')").stdout == "still supervised\n"
+
+
+# --- 3: time limits hold on the host's clock, whatever the kernel sends ------------------------------------------
+
+
+HOSTILE_FLOODS = {
+    # Calls sent as fast as possible, replies never read (the old stdin flood).
+    "call-flood": """
+import sandbox_runtime as s, sandbox_wire as w, sandbox_codec as c
+payload = b''.join(c.encode(((), {})))
+frame = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(1, 'echo', [payload])))
+import os, threading
+fd = s._state.link.fd
+while True:
+    os.write(fd, frame)
+""",
+    # Output that never stops, from a thread that ignores interrupts.
+    "output-flood": """
+import threading, sys
+def spam():
+    while True:
+        try:
+            sys.stdout.write('x' * 10000)
+        except BaseException:
+            pass
+for _ in range(4):
+    threading.Thread(target=spam, daemon=True).start()
+while True:
+    try:
+        pass
+    except BaseException:
+        pass
+""",
+    # A call that never returns on the host's side, again and again: host time is capped too.
+    "slow-calls": """
+while True:
+    try:
+        slow(5)
+    except BaseException:
+        pass
+""",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(HOSTILE_FLOODS))
+def test_time_limit_holds_against_floods(attack: str) -> None:
+    from sandbox import DockerSandbox
+
+    def echo(*args: Any, **kwargs: Any) -> Any:
+        return args
+
+    def slow(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    with DockerSandbox(functions=[echo, slow], timeout=3, function_timeout=2, max_run_time=8) as sb:
+        started = time.monotonic()
+        r = sb.run(HOSTILE_FLOODS[attack])
+        elapsed = time.monotonic() - started
+        # Stated grace: the limit (3 s of code time, 8 s in all) + 3 s for the interrupt + a kernel restart.
+        assert elapsed < 8 + 3 + 15, elapsed
+        assert r.error is not None and r.error.type in ("TimeoutError", "ProtocolError", "KernelDied"), r.error
+        after = sb.run("print('usable')", timeout=20)
+        assert after.stdout.endswith("usable\n"), after
+
+
+# --- 4: host memory stays bounded ---------------------------------------------------------------------------------
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_host_memory_is_bounded_under_large_and_unknown_calls() -> None:
+    from sandbox import DockerSandbox, Limits
+
+    def sink(data: bytes) -> int:
+        return len(data)
+
+    limits = Limits(max_payload=32 * 2**20, max_kept_call_bytes=4 * 2**20)
+    with DockerSandbox(functions=[sink], timeout=60, limits=limits, memory="2g") as sb:
+        sb.run("1")
+        base = _rss()
+        r = sb.run("""
+import sandbox_runtime as s
+blob = b'x' * (20 * 2**20)
+sizes = [sink(blob) for _ in range(11)]
+errors = []
+for _ in range(11):
+    try:
+        s.call('not_registered', (blob,), {})
+    except Exception as e:
+        errors.append(type(e).__name__)
+print(sizes[0], len(sizes), errors[:2], len(errors))
+""")
+        assert r.error is None, r.error
+        assert r.stdout.strip() == "20971520 11 ['NameError', 'NameError'] 11"
+        kept = [c for c in r.calls if c.name == "sink"]
+        assert len(kept) == 11 and sum(1 for c in kept if c.args and isinstance(c.args[0], bytes)) == 0
+        growth = _rss() - base
+        assert growth < 120 * 2**20, f"host RSS grew by {growth / 2**20:.0f} MB for 440 MB of calls"
+        # One message larger than the limit: the kernel is stopped, the host is fine.
+        r = sb.run("import sandbox_runtime as s\ns.call('sink', (b'y' * (40 * 2**20),), {})")
+        assert r.error is not None and "cannot be sent to the host" in str(r.error), r.error
+        assert sb.run("print(sink(b'ok'))").stdout == "2\n"
+
+
+# --- 5: malformed messages never raise on the host ------------------------------------------------------------------
+
+
+MALFORMED = {
+    "bad-json-content": """
+k = get_ipython().kernel
+k.session.send(k.iopub_socket, 'stream', {'name': ['not', 'a', 'str'], 'text': {'x': 1}}, parent=k.get_parent('shell'))
+k.session.send(k.iopub_socket, 'error', {'ename': [1], 'evalue': None, 'traceback': 'nope'}, parent=k.get_parent('shell'))
+k.session.send(k.iopub_socket, 'display_data', {'data': {'image/png': 'not base64!!', 'text/html': 7}},
+               parent=k.get_parent('shell'))
+k.session.send(k.iopub_socket, 'display_data', {'data': [1, 2]}, parent=k.get_parent('shell'))
+print('sent')
+""",
+    "deep-nesting": """
+k = get_ipython().kernel
+deep = b'[' * 200000 + b']' * 200000
+original = k.session.pack
+k.session.pack = lambda obj: deep  # every JSON part of the next message: 200,000 levels deep
+try:
+    k.session.send(k.iopub_socket, 'display_data', {'data': {}}, parent=k.get_parent('shell'))
+finally:
+    k.session.pack = original
+import sandbox_runtime as s, sandbox_wire as w, os
+os.write(s._state.link.fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(9, 'echo', [deep]))))
+print('sent')
+""",
+    "oversized-frame": """
+import sandbox_runtime as s, os, struct
+os.write(s._state.link.fd, b'F' + struct.pack('>I', 2**31 - 1) + b'x' * 4096)
+""",
+    "listing-wrong-shape": """
+import sandbox_runtime as s
+s.list_files = lambda root='.': '{"not": "a list"}'
+print('replaced')
+""",
+    "call-name-not-a-string": """
+import sandbox_runtime as s, sandbox_wire as w, os
+fd = s._state.link.fd
+os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, b'\\x00\\x00\\x00\\x07\\x00\\x04\\xff\\xfe\\xfd\\xfcjunk')))
+os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_ABANDON, b'\\x01')))
+print('sent')
+""",
+    "garbage-on-the-call-link": """
+import sandbox_runtime as s, os
+os.write(s._state.link.fd, os.urandom(4096))
+""",
+}
+
+
+@pytest.mark.parametrize("attack", sorted(MALFORMED))
+def test_malformed_messages_become_errors_not_host_exceptions(attack: str) -> None:
+    from sandbox import DockerSandbox
+
+    def echo(*args: Any) -> Any:
+        return args
+
+    with DockerSandbox(functions=[echo], timeout=20) as sb:
+        sb.run("x = 1")
+        r = sb.run(MALFORMED[attack], list_files=True)  # never raises
+        assert r.files is None or all(isinstance(f.path, str) for f in r.files)
+        after = sb.run("print('usable')")
+        assert after.stdout.endswith("usable\n"), after
+
+
+# --- 7: approvals: not timed, one at a time, never run after the sandbox gave up -------------------------------------
+
+
+def test_approvals_do_not_race_the_call_timeout(tmp_path: Path) -> None:
+    ran: list[str] = []
+    open_now = [0]
+    most_open = [0]
+    lock = threading.Lock()
+
+    @tool(requires_approval=True)
+    def transfer(amount: int) -> str:
+        """Move money."""
+        ran.append(f"transfer {amount}")
+        return f"moved {amount}"
+
+    def slow_human(request: ApprovalRequest) -> bool:
+        with lock:
+            open_now[0] += 1
+            most_open[0] = max(most_open[0], open_now[0])
+        time.sleep(1.5)  # longer than the tool's call timeout
+        with lock:
+            open_now[0] -= 1
+        return True
+
+    events, result = run_agent(tmp_path, """
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(3) as ex:
+            print(list(ex.map(transfer, [1, 2, 3])))
+    """, tools=[transfer], approve=slow_human, sandbox_options={"function_timeout": 1.0})
+    obs = [e for e in events if isinstance(e, Observation)][0]
+    assert obs.error is None, obs.text
+    assert "['moved 1', 'moved 2', 'moved 3']" in obs.text
+    assert most_open[0] == 1  # one approval open at a time
+    assert sorted(ran) == ["transfer 1", "transfer 2", "transfer 3"]
+
+
+def test_a_call_given_up_by_the_sandbox_never_runs_after_a_late_yes(tmp_path: Path) -> None:
+    ran: list[str] = []
+    asked = threading.Event()
+    release = threading.Event()
+
+    @tool(requires_approval=True)
+    def delete_everything() -> str:
+        """Delete all the files."""
+        ran.append("deleted")
+        return "deleted"
+
+    def human(request: ApprovalRequest) -> bool:
+        asked.set()
+        release.wait(30)
+        return True  # too late: the code was interrupted meanwhile
+
+    model = ScriptedModel([py("delete_everything()"), "stopped"])
+    agent = CodeActAgent(model, [delete_everything], approve=human, log=False, output_dir=tmp_path / "out")
+    with agent.session() as chat:
+        def stop_it() -> None:
+            asked.wait(30)
+            chat.interrupt()
+            time.sleep(1.0)
+            release.set()
+
+        threading.Thread(target=stop_it, daemon=True).start()
+        result = chat.send("clean up")
+    time.sleep(0.5)
+    assert ran == []
+    assert "KeyboardInterrupt" in (result.steps[0].observation or "")
+
+
+# --- 8: nothing from a run reaches the terminal raw --------------------------------------------------------------------
+
+
+HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\x9b31m\u202eevil\u2066"
+
+
+def _has_raw_controls(text: str) -> list[str]:
+    bad = [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7F <= ord(ch) <= 0x9F
+           or ch in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"]
+    return bad
+
+
+def test_terminal_output_is_escaped_live_and_on_replay(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from codeact.cli import cli
+
+    replies = [py(f"""
+        msg = {HOSTILE_TEXT!r}
+        print(msg)
+        import sys; print(msg, file=sys.stderr)
+        open(msg[:3] + 'file.txt', 'w').write('x')
+        echo_tool(msg)
+    """), f"The answer is {HOSTILE_TEXT}"]
+    (tmp_path / "replies.json").write_text(json.dumps(replies))
+    (tmp_path / "tools.py").write_text(
+        "def echo_tool(text: str) -> str:\n    'Echo.'\n    return text\n")
+    env = {"CODEACT_SCRIPTED_REPLIES": str(tmp_path / "replies.json"), "CODEACT_DB": str(tmp_path / "runs.db"),
+           "CODEACT_OUTPUT_DIR": str(tmp_path / "out")}
+    runner = CliRunner()
+    result = runner.invoke(cli, ["run", "go", "--tools", f"{tmp_path / 'tools.py'}:ALL"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "pwned" in result.stdout and "\\x1b" in result.stdout  # shown, escaped
+    assert _has_raw_controls(result.stdout) == [] and _has_raw_controls(result.stderr) == []
+    replay = runner.invoke(cli, ["logs", "show"], env=env)
+    assert replay.exit_code == 0, replay.output
+    assert "pwned" in replay.stdout and _has_raw_controls(replay.stdout) == []
+    # The log itself keeps the raw text.
+    with RunLog(tmp_path / "runs.db") as log:
+        record = log.last_run()
+        assert HOSTILE_TEXT in record.steps[0].stdout
+
+
+# --- 10: tool defaults stay on the host -------------------------------------------------------------------------------
+
+
+class ApiClient:
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"ApiClient(key={self.key!r})"
+
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def test_tool_defaults_never_enter_the_sandbox(tmp_path: Path) -> None:
+    @tool
+    def fetch(url: str, client=ApiClient(SECRET), retries: int = 3) -> str:
+        """Fetch a URL with the configured client."""
+        return f"{url} via {type(client).__name__} x{retries}"
+
+    events, result = run_agent(tmp_path, """
+        import inspect, gc
+        print(inspect.signature(fetch))
+        print(fetch('https://example.com'))
+        leaked = [o for o in gc.get_objects() if isinstance(o, str) and 'sk-live' in o]
+        import sys
+        blob = repr(sys.modules['__main__'].__dict__.get('fetch').__signature__)
+        print('LEAK' if leaked or 'sk-live' in blob else 'clean')
+    """, tools=[fetch])
+    obs = [e for e in events if isinstance(e, Observation)][0].text
+    assert "client=..., retries: int = 3" in obs, obs
+    assert "https://example.com via ApiClient x3" in obs
+    assert obs.rstrip().endswith("clean") and SECRET not in obs
+
+
+# --- 11: a killed host process leaves nothing running, and the run log says so ---------------------------------------------
+
+
+_HOSTILE_CODE = """```python
+import os, signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    os.setsid()
+    while True:
+        time.sleep(1)
+print('partial output before the crash', flush=True)
+time.sleep(600)
+```"""
+
+_OWNER_SCRIPT = f"""
+import sys
+from codeact import CodeActAgent, ScriptedModel
+agent = CodeActAgent(ScriptedModel([{_HOSTILE_CODE!r}, 'never']), log=sys.argv[1], output_dir=sys.argv[2],
+                     execution_timeout=600)
+for event in agent.stream('long task'):
+    if type(event).__name__ == 'CodeOutput':
+        print('READY', event.run_id, flush=True)
+"""
+
+
+def test_killed_owner_leaves_no_container_and_the_run_is_marked_interrupted(tmp_path: Path) -> None:
+    import docker
+
+    client = docker.from_env()
+    proc = subprocess.Popen([sys.executable, "-c", _OWNER_SCRIPT, str(tmp_path / "runs.db"), str(tmp_path / "out")],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        run_id = line.split()[1]
+        label = f"io.codeact.sandbox.pid={proc.pid}"
+        assert client.containers.list(filters={"label": label}), "the owner has no container"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc.stdout.close()
+    killed = time.monotonic()
+    while client.containers.list(all=True, filters={"label": label}) and time.monotonic() - killed < 10:
+        time.sleep(0.1)
+    gone_after = time.monotonic() - killed
+    assert not client.containers.list(all=True, filters={"label": label}), "the container outlived its owner"
+    assert gone_after < 10
+    with RunLog(tmp_path / "runs.db") as log:  # opening the log is the "next start"
+        record = log.get_run(run_id)
+    assert record.status == "interrupted"
+    assert "partial output before the crash" in record.steps[0].observation
+    assert "interrupted" in record.steps[0].observation
+
+
+# --- hardening options -------------------------------------------------------------------------------------------------------
+
+
+def test_open_files_limit_and_nosuid_nodev_workspace() -> None:
+    from sandbox import DockerSandbox
+
+    with DockerSandbox(timeout=20) as sb:
+        r = sb.run("""
+import resource
+print(resource.getrlimit(resource.RLIMIT_NOFILE))
+opts = [l.split()[3] for l in open('/proc/mounts') if l.split()[1] in ('/workspace', '/tmp')]
+print(all('nosuid' in o and 'nodev' in o for o in opts), len(opts))
+files = []
+try:
+    while True:
+        files.append(open('/dev/null'))
+except OSError as e:
+    error = type(e).__name__
+for f in files:
+    f.close()
+print('stopped at', len(files) < 1024, error)
+""")
+        assert r.stdout.splitlines() == ["(1024, 1024)", "True 2", "stopped at True OSError"], r.stdout
+
+
+def _engine_has(what: str) -> bool:
+    try:
+        import docker
+
+        info = docker.from_env(timeout=5).info()
+    except Exception:
+        return False
+    if what == "runsc":
+        return "runsc" in (info.get("Runtimes") or {})
+    return "userns" in " ".join(info.get("SecurityOptions") or [])
+
+
+@pytest.mark.skipif(not _engine_has("runsc"), reason="gVisor (runsc) is not installed on this engine")
+def test_gvisor_runtime_when_present() -> None:
+    from sandbox import DockerSandbox
+
+    with DockerSandbox(runtime="runsc", timeout=30) as sb:
+        r = sb.run("import platform; print(platform.release())")
+        assert r.error is None and r.stdout.strip()
+
+
+@pytest.mark.skipif(not _engine_has("userns"), reason="the engine does not remap user namespaces")
+def test_user_namespace_remapping_when_present() -> None:
+    from sandbox import DockerSandbox
+
+    with DockerSandbox(timeout=30) as sb:
+        r = sb.run("print(open('/proc/self/uid_map').read().split())")
+        assert r.error is None and r.stdout.split()[1] != "'0'"
