@@ -20,6 +20,7 @@ any bytes to the stream.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import selectors
 import socket
@@ -34,7 +35,11 @@ from .runtime import sandbox_wire as wire
 
 #: Bytes of the kernel's own stderr kept for crash reports.
 STDERR_TAIL = 8192
-_READ_SIZE = 1 << 18
+#: Frames up to this size are joined into one buffer before writing.
+_COALESCE = 64 * 1024
+# Reads stay below malloc's mmap threshold (128 KiB): a larger read buffer is mapped
+# and unmapped on every call, which costs more than the message it carries.
+_READ_SIZE = 1 << 16
 
 
 class Stream(Protocol):
@@ -53,6 +58,10 @@ class Stream(Protocol):
 
     def send(self, data: memoryview) -> int:
         """Write what the stream takes now; raises BlockingIOError when it takes nothing."""
+        ...
+
+    def send_many(self, views: list[memoryview]) -> int:
+        """Like :meth:`send` for several buffers in one call (gathered write where the stream can)."""
         ...
 
     def close(self) -> None: ...
@@ -135,6 +144,11 @@ class SocketStream:
         except ssl.SSLWantReadError:
             raise BlockingIOError(errno.EAGAIN, "TLS would block") from None
 
+    def send_many(self, views: list[memoryview]) -> int:
+        if self.is_tls or len(views) == 1:
+            return self.send(views[0])
+        return self.sock.sendmsg(views)
+
     def close(self) -> None:
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
@@ -176,8 +190,11 @@ class PipeStream:
         return self.stdin
 
     def send(self, data: memoryview) -> int:
+        return self.send_many([data])
+
+    def send_many(self, views: list[memoryview]) -> int:
         try:
-            return os.write(self.stdin, data)
+            return os.writev(self.stdin, views)
         except BrokenPipeError:
             raise ConnectionError("the kernel's input is closed") from None
 
@@ -231,6 +248,9 @@ class Connection:
     def send(self, kind: bytes, *chunks: Any) -> None:
         """Queue one frame for the kernel; raises ConnectionError once the stream is closed."""
         views = [memoryview(c) for c in wire.frame(kind, *chunks)]
+        total = sum(len(v) for v in views)
+        if total <= _COALESCE and len(views) > 1:
+            views = [memoryview(b"".join(views))]  # one write, one wake-up on the other side
         with self._lock:
             if self._closed:
                 raise ConnectionError("the kernel's stream is closed")
@@ -248,19 +268,23 @@ class Connection:
 
     def _flush_locked(self) -> None:
         while self._out:
-            view = self._out[0]
+            batch = list(itertools.islice(self._out, 64))
             try:
-                written = self.stream.send(view)
+                written = self.stream.send_many(batch)
             except (BlockingIOError, InterruptedError):
                 return
             if written <= 0:
                 return
             self._last_progress = time.monotonic()
             self._out_bytes -= written
-            if written == len(view):
-                self._out.popleft()
-            else:
-                self._out[0] = view[written:]
+            while written:
+                view = self._out[0]
+                if written >= len(view):
+                    written -= len(view)
+                    self._out.popleft()
+                else:
+                    self._out[0] = view[written:]
+                    written = 0
 
     def _wake(self) -> None:
         with self._lock:

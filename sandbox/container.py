@@ -7,15 +7,17 @@ dropped, no-new-privileges, no container log on disk, and labels that let
 :func:`reap` find what a dead process left.
 
 One container per session. Its first process (PID 1) is the supervisor
-(``sandbox_init``): it owns the container's attach stream — the only link to
-the host, through the Docker API; no bind mount, no network — and runs the
-kernel as its child, relaying its messages, restarting it on request (files
-in /workspace stay), and killing everything when the stream closes. The
-stream closes when the host process that owns the session goes away, however
-it goes, so the container cannot outlive its owner: the code in the kernel
-cannot signal, trace or read the supervisor (it is the namespace's init and
-not dumpable). The engine removes the container when it stops
-(``AutoRemove``), and its anonymous /workspace volume with it.
+(``sandbox_init``): it owns the container's attach stream and relays the
+kernel's Jupyter messages over it, prepares each kernel (killing what the
+previous one left; files in /workspace stay), and kills everything when the
+stream closes. The stream closes when the host process that owns the
+session goes away, however it goes, so the container cannot outlive its
+owner: the code in the kernel cannot signal, trace or read the supervisor
+(it is the namespace's init and not dumpable). The kernel runs next to it,
+started with ``docker exec``; that exec's stream carries the host-function
+calls, straight between the kernel and the host. All traffic goes through
+the Docker API: no bind mount, no network. The engine removes the container
+when it stops (``AutoRemove``), and its anonymous /workspace volume with it.
 
 /workspace is a size-capped tmpfs *volume* (not a tmpfs mount) so that files
 move in and out through the engine's archive API, which also works on remote
@@ -47,6 +49,7 @@ LABEL = "io.codeact.sandbox"
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
 SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
+KERNEL = ["python3", "-c", "import sandbox_runtime; sandbox_runtime.launch()"]
 
 
 def docker_client(timeout: float = 120) -> Any:
@@ -88,16 +91,16 @@ class DockerKernel:
 
     def __init__(self, client: Any, image: str, *, name: str, memory: str, cpus: float, pids: int, nofile: int,
                  workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
-                 env: dict[str, str], max_frame: int) -> None:
+                 env: dict[str, str]) -> None:
         self.client = client
         self.image = image
         self.name = name
         self.memory, self.cpus, self.pids, self.nofile = memory, cpus, pids, nofile
         self.workspace_size, self.tmp_size = workspace_size, tmp_size
         self.network, self.runtime, self.env = network, runtime, env
-        self.max_frame = max_frame
         self.uid = SANDBOX_UID
         self.container_id: str | None = None
+        self.exec_id: str | None = None
         self._count = 0
 
     def labels(self) -> dict[str, str]:
@@ -144,8 +147,7 @@ class DockerKernel:
             created = self.client.api.create_container(
                 self.image, SUPERVISOR, name=f"{self.name}-{self._count}", user=f"{self.uid}:{self.uid}",
                 working_dir=WORKDIR, stdin_open=True, labels=self.labels(), host_config=self._host_config(),
-                environment={"PYTHONPATH": "/opt/sandbox/runtime", "SANDBOX_MAX_FRAME": str(self.max_frame),
-                             **self.env},
+                environment={"PYTHONPATH": "/opt/sandbox/runtime", **self.env},
             )
             self.container_id = created["Id"]
             attached = self.client.api.attach_socket(
@@ -159,8 +161,47 @@ class DockerKernel:
         # docker-py closes TLS sockets when the response object is collected: keep it with the stream.
         return SocketStream(_raw_socket(attached), keepalive=attached)
 
+    def kernel_dir(self, number: int) -> str:
+        return f"/tmp/kernel-{number}"
+
+    def start_kernel(self, connection: str) -> Stream:
+        import docker.errors
+
+        if self.container_id is None:
+            raise KernelStartError("the sandbox's container is gone")
+        env = {"PYTHONPATH": "/opt/sandbox/runtime", **self.env,
+               "SANDBOX_CONNECTION": connection, "SANDBOX_NAMESPACE": "1"}
+        try:
+            created = self.client.api.exec_create(self.container_id, KERNEL, stdin=True, stdout=True, stderr=True,
+                                                  user=f"{self.uid}:{self.uid}", workdir=WORKDIR, environment=env)
+            self.exec_id = created["Id"]
+            attached = self.client.api.exec_start(self.exec_id, socket=True)
+        except docker.errors.APIError as exc:
+            raise KernelStartError(f"could not start a kernel in the sandbox: {exc.explanation or exc}") from exc
+        return SocketStream(_raw_socket(attached), keepalive=attached)
+
+    def stop_kernel(self) -> None:
+        pass  # the supervisor kills it (and everything it left) when it prepares the next one
+
+    def interrupt_kernel(self) -> bool:
+        return False  # only the supervisor can signal it (it lives in the container's PID namespace)
+
+    def kernel_exit_code(self) -> int | None:
+        if self.exec_id is None:
+            return None
+        for _ in range(20):  # the engine records the exit a moment after the stream ends
+            try:
+                info = self.client.api.exec_inspect(self.exec_id)
+            except Exception:
+                return None
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.02)
+        return None
+
     def stop(self) -> None:
         container, self.container_id = self.container_id, None
+        self.exec_id = None
         if container is not None:
             try:
                 self.client.api.remove_container(container, force=True, v=True)
@@ -304,7 +345,7 @@ class DockerSandbox(KernelSandbox):
         self._docker = docker
         process = DockerKernel(docker, self.image, name=self.name, memory=memory, cpus=cpus, pids=pids,
                                nofile=nofile, workspace_size=workspace_size, tmp_size=tmp_size, network=network,
-                               runtime=runtime, env=dict(env or {}), max_frame=(limits or Limits()).max_frame)
+                               runtime=runtime, env=dict(env or {}))
         self._kernel = process
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,

@@ -1,10 +1,11 @@
 """A sandbox session backed by a Jupyter kernel process: the part every kernel backend shares.
 
 :class:`KernelSandbox` is handed a :class:`KernelProcess` (a Docker container,
-a local subprocess; later a remote engine) that can start a kernel and give
-back its byte stream. Over that stream (see :mod:`sandbox._transport`) the
-session speaks Jupyter to ipykernel, answers host-function calls, and keeps
-every limit on the host's own clock:
+a local subprocess; later a remote engine) that starts the sandbox's
+supervisor and, next to it, kernels, and gives back their byte streams (see
+:mod:`sandbox._transport`). Over the supervisor's stream the session speaks
+Jupyter to ipykernel (the supervisor relays it); over the kernel's own stream
+it answers host-function calls. It keeps every limit on the host's clock:
 
 * a run stops after ``timeout`` seconds of its own time (time inside host
   calls excluded) or ``max_run_time`` seconds in all (time a human spends
@@ -15,9 +16,9 @@ every limit on the host's own clock:
   returns an error saying so. :meth:`KernelSandbox.run` never raises for
   what the code does.
 
-Recovery ladder on timeout: interrupt (in-band SIGINT) -> restart the kernel
-process -> recreate its environment. State is kept when the interrupt works;
-otherwise the result says the state was lost.
+Recovery ladder on timeout: interrupt (SIGINT) -> a fresh kernel in the same
+environment (files stay) -> a new environment. State is kept when the
+interrupt works; otherwise the result says the state was lost.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ from .runtime import sandbox_wire as wire
 READY_MARKER = "sandbox-runtime: kernel ready"
 #: MIME type of the runtime's "this much output was cut in the kernel" message.
 OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
-#: Frame kinds the host accepts from a kernel.
-_KERNEL_KINDS = {wire.KIND_HELLO, wire.KIND_EXIT, wire.KIND_JUPYTER, wire.KIND_CALL, wire.KIND_ABANDON}
+#: Frame kinds the host accepts from the supervisor, and from a kernel.
+_SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER}
+_KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON}
 
 
 @dataclass(frozen=True)
@@ -76,11 +78,11 @@ class KernelExit:
 
 
 class KernelProcess(Protocol):
-    """Starts the sandbox's supervisor and gives back its byte stream; the part each backend provides.
+    """Starts the sandbox's supervisor and kernels, and gives back their streams: the part each backend provides.
 
-    The supervisor (:mod:`sandbox_init`) runs kernels in turn inside one
-    environment (a container with its /workspace volume, a working directory);
-    restarting a kernel happens over the stream. :meth:`start` and
+    The supervisor (:mod:`sandbox_init`) holds the environment (a container
+    with its /workspace volume, a working directory); kernels start next to
+    it, one after another, in that environment. :meth:`start` and
     :meth:`stop` create and destroy the whole environment.
     """
 
@@ -88,7 +90,27 @@ class KernelProcess(Protocol):
     workdir: str
 
     def start(self) -> Stream:
-        """Start the supervisor (which starts a kernel) and return its stream."""
+        """Start the supervisor (a new environment) and return its stream."""
+        ...
+
+    def kernel_dir(self, number: int) -> str:
+        """Where the supervisor puts kernel ``number``'s connection file (a path in the environment)."""
+        ...
+
+    def start_kernel(self, connection: str) -> Stream:
+        """Start a kernel that binds the connection file ``connection``; return its call stream."""
+        ...
+
+    def stop_kernel(self) -> None:
+        """Kill the current kernel if this backend can do so directly (else the supervisor does)."""
+        ...
+
+    def interrupt_kernel(self) -> bool:
+        """Interrupt the kernel directly; False when only the supervisor can."""
+        ...
+
+    def kernel_exit_code(self) -> int | None:
+        """How the last kernel ended (negative: killed by that signal); None if unknown."""
         ...
 
     def stop(self) -> None:
@@ -272,12 +294,16 @@ class KernelSandbox:
         self._requests = _jupyter.Requests()
         self._closed = False
         self._lock = threading.RLock()  # one run at a time per session
-        self._conn: Connection | None = None
-        self._stream_gen = 0  # which stream's events count (older streams are ignored)
-        #: The kernel's state: "starting" (until its hello), "ready", "ended" (its
-        #: supervisor said it exited) or "broken" (it broke the protocol).
+        self._sup: Connection | None = None  # the supervisor's stream
+        self._kern: Connection | None = None  # the current kernel's call stream
+        self._sup_gen = 0  # which streams' events count (older ones are ignored)
+        self._kern_gen = 0
+        self._kernels = 0
+        #: The kernel's state: "down", "starting" (until its hello), "ready", "ended"
+        #: (it exited) or "broken" (it broke the protocol).
         self._state = "down"
         self._state_changed = threading.Condition()
+        self._prepared: str | None = None  # the connection file the supervisor made for the next kernel
         self._kernel_started = 0.0
         self._exit: KernelExit | None = None
         self._violation: str | None = None
@@ -286,7 +312,7 @@ class KernelSandbox:
         self._holder = _ConnHolder()
         self._finalizer = weakref.finalize(self, _release, process, self._holder)
 
-    # --- the supervisor's stream and the kernel's state -----------------------------------------
+    # --- the streams and the kernel's state -----------------------------------------------------
 
     def _set_state(self, state: str) -> None:
         with self._state_changed:
@@ -297,66 +323,82 @@ class KernelSandbox:
             if execution is not None:
                 execution.done.set()
 
-    def _open_stream(self) -> None:
-        """Start the supervisor (a new environment) and connect to its stream."""
-        self._retire_connection()
-        self._stream_gen += 1
-        generation = self._stream_gen
-        self._violation = None
-        self._set_state("starting")
-        self._kernel_started = time.time()
-        stream = self.process.start()
+    def _connect(self, stream: Stream, kinds: set[bytes], generation: int, which: str) -> Connection:
         ref = weakref.ref(self)  # the I/O thread must not keep a forgotten session alive
 
         def on_frame(kind: bytes, body: bytearray) -> None:
             session = ref()
             if session is not None:
-                session._on_frame(generation, kind, body)
+                session._on_frame(which, generation, kind, body)
 
         def on_closed(reason: str | None) -> None:
             session = ref()
             if session is not None:
-                session._on_closed(generation, reason)
+                session._on_closed(which, generation, reason)
 
-        self._conn = Connection(stream, max_frame=self.limits.max_frame, kinds=_KERNEL_KINDS,
-                                write_stall=self.limits.write_stall, on_frame=on_frame, on_closed=on_closed)
-        self._holder.conn = self._conn
+        return Connection(stream, max_frame=self.limits.max_frame, kinds=kinds, write_stall=self.limits.write_stall,
+                          on_frame=on_frame, on_closed=on_closed, name=which)
 
-    def _stream_alive(self) -> bool:
-        return self._conn is not None and not self._conn.closed
+    def _open_environment(self) -> None:
+        """Start the supervisor (a new environment) and connect to its stream."""
+        self._retire_streams()
+        self._sup_gen += 1
+        self._violation = None
+        self._set_state("down")
+        self._sup = self._connect(self.process.start(), _SUPERVISOR_KINDS, self._sup_gen, "supervisor")
+        self._holder.conns = [self._sup]
 
-    def _wait_ready(self) -> None:
-        """Wait for the kernel's hello, then install the runtime's settings and the stubs."""
-        deadline = time.monotonic() + self.start_timeout
+    def _environment_alive(self) -> bool:
+        return self._sup is not None and not self._sup.closed
+
+    def _wait_state(self, predicate: Callable[[], bool], deadline: float) -> bool:
         with self._state_changed:
-            while self._state == "starting":
+            while not predicate():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    break
+                    return False
                 self._state_changed.wait(min(left, 0.5))
-            state = self._state
-        if state != "ready":
+            return True
+
+    def _start_kernel(self) -> None:
+        """A fresh kernel next to the supervisor: prepare it, start it, wait for its hello, install the stubs."""
+        deadline = time.monotonic() + self.start_timeout
+        self._retire_kernel()
+        self._kernels += 1
+        self._violation = None
+        self._exit = None
+        self._prepared = None
+        self._set_state("starting")
+        self._kernel_started = time.time()
+        directory = self.process.kernel_dir(self._kernels)
+        try:
+            self._send(wire.KIND_RESTART, json.dumps({"dir": directory}).encode())
+        except ConnectionError:
+            raise KernelStartError(f"the sandbox's supervisor is gone: {self._start_failure_detail()}") from None
+        if not self._wait_state(lambda: self._prepared is not None or not self._environment_alive(), deadline) \
+                or self._prepared is None:
+            raise KernelStartError(f"the sandbox's supervisor did not prepare a kernel: {self._start_failure_detail()}")
+        self._kern_gen += 1
+        self._kern = self._connect(self.process.start_kernel(self._prepared), _KERNEL_KINDS, self._kern_gen, "kernel")
+        self._holder.conns = [c for c in (self._sup, self._kern) if c is not None]
+        self._wait_state(lambda: self._state != "starting", deadline)
+        if self._state != "ready":
             detail = self._start_failure_detail()
-            if state == "starting":
+            if self._state == "starting":
                 raise KernelStartError(f"the kernel did not start within {self.start_timeout:g} s: {detail}")
             raise KernelStartError(f"the kernel exited while starting: {detail}")
         self._setup_kernel(deadline)
 
     def _boot(self) -> None:
-        self._open_stream()
-        self._wait_ready()
+        self._open_environment()
+        self._start_kernel()
 
     def _restart_kernel(self) -> None:
         """A fresh kernel in the same environment (files stay); a new environment if that fails."""
-        if self._stream_alive():
-            self._violation = None
-            self._exit = None
-            self._set_state("starting")
-            self._kernel_started = time.time()
-            self._dispatcher.abandon_all(None)
+        self._dispatcher.abandon_all(None)
+        if self._environment_alive():
             try:
-                self._send(wire.KIND_RESTART)
-                self._wait_ready()
+                self._start_kernel()
                 return
             except (ConnectionError, KernelStartError):
                 pass
@@ -364,7 +406,7 @@ class KernelSandbox:
 
     def _recreate(self) -> None:
         """The last resort: a new supervisor and environment (files in a container are lost)."""
-        self._retire_connection()
+        self._retire_streams()
         self.process.stop()
         self._boot()
         if self.backend == "docker":
@@ -374,10 +416,14 @@ class KernelSandbox:
     def _start_failure_detail(self) -> str:
         if self._violation:
             return self._violation
-        tail = self._conn.stderr_text() if self._conn is not None else ""
-        if self._exit is not None:
+        tails = [c.stderr_text() for c in (self._kern, self._sup) if c is not None]
+        if self._exit is not None and (self._exit.detail or self._exit.code is not None):
             return self._exit.detail or str(self._exit.describe())
-        return exit_detail(tail.splitlines()) or "no output"
+        for tail in tails:
+            detail = exit_detail(tail.splitlines())
+            if detail:
+                return detail
+        return "no output"
 
     def _setup_kernel(self, deadline: float) -> None:
         code = (
@@ -391,17 +437,26 @@ class KernelSandbox:
             raise KernelStartError("the sandbox runtime failed to load in the kernel: "
                                    f"{_jupyter.text_field(reply, 'evalue', str(reply))[:500]}")
 
-    def _on_frame(self, generation: int, kind: bytes, body: bytearray) -> None:
-        """Runs on the I/O thread for every frame. What the kernel sends is hostile input:
+    def _on_frame(self, which: str, generation: int, kind: bytes, body: bytearray) -> None:
+        """Runs on an I/O thread for every frame. What the sandbox sends is hostile input:
         anything malformed marks the kernel broken (it is restarted); nothing raises."""
-        if generation != self._stream_gen:
-            return
-        if kind == wire.KIND_HELLO:
-            self._exit = None
-            self._set_state("ready")
-            return
-        if kind == wire.KIND_EXIT:
-            self._on_exit(body)
+        if which == "supervisor":
+            if generation != self._sup_gen:
+                return
+            if kind == wire.KIND_PREPARED:
+                info = json.loads(bytes(body[:4096]))
+                path = info.get("connection") if isinstance(info, dict) else None
+                if not isinstance(path, str):
+                    raise ValueError("the supervisor's answer has no connection file")
+                with self._state_changed:
+                    self._prepared = path
+                    self._state_changed.notify_all()
+                return
+            if kind == wire.KIND_HELLO:
+                if self._state == "starting":
+                    self._set_state("ready")
+                return
+        elif generation != self._kern_gen:
             return
         if self._state != "ready":
             return  # from a kernel that has ended or broken the protocol
@@ -422,18 +477,6 @@ class KernelSandbox:
             self._violation = f"the kernel sent a malformed message ({type(exc).__name__}: {str(exc)[:200]})"
             self._set_state("broken")
 
-    def _on_exit(self, body: bytearray) -> None:
-        try:
-            info = json.loads(bytes(body[:4096]))
-            code = info.get("code") if isinstance(info, dict) else None
-            sig = info.get("signal") if isinstance(info, dict) else None
-        except ValueError:
-            code, sig = None, None
-        code = code if type(code) is int else (-sig if type(sig) is int else None)
-        tail = self._conn.stderr_text() if self._conn is not None else ""
-        self._exit = KernelExit(code, False, exit_detail(tail.splitlines()))
-        self._set_state("ended")
-
     def _on_call(self, call_id: int, name: str, payload: memoryview) -> None:
         execution = self._exec
         send = self._reply_sender()
@@ -446,30 +489,61 @@ class KernelSandbox:
         self._dispatcher.submit(call_id, name, payload, send=send, on_done=execution.record_call,
                                 clock=execution.clock, budget=execution.budget, max_payload=self.limits.max_payload)
 
-    def _on_closed(self, generation: int, reason: str | None) -> None:
-        if generation != self._stream_gen:
+    def _on_closed(self, which: str, generation: int, reason: str | None) -> None:
+        if which == "supervisor":
+            if generation != self._sup_gen:
+                return
+            if reason is not None:
+                self._violation = f"the sandbox's supervisor stream broke: {reason}"
+            if self._exit is None:
+                self._exit = KernelExit(None, False, "the sandbox's container stopped")
+            self._set_state("broken" if reason is not None else "ended")
+            with self._state_changed:
+                self._state_changed.notify_all()
+            return
+        if generation != self._kern_gen:
             return
         if reason is not None:
             self._violation = reason
-        if self._state not in ("ended", "broken") or reason is not None:
-            tail = self._conn.stderr_text() if self._conn is not None else ""
-            if self._exit is None:
-                self._exit = KernelExit(None, False, exit_detail(tail.splitlines()) or "its container stopped")
-            self._set_state("broken" if reason is not None else "ended")
+            self._set_state("broken")
+            return
+        if self._state in ("ended", "broken"):
+            return
+        tail = self._kern.stderr_text() if self._kern is not None else ""
+        code = None
+        try:
+            code = self.process.kernel_exit_code()
+        except Exception:
+            pass
+        self._exit = KernelExit(code, False, exit_detail(tail.splitlines()))
+        self._set_state("ended")
 
     def _send(self, kind: bytes, *chunks: Any) -> None:
-        conn = self._conn
+        """A frame to the supervisor."""
+        conn = self._sup
         if conn is None:
-            raise ConnectionError("no kernel")
+            raise ConnectionError("no sandbox")
         conn.send(kind, *chunks)
 
     def _reply_sender(self) -> Callable[[int, int, list[Any]], None]:
+        """Replies go to the kernel that is current when the call arrived."""
+        conn = self._kern
+
         def send(call_id: int, status: int, chunks: list[Any]) -> None:
+            if conn is None:
+                return
             try:
-                self._send(wire.KIND_REPLY, *wire.pack_reply(call_id, status, chunks))
+                conn.send(wire.KIND_REPLY, *wire.pack_reply(call_id, status, chunks))
             except ConnectionError:
                 pass
         return send
+
+    def _interrupt(self) -> None:
+        try:
+            if not self.process.interrupt_kernel():
+                self._send(wire.KIND_INTERRUPT)
+        except ConnectionError:
+            pass
 
     def _start_execute(self, code: str, *, user: bool, user_expressions: dict[str, str] | None = None,
                        on_output: StreamCallback | None = None,
@@ -506,7 +580,7 @@ class KernelSandbox:
         """Start the kernel now (otherwise the first :meth:`run` starts it)."""
         with self._lock:
             self._check_open()
-            if self._conn is None:
+            if self._sup is None:
                 try:
                     self._boot()
                 except BaseException:
@@ -525,7 +599,7 @@ class KernelSandbox:
             raise SandboxClosed("this sandbox session is closed; open a new one")
 
     def _ensure_kernel(self) -> None:
-        if self._conn is None:
+        if self._sup is None:
             self._boot()
         elif self._state != "ready":
             reason = self._death_reason()
@@ -549,12 +623,23 @@ class KernelSandbox:
                 pass
         return exit.describe(self.process.memory_limit())
 
-    def _retire_connection(self) -> None:
-        self._stream_gen += 1  # events of the old stream are ignored from now on
-        conn, self._conn = self._conn, None
+    def _retire_kernel(self) -> None:
+        self._kern_gen += 1  # events of the old kernel's stream are ignored from now on
+        conn, self._kern = self._kern, None
         if conn is not None:
             conn.close(wait=2.0)
+        try:
+            self.process.stop_kernel()
+        except Exception:
+            pass
         self._dispatcher.abandon_all(None)
+
+    def _retire_streams(self) -> None:
+        self._retire_kernel()
+        self._sup_gen += 1
+        conn, self._sup = self._sup, None
+        if conn is not None:
+            conn.close(wait=2.0)
 
     def _max_run_time(self, limit: float | None) -> float | None:
         if self.max_run_time is not None:
@@ -640,10 +725,7 @@ class KernelSandbox:
                     execution.timeout_kind = "run" if over_run and not over_code else "code"
                     interrupted_at = now
                     self._dispatcher.abandon_all(clock)
-                    try:
-                        self._send(wire.KIND_INTERRUPT)
-                    except ConnectionError:
-                        pass
+                    self._interrupt()
             elif now - interrupted_at >= self.interrupt_grace:
                 execution.forced_restart = True
                 return
@@ -679,9 +761,8 @@ class KernelSandbox:
                 result.notices.append(
                     "The sandbox broke the protocol between it and the host, so its kernel was stopped; "
                     "the next run starts a fresh kernel (variables are lost, files are kept).")
-                if self._stream_alive():
-                    self._restart_kernel()  # a broken kernel is not left running
-                    self._restarted_notice = None
+                self._restart_kernel()  # a broken kernel is not left running
+                self._restarted_notice = None
             else:
                 result.notices.append(
                     "The kernel stopped during this run; the next run starts a fresh kernel "
@@ -747,15 +828,12 @@ class KernelSandbox:
         and the session keeps its state. Does nothing when no code runs.
         """
         if not self._closed and self._state == "ready":
-            try:
-                self._send(wire.KIND_INTERRUPT)
-            except ConnectionError:
-                pass
+            self._interrupt()
 
     def _settle_after_host_interrupt(self) -> None:
         self._dispatcher.abandon_all(None)
         try:
-            self._send(wire.KIND_INTERRUPT)
+            self._interrupt()
             reply = self._execute_silent("", self.interrupt_grace + 2.0)  # queued behind the interrupted cell
             if reply.get("status") not in ("ok", "error"):
                 raise KernelStartError("no answer")
@@ -854,7 +932,7 @@ class KernelSandbox:
         """Fresh interpreter; files and host functions stay. The next result says so."""
         with self._lock:
             self._check_open()
-            if self._conn is None:
+            if self._sup is None:
                 self._boot()
             else:
                 self._restart_kernel()
@@ -868,10 +946,7 @@ class KernelSandbox:
             return
         self._closed = True
         try:
-            self._stream_gen += 1
-            if self._conn is not None:
-                self._conn.close(wait=2.0)
-                self._conn = None
+            self._retire_streams()
         finally:
             self._dispatcher.close()
             self._finalizer()
@@ -882,15 +957,15 @@ class KernelSandbox:
 
 
 class _ConnHolder:
-    """The session's current connection, for its finalizer (which must not hold the session)."""
+    """The session's current connections, for its finalizer (which must not hold the session)."""
 
-    conn: Connection | None = None
+    conns: list[Connection] = []
 
 
 def _release(process: KernelProcess, holder: _ConnHolder) -> None:
     """Finalizer (close() or garbage collection): must not raise."""
-    conn, holder.conn = holder.conn, None
-    if conn is not None:
+    conns, holder.conns = holder.conns, []
+    for conn in conns:
         try:
             conn.close(wait=1.0)
         except Exception:

@@ -14,6 +14,7 @@ subprocess's stdin and stdout pipes.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import shutil
@@ -49,51 +50,87 @@ def _parse_size(text: str | int | None) -> int | None:
 
 
 class LocalKernel:
-    """The kernel process of a :class:`LocalSandbox`: the supervisor as a subprocess, the kernel its child."""
+    """The processes of a :class:`LocalSandbox`: the supervisor and the kernel, both children of the host."""
 
-    def __init__(self, python: str, workdir: str, env: dict[str, str], limits: dict[str, int | None],
-                 memory: str | int | None, max_frame: int) -> None:
+    def __init__(self, python: str, workdir: str, private: str, env: dict[str, str],
+                 limits: dict[str, int | None], memory: str | int | None) -> None:
         self.python = python
         self.workdir = workdir
-        self.env = dict(env, SANDBOX_MAX_FRAME=str(max_frame))
+        self.private = private
+        self.env = env
         self._limits = limits
         self._memory = memory
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.supervisor: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None  # the kernel
 
     def _preexec(self) -> None:
-        # Runs in the child between fork and exec; the limits are inherited by the kernel.
+        # Runs in the child between fork and exec.
         if self._limits["as"]:
             resource.setrlimit(resource.RLIMIT_AS, (self._limits["as"], self._limits["as"]))
         if self._limits["fsize"]:
             resource.setrlimit(resource.RLIMIT_FSIZE, (self._limits["fsize"], self._limits["fsize"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:  # die with the host process, however it dies
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
-    def start(self) -> Stream:
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Stream]:
         try:
-            self.proc = subprocess.Popen(
-                [self.python, "-I", str(Path(_RUNTIME_DIR) / "sandbox_init.py")],
-                cwd=self.workdir,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own session: interrupts and stray-killing stay inside it
-                preexec_fn=self._preexec,
-            )
+            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec)
         except OSError as exc:
             raise KernelStartError(f"could not start {self.python}: {exc}") from exc
-        proc = self.proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         # The stream owns the pipes from here on (it closes them).
         fds = (os.dup(proc.stdin.fileno()), os.dup(proc.stdout.fileno()), os.dup(proc.stderr.fileno()))
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             pipe.close()
-        return PipeStream(*fds)
+        return proc, PipeStream(*fds)
+
+    def start(self) -> Stream:
+        self.supervisor, stream = self._spawn([self.python, "-I", str(Path(_RUNTIME_DIR) / "sandbox_init.py")],
+                                              self.env)
+        return stream
+
+    def kernel_dir(self, number: int) -> str:
+        return str(Path(self.private) / f"kernel-{number}")
+
+    def start_kernel(self, connection: str) -> Stream:
+        self.stop_kernel()
+        self.proc, stream = self._spawn([self.python, "-c", "import sandbox_runtime; sandbox_runtime.launch()"],
+                                        {**self.env, "SANDBOX_CONNECTION": connection})
+        return stream
+
+    def stop_kernel(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            _kill_session(proc)
+
+    def interrupt_kernel(self) -> bool:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        return True
+
+    def kernel_exit_code(self) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            return proc.wait(5)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            _kill_session(proc)
+        self.stop_kernel()
+        self.proc = None
+        supervisor, self.supervisor = self.supervisor, None
+        if supervisor is not None:
+            _kill_session(supervisor)
 
     def oom_since(self, started: float) -> bool:
         return False  # under RLIMIT_AS allocations fail with MemoryError instead
@@ -151,7 +188,7 @@ class LocalSandbox(KernelSandbox):
         self.memory = memory
         self.python = python or sys.executable
         limits_rl = {"as": _parse_size(memory), "fsize": _parse_size(max_file_size)}
-        process = LocalKernel(self.python, directory, self.env, limits_rl, memory, (limits or Limits()).max_frame)
+        process = LocalKernel(self.python, directory, private, self.env, limits_rl, memory)
         self._local = process
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,

@@ -177,7 +177,7 @@ import sandbox_runtime as s, sandbox_wire as w, sandbox_codec as c
 payload = b''.join(c.encode(((), {})))
 frame = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(1, 'echo', [payload])))
 import os, threading
-fd = s._state.link.fd
+fd = s._state.link.fd_out
 while True:
     os.write(fd, frame)
 """,
@@ -299,12 +299,12 @@ try:
 finally:
     k.session.pack = original
 import sandbox_runtime as s, sandbox_wire as w, os
-os.write(s._state.link.fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(9, 'echo', [deep]))))
+os.write(s._state.link.fd_out, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(9, 'echo', [deep]))))
 print('sent')
 """,
     "oversized-frame": """
 import sandbox_runtime as s, os, struct
-os.write(s._state.link.fd, b'F' + struct.pack('>I', 2**31 - 1) + b'x' * 4096)
+os.write(s._state.link.fd_out, b'F' + struct.pack('>I', 2**31 - 1) + b'x' * 4096)
 """,
     "listing-wrong-shape": """
 import sandbox_runtime as s
@@ -313,14 +313,14 @@ print('replaced')
 """,
     "call-name-not-a-string": """
 import sandbox_runtime as s, sandbox_wire as w, os
-fd = s._state.link.fd
+fd = s._state.link.fd_out
 os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, b'\\x00\\x00\\x00\\x07\\x00\\x04\\xff\\xfe\\xfd\\xfcjunk')))
 os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_ABANDON, b'\\x01')))
 print('sent')
 """,
     "garbage-on-the-call-link": """
 import sandbox_runtime as s, os
-os.write(s._state.link.fd, os.urandom(4096))
+os.write(s._state.link.fd_out, os.urandom(4096))
 """,
 }
 

@@ -322,7 +322,7 @@ def test_pool_hands_out_warm_fresh_sessions_and_closes_idle_ones(client):
         first = pool.acquire()
         second = pool.acquire()
         acquire_time = time.monotonic() - t
-        assert first._conn is not None and second._conn is not None  # already started
+        assert first._state == "ready" and second._state == "ready"  # already started
         assert acquire_time < 1.0, acquire_time  # no container start happened here
         with first, second:
             assert first.name != second.name

@@ -126,7 +126,7 @@ def test_stub_checks_arguments_before_calling_the_host(runtime):
         stub()  # query is required
     with pytest.raises(TypeError, match=r"search\(\)"):
         stub(query="q")  # positional-only
-    with pytest.raises(RuntimeError, match="supervisor"):
+    with pytest.raises(RuntimeError, match="link to the host"):
         stub("q", 5, "t1", exact=True, anything=1)  # valid; no supervisor here
 
 

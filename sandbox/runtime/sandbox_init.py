@@ -1,44 +1,38 @@
-"""The sandbox's supervisor: owns the host link, runs the kernel as its child, relays its messages.
+"""The sandbox's supervisor: the container's first process, its lifeline to the host, the kernel's relay.
 
 Started as ``python3 -I sandbox_init.py``: in a container it is PID 1 (the
 init of the container's PID namespace); on the host (the local backend) it
-is a plain subprocess. Its stdin and stdout are the link to the host (a
-container's attach stream, or pipes), spoken in :mod:`sandbox_wire` frames.
+is a plain subprocess. Its stdin and stdout are the container's attach
+stream (or pipes), spoken in :mod:`sandbox_wire` frames.
 
-It starts ipykernel as a child process with a private directory for the
-kernel's ZMQ sockets and a socket pair for host-function calls, and relays:
+The kernel is started next to it by the host (``docker exec``, or a local
+subprocess), with its own stream for host-function calls. The supervisor:
 
-* host ``J`` (shell) frames to the kernel's shell socket, and the kernel's
-  shell replies and iopub messages back as ``J`` frames;
-* the kernel's call frames (``F``, ``A``) to the host, and the host's replies
-  (``R``) back to the kernel;
-* host ``X``: interrupt the kernel (SIGINT); host ``K``: kill the kernel and
-  everything it started, and start a fresh one (files stay);
-* when the kernel ends it sends ``E`` (exit status); after each kernel start
-  ``H`` (hello: the kernel is up and its messages reach the host).
-
-When the link closes — the host closed the session or died, however it died
-— it kills everything and exits, and with it the container. The code in the
-kernel cannot stop that: it cannot signal this process (the init of its PID
-namespace ignores signals it has no handler for), nor trace it or read its
-memory or file descriptors (this process is not dumpable), and this process
-never blocks on the kernel (what the kernel does not read in time gets it
-killed).
+* prepares each kernel (host ``K``): kills the previous kernel and every
+  process the code left, creates a private directory with the kernel's
+  connection file, and answers ``P``;
+* relays the kernel's Jupyter messages from its own process, so the
+  kernel's interpreter never spends its time (or its GIL) on relaying:
+  host ``J`` (shell) frames to the kernel's shell socket, the kernel's shell
+  replies and iopub messages back as ``J`` frames; ``H`` once a kernel's
+  iopub messages reach the host;
+* interrupts the kernel in a container (host ``X``: SIGINT);
+* when its stream closes — the host closed the session or died, however it
+  died — kills everything and exits, and with it the container. The code
+  cannot stop that: it cannot signal this process (the init of its PID
+  namespace ignores signals it has no handler for), nor trace it, read its
+  memory or open its file descriptors (this process is not dumpable).
 
 Runs with ``-I``: nothing is imported from the environment, the working
 directory or user site directories, which the kernel can write.
 """
 
 import ctypes
-import errno
 import json
 import os
-import platform
-import selectors
+import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -48,116 +42,14 @@ import zmq  # noqa: E402
 
 _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
-#: Bytes queued for the kernel before it counts as not reading (it is then killed).
-MAX_KERNEL_BACKLOG = 256 * 1024 * 1024
-#: Seconds the kernel may take to start answering.
-START_TIMEOUT = 60.0
+#: Seconds a prepared kernel may take before its messages reach us.
+START_TIMEOUT = 120.0
 
 
 def _prctl(option, value):
     try:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
     except Exception:
-        pass
-
-
-class Kernel:
-    """One kernel child: its process, ZMQ sockets and call link."""
-
-    def __init__(self, context, env, namespace_init, max_frame):
-        self.private = tempfile.mkdtemp(prefix="kernel-")
-        ip = os.path.join(self.private, "k")
-        connection = {
-            "transport": "ipc", "ip": ip, "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
-            "control_port": 4, "hb_port": 5, "key": "", "signature_scheme": "hmac-sha256",
-            "kernel_name": "python3",
-        }
-        path = os.path.join(self.private, "kernel.json")
-        with open(path, "w") as f:
-            json.dump(connection, f)
-        ours, theirs = __import__("socket").socketpair()
-        self.calls = ours
-        self.calls.setblocking(False)
-        child_env = dict(env, SANDBOX_CONNECTION=path, SANDBOX_CALL_FD=str(theirs.fileno()))
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "import sandbox_runtime; sandbox_runtime.launch()"],
-            stdin=subprocess.DEVNULL, stdout=2, stderr=2, env=child_env, pass_fds=(theirs.fileno(),),
-            start_new_session=True, preexec_fn=_child_setup,
-        )
-        theirs.close()
-        self.shell = context.socket(zmq.DEALER)
-        self.shell.linger = 0
-        self.shell.sndhwm = 0
-        self.shell.connect("ipc://%s-1" % ip)
-        self.iopub = context.socket(zmq.SUB)
-        self.iopub.linger = 0
-        self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.iopub.connect("ipc://%s-2" % ip)
-        self.parser = wire.FrameParser(max_frame, kinds={wire.KIND_CALL, wire.KIND_ABANDON})
-        self.backlog = bytearray()  # call replies the kernel has not read yet
-        self.ready = False
-        self.last_probe = 0.0
-        self.namespace_init = namespace_init
-        self.exit_status = None
-
-    def probe(self):
-        """Ask the kernel for its info until an iopub message proves the subscription is live."""
-        now = time.monotonic()
-        if now - self.last_probe > 0.05:
-            self.last_probe = now
-            try:
-                self.shell.send_multipart(_request("kernel_info_request"), zmq.NOBLOCK)
-            except zmq.Again:
-                pass
-
-    def kill(self):
-        """Kill the kernel and everything it started; wait for it."""
-        proc = self.proc
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        if self.namespace_init:
-            try:
-                os.kill(-1, signal.SIGKILL)  # every process but this one: strays that left the group too
-            except OSError:
-                pass
-        try:
-            proc.kill()
-        except OSError:
-            pass
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.close()
-
-    def close(self):
-        for sock in (self.shell, self.iopub):
-            try:
-                sock.close(0)
-            except Exception:
-                pass
-        try:
-            self.calls.close()
-        except OSError:
-            pass
-        try:
-            import shutil
-
-            shutil.rmtree(self.private, ignore_errors=True)
-        except Exception:
-            pass
-
-
-def _child_setup():
-    # In the child between fork and exec: die with the supervisor, and be the OOM killer's first choice.
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
         pass
 
 
@@ -172,6 +64,50 @@ def _request(msg_type):
     return [b"<IDS|MSG>", b"", json.dumps(header).encode(), b"{}", b"{}", b"{}"]
 
 
+class KernelLink:
+    """The ZMQ sockets to one kernel, and whether its iopub stream is live yet."""
+
+    def __init__(self, context, directory):
+        self.directory = directory
+        ip = os.path.join(directory, "k")
+        self.shell = context.socket(zmq.DEALER)
+        self.shell.linger = 0
+        self.shell.sndhwm = 0
+        self.shell.connect("ipc://%s-1" % ip)
+        self.iopub = context.socket(zmq.SUB)
+        self.iopub.linger = 0
+        self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.iopub.connect("ipc://%s-2" % ip)
+        self.ready = False
+        self.prepared = time.monotonic()
+        self.last_probe = 0.0
+
+    def probe(self):
+        """Ask for the kernel's info until an iopub message proves the subscription is live."""
+        now = time.monotonic()
+        if now - self.last_probe > 0.05:
+            self.last_probe = now
+            try:
+                self.shell.send_multipart(_request("kernel_info_request"), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+
+    def pid(self):
+        """The kernel's pid as it wrote it (harmless to trust: every process here is the sandbox's)."""
+        try:
+            with open(os.path.join(self.directory, "pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def close(self):
+        for sock in (self.shell, self.iopub):
+            try:
+                sock.close(0)
+            except Exception:
+                pass
+
+
 class Supervisor:
     def __init__(self):
         self.fd_in = os.dup(0)
@@ -181,96 +117,107 @@ class Supervisor:
         os.dup2(2, 1)
         os.close(null)
         self.namespace_init = os.getpid() == 1
-        self.max_frame = int(os.environ.get("SANDBOX_MAX_FRAME", str(256 * 1024 * 1024)))
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOX_MAX")}
         self.context = zmq.Context()
-        self.parser = wire.FrameParser(2**31, kinds={wire.KIND_JUPYTER, wire.KIND_REPLY, wire.KIND_INTERRUPT,
-                                                    wire.KIND_RESTART})
+        self.parser = wire.FrameParser(2**31, kinds={wire.KIND_JUPYTER, wire.KIND_INTERRUPT, wire.KIND_RESTART})
         self.kernel = None
-        self.children_exited = False
-
-    # --- writing to the host (blocking: the host always reads, or it is gone) ---------------
 
     def send(self, kind, *chunks):
-        for view in wire.frame(kind, *chunks):
-            view = memoryview(view)
-            while len(view):
-                try:
-                    view = view[os.write(self.fd_out, view):]
-                except InterruptedError:
-                    continue
-                except OSError:
-                    self.shutdown()
+        """Write a frame to the host (blocking: the host always reads, or it is gone)."""
+        views = [memoryview(v) for v in wire.frame(kind, *chunks)]
+        while views:
+            try:
+                written = os.writev(self.fd_out, views)
+            except InterruptedError:
+                continue
+            except OSError:
+                self.shutdown()
+            while written:
+                if written >= len(views[0]):
+                    written -= len(views[0])
+                    views.pop(0)
+                else:
+                    views[0] = views[0][written:]
+                    written = 0
 
-    # --- the kernel ---------------------------------------------------------------------------
+    # --- kernels -------------------------------------------------------------------------------
 
-    def start_kernel(self):
+    def prepare(self, body):
+        """Kill what the previous kernel left, and make the directory for the next one."""
+        request = json.loads(bytes(body))
+        directory = request["dir"]
         if self.kernel is not None:
-            self.kernel.kill()
-        self.kernel = Kernel(self.context, self.env, self.namespace_init, self.max_frame)
-
-    def kernel_ended(self, status):
-        kernel = self.kernel
-        if kernel is None or kernel.exit_status is not None:
-            return
-        kernel.exit_status = status
-        code, sig = None, None
-        if os.WIFEXITED(status):
-            code = os.WEXITSTATUS(status)
-        elif os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-        self.send(wire.KIND_EXIT, json.dumps({"code": code, "signal": sig,
-                                              "uptime": time.monotonic() - kernel.started}).encode())
-        kernel.close()
+            old = self.kernel
+            self.kernel = None
+            old.close()
+            shutil.rmtree(old.directory, ignore_errors=True)
+        if self.namespace_init:
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process but this one: kernels, strays, detached daemons
+            except OSError:
+                pass
+            self.reap()
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        connection = {
+            "transport": "ipc", "ip": os.path.join(directory, "k"), "shell_port": 1, "iopub_port": 2,
+            "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "", "signature_scheme": "hmac-sha256",
+            "kernel_name": "python3",
+        }
+        path = os.path.join(directory, "kernel.json")
+        with open(path, "w") as f:
+            json.dump(connection, f)
+        self.kernel = KernelLink(self.context, directory)
+        self.send(wire.KIND_PREPARED, json.dumps({"connection": path}).encode())
 
     def reap(self):
+        """Orphans of the kernel are re-parented to this process (the namespace's init)."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            if self.kernel is not None and pid == self.kernel.proc.pid:
-                self.kernel.proc.returncode = status
-                self.kernel_ended(status)
+
+    def interrupt(self):
+        # In a container only: on the host (the local backend) the host signals its own child,
+        # and a pid the kernel wrote could name any process of the user's.
+        pid = self.kernel.pid() if self.kernel is not None and self.namespace_init else None
+        if pid:
+            try:
+                os.kill(pid, signal.SIGINT)
+            except OSError:
+                pass
 
     # --- the loop ----------------------------------------------------------------------------------
 
     def run(self):
-        self.start_kernel()
         poller = zmq.Poller()
-        registered = {}
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the poll; reaping happens below
         poller.register(self.fd_in, zmq.POLLIN)
         poller.register(wake_r, zmq.POLLIN)
+        current = None
         while True:
             kernel = self.kernel
-            alive = kernel is not None and kernel.exit_status is None
-            wanted = {}
-            if alive:
-                wanted[kernel.shell] = zmq.POLLIN
-                wanted[kernel.iopub] = zmq.POLLIN
-                wanted[kernel.calls.fileno()] = zmq.POLLIN | (zmq.POLLOUT if kernel.backlog else 0)
-            for item in list(registered):
-                if item not in wanted:
-                    poller.unregister(item)
-                    del registered[item]
-            for item, mask in wanted.items():
-                if registered.get(item) != mask:
-                    poller.register(item, mask)
-                    registered[item] = mask
-            timeout = 50 if alive and not kernel.ready else None
-            if alive and not kernel.ready:
-                if time.monotonic() - kernel.started > START_TIMEOUT:
-                    kernel.kill()
-                    self.kernel_ended(9)
-                    continue
-                kernel.probe()
-            for item, event in poller.poll(timeout):
+            if kernel is not current:  # a new kernel: poll its sockets instead of the old one's
+                if current is not None:
+                    for sock in (current.shell, current.iopub):
+                        try:
+                            poller.unregister(sock)
+                        except KeyError:
+                            pass
+                if kernel is not None:
+                    poller.register(kernel.shell, zmq.POLLIN)
+                    poller.register(kernel.iopub, zmq.POLLIN)
+                current = kernel
+            timeout = None
+            if kernel is not None and not kernel.ready:
+                if time.monotonic() - kernel.prepared < START_TIMEOUT:
+                    kernel.probe()
+                    timeout = 50
+            for item, _ in poller.poll(timeout):
                 if item == self.fd_in:
                     self.from_host()
                 elif item == wake_r:
@@ -278,79 +225,30 @@ class Supervisor:
                         os.read(wake_r, 4096)
                     except OSError:
                         pass
-                    self.reap()
-                elif self.kernel is kernel and alive and kernel.exit_status is None:
-                    if item == kernel.calls.fileno():
-                        self.kernel_calls(kernel, event)
-                    else:
-                        self.kernel_messages(kernel, item)
+                    if self.namespace_init:
+                        self.reap()
+                elif self.kernel is kernel and kernel is not None:
+                    self.kernel_messages(kernel, item)
 
     def from_host(self):
         try:
-            data = os.read(self.fd_in, 1 << 20)
+            data = os.read(self.fd_in, 65536)  # below the mmap threshold: see sandbox._transport
         except InterruptedError:
             return
         if not data:
             self.shutdown()
         for kind, body in self.parser.feed(data):
-            kernel = self.kernel
             if kind == wire.KIND_RESTART:
-                self.start_kernel()
-            elif kernel is None or kernel.exit_status is not None:
-                continue  # a message for a kernel that has ended: the host learns that from E
-            elif kind == wire.KIND_JUPYTER:
+                self.prepare(body)
+            elif kind == wire.KIND_INTERRUPT:
+                self.interrupt()
+            elif kind == wire.KIND_JUPYTER and self.kernel is not None:
                 channel, parts = wire.unpack_parts(body)
                 if channel == "shell":
                     try:
-                        kernel.shell.send_multipart(parts, zmq.NOBLOCK)
+                        self.kernel.shell.send_multipart(parts, zmq.NOBLOCK)
                     except zmq.Again:
                         pass
-            elif kind == wire.KIND_REPLY:
-                kernel.backlog += b"".join(bytes(v) for v in wire.frame(wire.KIND_REPLY, body))
-                if len(kernel.backlog) > MAX_KERNEL_BACKLOG:
-                    kernel.kill()  # it stopped reading what it asked for
-                    self.kernel_ended(9)
-                    continue
-                self.flush_calls(kernel)
-            elif kind == wire.KIND_INTERRUPT:
-                try:
-                    os.kill(kernel.proc.pid, signal.SIGINT)
-                except OSError:
-                    pass
-
-    def flush_calls(self, kernel):
-        while kernel.backlog:
-            try:
-                sent = kernel.calls.send(kernel.backlog)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                kernel.backlog.clear()
-                return
-            del kernel.backlog[:sent]
-
-    def kernel_calls(self, kernel, event):
-        if event & zmq.POLLOUT:
-            self.flush_calls(kernel)
-        if not event & zmq.POLLIN:
-            return
-        try:
-            data = kernel.calls.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            return  # the kernel closed its end: it is ending, SIGCHLD follows
-        try:
-            frames = kernel.parser.feed(data)
-        except wire.WireError as exc:
-            os.write(2, ("sandbox-init: %s; restarting the kernel\n" % exc).encode())
-            kernel.kill()
-            self.kernel_ended(9)
-            return
-        for kind, body in frames:
-            self.send(kind, body)
 
     def kernel_messages(self, kernel, sock):
         channel = "iopub" if sock is kernel.iopub else "shell"
@@ -363,8 +261,7 @@ class Supervisor:
                     if channel == "iopub":  # the subscription works: the kernel is ready
                         kernel.ready = True
                         self.drain(kernel)
-                        hello = {"pid": kernel.proc.pid, "python": platform.python_version(), "runtime": 2}
-                        self.send(wire.KIND_HELLO, json.dumps(hello).encode())
+                        self.send(wire.KIND_HELLO, json.dumps({"pid": kernel.pid()}).encode())
                         return
                     continue  # the probe's own replies
                 self.send(wire.KIND_JUPYTER, *wire.pack_parts(channel, parts))
@@ -385,13 +282,11 @@ class Supervisor:
 
     def shutdown(self):
         """The host is gone: kill everything and leave."""
-        try:
-            if self.kernel is not None:
-                os.killpg(self.kernel.proc.pid, signal.SIGKILL)
-            if self.namespace_init:
+        if self.namespace_init:  # on the host the kernel is the host's child: it dies with the host
+            try:
                 os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
+            except OSError:
+                pass
         os._exit(0)
 
 

@@ -2,11 +2,13 @@
 
 What it does:
 
-* :func:`launch` starts an IPython kernel under the supervisor
-  (:mod:`sandbox_init`), which owns the link to the host and relays the
-  kernel's ZMQ messages from its own process. Nothing is shared with the
-  host: no socket directory, no connection file, no network.
-* When the supervisor goes, the kernel and everything it started go too.
+* :func:`launch` starts an IPython kernel next to the supervisor
+  (:mod:`sandbox_init`), which relays the kernel's ZMQ messages to the host
+  from its own process. The kernel's own stdin and stdout carry its
+  host-function calls. Nothing is shared with the host: no socket
+  directory, no connection file, no network.
+* When its link to the host ends, the kernel and everything it started end
+  too (and in a container the supervisor makes sure of it).
 * ``install(specs)`` turns host-function specs (data: name, docstring,
   signature) into stubs in the user namespace. A stub sends its call over
   the link and blocks until the host replies; calls from several threads run
@@ -66,95 +68,110 @@ class _State:
         self.rich_cut = 0
         self.publish_raw = None
         self.base_threads = set()  # the kernel's own threads, once it is ready
+        self.in_container = False  # a container of its own: every stray process may be killed
 
 
 _state = _State()
 
 
-# --- the call link to the supervisor ------------------------------------------------
+# --- the call link to the host ------------------------------------------------------
 
 
 class _Waiter:
-    """One call waiting for its reply (a thread, or an asyncio future)."""
+    """One call waiting for its reply."""
 
-    __slots__ = ("event", "reply", "loop", "future")
+    __slots__ = ("reply",)
 
-    def __init__(self, loop=None, future=None):
-        self.event = threading.Event() if future is None else None
+    def __init__(self):
         self.reply = None
-        self.loop = loop
-        self.future = future
-
-    def deliver(self, reply):
-        if self.future is None:
-            self.reply = reply
-            self.event.set()
-        else:
-            self.loop.call_soon_threadsafe(_resolve_future, self.future, reply)
-
-
-def _resolve_future(future, reply):
-    if not future.done():
-        future.set_result(reply)
 
 
 class _CallLink:
-    """Host-function calls over the socket the supervisor gave this kernel.
+    """Host-function calls over this process's own stdin and stdout (a ``docker exec`` stream, or pipes).
 
-    Calls go out from any thread (one frame at a time); a reader thread
-    hands each reply to the caller waiting for it. When the supervisor is
-    gone, so is this kernel.
+    Calls go out from any thread, one frame at a time. There is no reader
+    thread: a waiting caller reads the link itself (the *leader*) and hands
+    replies meant for other callers to them; the others wait until their
+    reply arrives or the leader leaves. A call then costs no thread hand-off
+    on this side. When the link reaches its end (the host is gone) the kernel
+    and everything it started end too.
     """
 
-    def __init__(self, fd):
-        self.fd = fd
+    def __init__(self, fd_in, fd_out):
+        self.fd_in = fd_in
+        self.fd_out = fd_out
         self.write_lock = threading.Lock()
+        self.cond = threading.Condition()
         self.waiters = {}
-        self.waiters_lock = threading.Lock()
+        self.leader = False
         self.ids = itertools.count(1)
         self.parser = wire.FrameParser(2**31, kinds={wire.KIND_REPLY})
-        threading.Thread(target=self._read, daemon=True, name="sandbox-calls").start()
 
     def send(self, kind, *chunks):
-        views = wire.frame(kind, *chunks)
+        views = [memoryview(v) for v in wire.frame(kind, *chunks)]
         with self.write_lock:
-            for view in views:
-                view = memoryview(view)
-                while len(view):
-                    try:
-                        view = view[os.write(self.fd, view):]
-                    except InterruptedError:
-                        continue
+            while views:
+                try:
+                    written = os.writev(self.fd_out, views)
+                except InterruptedError:
+                    continue
+                while written:
+                    if written >= len(views[0]):
+                        written -= len(views[0])
+                        views.pop(0)
+                    else:
+                        views[0] = views[0][written:]
+                        written = 0
 
-    def new_call(self, loop=None, future=None):
+    def new_call(self):
         call_id = next(self.ids) & 0xFFFFFFFF
-        waiter = _Waiter(loop, future)
-        with self.waiters_lock:
+        waiter = _Waiter()
+        with self.cond:
             self.waiters[call_id] = waiter
         return call_id, waiter
 
     def forget(self, call_id):
-        with self.waiters_lock:
+        with self.cond:
             return self.waiters.pop(call_id, None)
 
-    def _read(self):
-        try:
-            while True:
-                data = os.read(self.fd, 1 << 20)
-                if not data:
-                    break
-                for _, body in self.parser.feed(data):
+    def wait(self, call_id, waiter):
+        """Block until ``waiter`` has its reply, reading the link while no one else does."""
+        while True:
+            with self.cond:
+                while waiter.reply is None and self.leader:
+                    self.cond.wait()
+                if waiter.reply is not None:
+                    return waiter.reply
+                self.leader = True
+            try:
+                self._read_until(waiter)
+            finally:
+                with self.cond:
+                    self.leader = False
+                    self.cond.notify_all()  # someone else may need to read now
+
+    def _read_until(self, waiter):
+        while waiter.reply is None:
+            data = os.read(self.fd_in, 65536)  # below the mmap threshold: see sandbox._transport
+            if not data:
+                _host_gone()
+            frames = self.parser.feed(data)
+            with self.cond:
+                for _, body in frames:
                     call_id, status, payload = wire.unpack_reply(body)
-                    waiter = self.forget(call_id)
-                    if waiter is not None:  # else: the caller was interrupted and gave up
-                        waiter.deliver((status, bytes(payload)))
-        except Exception:
-            pass
-        # The supervisor is gone: end this kernel and everything it started.
-        try:
-            os.killpg(os.getpgid(0), signal.SIGKILL)
-        finally:
-            os._exit(0)
+                    other = self.waiters.pop(call_id, None)
+                    if other is not None:  # else: that caller was interrupted and gave up
+                        other.reply = (status, bytes(payload))
+                if frames:
+                    self.cond.notify_all()
+
+
+def _host_gone():
+    """The host closed the link: end this kernel and everything it started."""
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+    finally:
+        os._exit(0)
 
 
 # --- launching ---------------------------------------------------------------
@@ -181,10 +198,22 @@ def _skip_terminal_ipython():
 
 
 def launch(argv=None):
-    """Start the kernel; called by the supervisor (:mod:`sandbox_init`), which passes
-    the connection file and the call socket in the environment."""
-    _state.link = _CallLink(int(os.environ.pop("SANDBOX_CALL_FD")))
+    """Start the kernel. The host starts it next to the supervisor (:mod:`sandbox_init`),
+    which prepared the connection file named in ``SANDBOX_CONNECTION``; this
+    process's stdin and stdout are its link to the host for host-function calls."""
+    fd_in, fd_out = os.dup(0), os.dup(1)  # non-inheritable: subprocesses never see the link
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)  # a stray write to fd 1 lands in the kernel's log, never in the link
+    _state.link = _CallLink(fd_in, fd_out)
     path = os.environ.pop("SANDBOX_CONNECTION")
+    _state.in_container = os.environ.pop("SANDBOX_NAMESPACE", "") == "1"
+    try:  # the supervisor reads it to interrupt this kernel
+        with open(os.path.join(os.path.dirname(path), "pid"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        pass
     _prepare_matplotlib()
     # The sandbox offers neither a debugger nor tab completion; without them
     # ipykernel starts faster (debugpy pulls in pkg_resources) and
@@ -679,12 +708,12 @@ def call(name, args, kwargs):
     __tracebackhide__ = True
     link = _state.link
     if link is None:
-        raise RuntimeError("host functions need the sandbox's supervisor")
+        raise RuntimeError("host functions need the sandbox's link to the host")
     chunks = _encode_call(name, args, kwargs)
     call_id, waiter = link.new_call()
     try:
         link.send(wire.KIND_CALL, *wire.pack_call(call_id, name, chunks))
-        waiter.event.wait()
+        reply = link.wait(call_id, waiter)
     except BaseException:  # interrupted: the host must not answer a caller who left
         if link.forget(call_id) is not None:
             try:
@@ -692,32 +721,16 @@ def call(name, args, kwargs):
             except OSError:
                 pass
         raise
-    return _result(name, waiter.reply)
+    return _result(name, reply)
 
 
 async def call_async(name, args, kwargs):
-    """Awaitable :func:`call`: the event loop keeps running while the host works."""
+    """Awaitable :func:`call`: the event loop keeps running while the host works (on a worker thread)."""
     import asyncio
+    import functools
 
     __tracebackhide__ = True
-    link = _state.link
-    if link is None:
-        raise RuntimeError("host functions need the sandbox's supervisor")
-    chunks = _encode_call(name, args, kwargs)
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    call_id, _ = link.new_call(loop, future)
-    try:
-        link.send(wire.KIND_CALL, *wire.pack_call(call_id, name, chunks))
-        reply = await future
-    except BaseException:
-        if link.forget(call_id) is not None:
-            try:
-                link.send(wire.KIND_ABANDON, wire.pack_u32(call_id))
-            except OSError:
-                pass
-        raise
-    return _result(name, reply)
+    return await asyncio.get_running_loop().run_in_executor(None, functools.partial(call, name, args, kwargs))
 
 
 # --- host bookkeeping ------------------------------------------------------------
@@ -760,7 +773,7 @@ def kill_strays(whole_namespace=None):
     processes in the kernel's session.
     """
     if whole_namespace is None:
-        whole_namespace = os.getppid() == 1
+        whole_namespace = _state.in_container
     me = os.getpid()
     killed = 0
     for _ in range(5):  # repeat: a fork bomb refills the table between passes

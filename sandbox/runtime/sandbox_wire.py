@@ -1,35 +1,32 @@
-"""The framing spoken between the host and the kernel over one byte stream.
+"""The framing spoken between the host and the sandbox over byte streams.
 
-Standard library only: the same file runs inside the kernel (shipped with the
-runtime) and on the host (imported as ``sandbox.runtime.sandbox_wire``).
+Standard library only: the same file runs inside the sandbox and on the host
+(imported as ``sandbox.runtime.sandbox_wire``).
 
-The stream is the kernel process's own stdin/stdout: a Docker container's
-attach stream, or a local subprocess's pipes. There is no socket directory,
-no network and no file shared with the host. Every frame is::
+Two streams per session, both the sandbox processes' own stdin/stdout (a
+container's attach stream and a ``docker exec`` stream, or a local
+subprocess's pipes): no socket directory, no network, no file shared with the
+host. Every frame is::
 
     kind: 1 byte | length: 4 bytes, big-endian | body: ``length`` bytes
 
-Kinds, kernel -> host:
+The supervisor's stream (:mod:`sandbox_init`):
 
-``H`` hello (JSON): a kernel is up and its messages reach the host.
-``E`` the kernel ended (JSON: exit code or signal); the supervisor waits for ``K``.
-``J`` a Jupyter message: one channel byte (``s`` shell, ``i`` iopub, ``n`` stdin,
-      ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
-``F`` a host-function call: call id (u32), name (u16 length + UTF-8), codec payload.
-``A`` a call the kernel abandoned (interrupted while waiting): call id (u32).
+``K`` host: prepare a kernel (JSON: its directory); the supervisor kills the
+      previous kernel and what it left, and answers ``P`` (JSON: connection file).
+``H`` a prepared kernel's messages reach the host (JSON).
+``J`` a Jupyter message, both ways: one channel byte (``s`` shell, ``i`` iopub,
+      ``n`` stdin, ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
+``X`` host: interrupt the kernel (SIGINT).
 
-Kinds, host -> kernel:
+The kernel's stream (host-function calls; :mod:`sandbox_runtime`):
 
-``J`` a Jupyter message for a channel (as above).
-``R`` a call's reply: call id (u32), status byte (0 value, 1 error), codec payload.
-``X`` interrupt the running code (SIGINT in the kernel).
-``K`` kill the kernel and all it started, and start a fresh one.
-
-``F``, ``A`` and ``R`` also travel between the kernel and its supervisor
-(:mod:`sandbox_init`), over the socket pair the supervisor gives the kernel.
+``F`` kernel: a call: call id (u32), name (u16 length + UTF-8), codec payload.
+``A`` kernel: a call it abandoned (interrupted while waiting): call id (u32).
+``R`` host: a call's reply: call id (u32), status byte (0 value, 1 error), codec payload.
 
 A receiver refuses frames longer than its limit: the host treats everything
-the kernel sends as hostile (see :class:`FrameParser`).
+the sandbox sends as hostile (see :class:`FrameParser`).
 """
 
 import struct
@@ -41,7 +38,7 @@ KIND_ABANDON = b"A"
 KIND_REPLY = b"R"
 KIND_INTERRUPT = b"X"
 KIND_RESTART = b"K"
-KIND_EXIT = b"E"
+KIND_PREPARED = b"P"
 
 CHANNELS = {b"s": "shell", b"i": "iopub", b"n": "stdin", b"c": "control"}
 CHANNEL_BYTES = {name: code for code, name in CHANNELS.items()}
