@@ -42,14 +42,14 @@ from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
 from .functions import HostFunction
 from .hostfiles import UnsafePath, check_relative_path
-from .kernel import KernelExit, KernelSandbox, exit_detail
+from .kernel import KERNEL_CODE, KernelSandbox
 from .limits import Limits
 
 LABEL = "io.codeact.sandbox"
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
 SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
-KERNEL = ["python3", "-c", "import sandbox_runtime; sandbox_runtime.launch()"]
+KERNEL = ["python3", "-s", "-c", KERNEL_CODE]
 
 
 def docker_client(timeout: float = 120) -> Any:
@@ -161,8 +161,8 @@ class DockerKernel:
         # docker-py closes TLS sockets when the response object is collected: keep it with the stream.
         return SocketStream(_raw_socket(attached), keepalive=attached)
 
-    def kernel_dir(self, number: int) -> str:
-        return f"/tmp/kernel-{number}"
+    def kernel_parent(self) -> str:
+        return "/tmp"
 
     def start_kernel(self, connection: str) -> Stream:
         import docker.errors
@@ -170,10 +170,11 @@ class DockerKernel:
         if self.container_id is None:
             raise KernelStartError("the sandbox's container is gone")
         env = {"PYTHONPATH": "/opt/sandbox/runtime", **self.env,
-               "SANDBOX_CONNECTION": connection, "SANDBOX_NAMESPACE": "1"}
+               "SANDBOX_CONNECTION": connection, "SANDBOX_NAMESPACE": "1", "SANDBOX_WORKDIR": WORKDIR}
         try:
             created = self.client.api.exec_create(self.container_id, KERNEL, stdin=True, stdout=True, stderr=True,
-                                                  user=f"{self.uid}:{self.uid}", workdir=WORKDIR, environment=env)
+                                                  user=f"{self.uid}:{self.uid}", workdir=str(PurePosixPath(connection).parent),
+                                                  environment=env)
             self.exec_id = created["Id"]
             attached = self.client.api.exec_start(self.exec_id, socket=True)
         except docker.errors.APIError as exc:

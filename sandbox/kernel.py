@@ -47,6 +47,10 @@ from .runtime import sandbox_wire as wire
 READY_MARKER = "sandbox-runtime: kernel ready"
 #: MIME type of the runtime's "this much output was cut in the kernel" message.
 OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
+#: How every backend starts a kernel (``python -s -c KERNEL_CODE``): with no '' or '.' on sys.path,
+#: nothing the code wrote (in its working directory, in ~) is imported at start.
+KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+               "import sandbox_runtime; sandbox_runtime.launch()")
 #: Frame kinds the host accepts from the supervisor, and from a kernel.
 _SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER}
 _KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON}
@@ -93,8 +97,8 @@ class KernelProcess(Protocol):
         """Start the supervisor (a new environment) and return its stream."""
         ...
 
-    def kernel_dir(self, number: int) -> str:
-        """Where the supervisor puts kernel ``number``'s connection file (a path in the environment)."""
+    def kernel_parent(self) -> str:
+        """The directory (in the environment) below which the supervisor makes each kernel's directory."""
         ...
 
     def start_kernel(self, connection: str) -> Stream:
@@ -370,9 +374,8 @@ class KernelSandbox:
         self._prepared = None
         self._set_state("starting")
         self._kernel_started = time.time()
-        directory = self.process.kernel_dir(self._kernels)
         try:
-            self._send(wire.KIND_RESTART, json.dumps({"dir": directory}).encode())
+            self._send(wire.KIND_RESTART, json.dumps({"parent": self.process.kernel_parent()}).encode())
         except ConnectionError:
             raise KernelStartError(f"the sandbox's supervisor is gone: {self._start_failure_detail()}") from None
         if not self._wait_state(lambda: self._prepared is not None or not self._environment_alive(), deadline) \

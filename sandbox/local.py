@@ -31,7 +31,7 @@ from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, walk_files
 from .errors import FileTransferError, KernelStartError
 from .functions import HostFunction
 from .hostfiles import UnsafePath, check_relative_path, read_confined, write_confined
-from .kernel import KernelSandbox
+from .kernel import KERNEL_CODE, KernelSandbox
 from .limits import Limits
 from .result import FileInfo
 
@@ -75,9 +75,10 @@ class LocalKernel:
         except Exception:
             pass
 
-    def _spawn(self, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], Stream]:
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None
+               ) -> tuple[subprocess.Popen[bytes], Stream]:
         try:
-            proc = subprocess.Popen(argv, cwd=self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(argv, cwd=cwd or self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec)
         except OSError as exc:
             raise KernelStartError(f"could not start {self.python}: {exc}") from exc
@@ -93,13 +94,14 @@ class LocalKernel:
                                               self.env)
         return stream
 
-    def kernel_dir(self, number: int) -> str:
-        return str(Path(self.private) / f"kernel-{number}")
+    def kernel_parent(self) -> str:
+        return self.private
 
     def start_kernel(self, connection: str) -> Stream:
         self.stop_kernel()
-        self.proc, stream = self._spawn([self.python, "-c", "import sandbox_runtime; sandbox_runtime.launch()"],
-                                        {**self.env, "SANDBOX_CONNECTION": connection})
+        self.proc, stream = self._spawn([self.python, "-s", "-c", KERNEL_CODE],
+                                        {**self.env, "SANDBOX_CONNECTION": connection, "SANDBOX_WORKDIR": self.workdir},
+                                        cwd=str(Path(connection).parent))
         return stream
 
     def stop_kernel(self) -> None:
@@ -180,8 +182,6 @@ class LocalSandbox(KernelSandbox):
             "PYTHONPATH": _RUNTIME_DIR,
             "PYTHONUNBUFFERED": "1",
             "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-            "MPLCONFIGDIR": str(Path(private) / "matplotlib"),
-            "IPYTHONDIR": str(Path(private) / "ipython"),  # keep IPython's profile out of the workdir
             "JUPYTER_PLATFORM_DIRS": "1",
             **(env or {}),
         }

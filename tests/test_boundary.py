@@ -140,6 +140,33 @@ print(sorted(set(p.split('/')[1] for p in found)))
     assert set(os.listdir(tmp_path.parent)) == before
 
 
+def test_files_the_code_plants_do_not_run_when_the_next_kernel_starts() -> None:
+    """Persistence inside the session: the next kernel reads nothing the code wrote at start-up."""
+    from sandbox import DockerSandbox
+
+    trap = "open('/workspace/TRAP_RAN', 'w').write('pwned')\n"
+    with DockerSandbox(timeout=20) as sb:
+        r = sb.run(f"""
+import os
+for path in ['/workspace/sandbox_runtime.py', '/workspace/ipykernel.py', '/workspace/sitecustomize.py',
+             '/workspace/ipython_config.py', '/workspace/ipython_kernel_config.py', '/workspace/matplotlibrc',
+             '/tmp/.ipython/profile_default/startup/00-trap.py', '/tmp/.ipython/profile_default/ipython_config.py',
+             '/tmp/.local/lib/python3.11/site-packages/usercustomize.py', '/tmp/usercustomize.py',
+             '/tmp/sitecustomize.py', '/tmp/matplotlib/matplotlibrc']:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, 'w').write({trap!r} if path.endswith('.py') else 'backend: trap')
+print('planted')
+""")
+        assert r.stdout == "planted\n", r
+        sb.restart()
+        after = sb.run("import os, sandbox_runtime\nprint(os.path.exists('/workspace/TRAP_RAN'), os.getcwd(), "
+                       "sandbox_runtime.__file__)\nimport matplotlib; print(matplotlib.get_backend())")
+        assert after.error is None, after.error
+        lines = after.stdout.splitlines()
+        assert lines[0] == "False /workspace /opt/sandbox/runtime/sandbox_runtime.py", lines
+        assert "trap" not in lines[1]
+
+
 def test_the_supervisor_cannot_be_signalled_traced_or_read_by_the_code() -> None:
     from sandbox import DockerSandbox
 

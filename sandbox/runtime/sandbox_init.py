@@ -33,6 +33,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -142,9 +143,13 @@ class Supervisor:
     # --- kernels -------------------------------------------------------------------------------
 
     def prepare(self, body):
-        """Kill what the previous kernel left, and make the directory for the next one."""
+        """Kill what the previous kernel left, and make a fresh directory for the next one.
+
+        The directory's name is random: the code cannot prepare a trap under the
+        name the next kernel will use.
+        """
         request = json.loads(bytes(body))
-        directory = request["dir"]
+        parent = request["parent"]
         if self.kernel is not None:
             old = self.kernel
             self.kernel = None
@@ -156,7 +161,7 @@ class Supervisor:
             except OSError:
                 pass
             self.reap()
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix="kernel-", dir=parent)
         connection = {
             "transport": "ipc", "ip": os.path.join(directory, "k"), "shell_port": 1, "iopub_port": 2,
             "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "", "signature_scheme": "hmac-sha256",
@@ -239,7 +244,10 @@ class Supervisor:
             self.shutdown()
         for kind, body in self.parser.feed(data):
             if kind == wire.KIND_RESTART:
-                self.prepare(body)
+                try:
+                    self.prepare(body)
+                except Exception as exc:  # the host waits for P and gives up in time; say why here
+                    os.write(2, ("sandbox-init: cannot prepare a kernel: %r\n" % (exc,)).encode())
             elif kind == wire.KIND_INTERRUPT:
                 self.interrupt()
             elif kind == wire.KIND_JUPYTER and self.kernel is not None:

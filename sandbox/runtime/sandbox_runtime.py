@@ -209,11 +209,20 @@ def launch(argv=None):
     _state.link = _CallLink(fd_in, fd_out)
     path = os.environ.pop("SANDBOX_CONNECTION")
     _state.in_container = os.environ.pop("SANDBOX_NAMESPACE", "") == "1"
+    workdir = os.environ.pop("SANDBOX_WORKDIR", "") or os.getcwd()
+    private = os.path.dirname(path)  # fresh for each kernel, in a random place (see sandbox_init)
     try:  # the supervisor reads it to interrupt this kernel
-        with open(os.path.join(os.path.dirname(path), "pid"), "w") as f:
+        with open(os.path.join(private, "pid"), "w") as f:
             f.write(str(os.getpid()))
     except OSError:
         pass
+    # Earlier code in this sandbox could write files anywhere it can write: nothing
+    # that runs at start-up may come from there. IPython's profile (startup
+    # scripts, config) and matplotlib's config live in this kernel's fresh
+    # directory; the working directory (where IPython also looks for config
+    # files) is entered only once the kernel is initialised.
+    os.environ["IPYTHONDIR"] = os.path.join(private, "ipython")
+    os.environ["MPLCONFIGDIR"] = os.path.join(private, "matplotlib")
     _prepare_matplotlib()
     # The sandbox offers neither a debugger nor tab completion; without them
     # ipykernel starts faster (debugpy pulls in pkg_resources) and
@@ -237,6 +246,10 @@ def launch(argv=None):
     app = IPKernelApp.instance()
     app.initialize(args)
     setup(app.kernel, app.shell)
+    try:
+        os.chdir(workdir)
+    except OSError:
+        pass
     fd = getattr(sys.stderr, "_original_stdstream_copy", None)
     try:
         os.write(fd if isinstance(fd, int) else 2, ("\n" + READY_MARKER + "\n").encode())

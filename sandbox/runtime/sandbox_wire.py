@@ -12,8 +12,8 @@ host. Every frame is::
 
 The supervisor's stream (:mod:`sandbox_init`):
 
-``K`` host: prepare a kernel (JSON: its directory); the supervisor kills the
-      previous kernel and what it left, and answers ``P`` (JSON: connection file).
+``K`` host: prepare a kernel (JSON: the parent of its directory); the supervisor
+      kills the previous kernel and what it left, and answers ``P`` (JSON: connection file).
 ``H`` a prepared kernel's messages reach the host (JSON).
 ``J`` a Jupyter message, both ways: one channel byte (``s`` shell, ``i`` iopub,
       ``n`` stdin, ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
