@@ -1,0 +1,193 @@
+"""``codeact doctor``: what works here and what to fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import __version__
+from .. import config as cfg
+
+from ._app import (
+    CONTEXT_SETTINGS,
+    cli,
+    model_options,
+    db_option,
+    message_for,
+)
+
+
+class _Checks:
+    def __init__(self) -> None:
+        self.results: dict[str, str] = {}
+
+    def report(self, key: str, status: str, what: str, detail: str, fix: str = "") -> None:
+        self.results[key] = status
+        colour = {"OK": "green", "FAIL": "red", "WARN": "yellow", "INFO": "cyan"}[status]
+        click.secho(f"{status:<4}", fg=colour, bold=True, nl=False)
+        click.echo(f"  {what}: {detail}")
+        if fix and status != "OK":
+            click.secho(f"      → {fix}", fg=colour)
+
+
+def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_key: str | None) -> None:
+    name = cfg.model_name(model)
+    url = cfg.base_url(base_url)
+    if not name:
+        checks.report("model", "WARN", "model", "not configured (CODEACT_MODEL is unset)",
+                      "set CODEACT_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY for your endpoint) or pass --model; "
+                      "`codeact demo` works without one")
+        return
+    from ..errors import ModelError, ModelNotFoundError
+    from ..models import OpenAIModel
+
+    m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=5, max_retries=0,
+                    max_tokens=1)
+    where = f"{name} at {url}"
+    try:
+        try:
+            ids = m.list_models()
+        except ModelNotFoundError:
+            ids = None  # the server has no /models; ask for one token instead
+        if ids is None:
+            from ..messages import Message
+
+            m.complete([Message("user", "Reply with OK.")])
+            checks.report("model", "OK", "model", f"{where} answered a 1-token completion")
+        elif name in ids:
+            checks.report("model", "OK", "model", f"{where} (listed by GET /models)")
+        else:
+            listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+            checks.report("model", "WARN", "model", f"the endpoint answers but does not list {name!r} "
+                          f"({len(ids)} models: {listed or 'none'})",
+                          "check the model name (GET /models lists what the server serves)")
+    except ModelError as exc:
+        checks.report("model", "FAIL", "model", f"{where}: {exc}",
+                      "check OPENAI_BASE_URL, OPENAI_API_KEY and that the server is running")
+    finally:
+        m.close()
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@model_options
+@db_option
+def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str | None) -> None:
+    """Check this machine: Python, Docker, the sandbox image, the local kernel, the model, the run log.
+
+    Exit status 0 when code can run somewhere (Docker with the image, or a
+    local kernel); 1 otherwise.
+    """
+    import importlib.util
+    import platform
+
+    checks = _Checks()
+    click.echo(f"codeact {__version__} ({Path(__file__).parent})")
+    py = sys.version_info
+    if py >= (3, 10):
+        checks.report("python", "OK", "Python", f"{platform.python_version()} ({sys.executable})")
+    else:
+        checks.report("python", "FAIL", "Python", platform.python_version(), "codeact needs Python 3.10 or newer")
+
+    # Docker engine and image.
+    from sandbox.errors import BackendUnavailable
+
+    client = None
+    try:
+        from sandbox.container import docker_client
+
+        client = docker_client(timeout=5)
+        version = client.version().get("Version", "?")
+        checks.report("docker", "OK", "Docker engine", f"answers (server {version})")
+    except BackendUnavailable as exc:
+        checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0],
+                      "install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
+                      "`scripts/dev.sh setup` in a checkout)")
+    except Exception as exc:  # noqa: BLE001
+        checks.report("docker", "FAIL", "Docker engine", f"{type(exc).__name__}: {exc}", "check the Docker engine")
+    from sandbox.image import default_image_tag, image_exists
+
+    tag = default_image_tag()
+    if client is None:
+        checks.report("image", "FAIL", "sandbox image", f"{tag}: cannot check without a Docker engine",
+                      "start Docker, then `codeact image build`")
+    else:
+        try:
+            if image_exists(tag, client):
+                checks.report("image", "OK", "sandbox image", f"{tag} is present")
+            else:
+                checks.report("image", "FAIL", "sandbox image", f"{tag} is not built", "run `codeact image build`")
+        except Exception as exc:  # noqa: BLE001
+            checks.report("image", "FAIL", "sandbox image", f"{tag}: {exc}", "run `codeact image build`")
+
+    # Local kernel.
+    missing = [m for m in ("ipykernel", "jupyter_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        checks.report("local", "FAIL", "local kernel", f"{', '.join(missing)} not importable",
+                      f"pip install {' '.join(missing)}")
+    else:
+        import importlib.metadata as md
+
+        data = [m for m in ("pandas", "matplotlib") if importlib.util.find_spec(m) is None]
+        extra = f"; {', '.join(data)} missing for data analysis (pip install 'codeact[data]')" if data else ""
+        checks.report("local", "OK", "local kernel", f"ipykernel {md.version('ipykernel')} importable{extra}")
+
+    _check_model(checks, model, base_url, api_key)
+
+    # Run log.
+    path = cfg.db_path(db)
+    try:
+        import sqlite3
+
+        from ..runlog import RunLog
+
+        RunLog(path).close()
+        conn = sqlite3.connect(str(path), timeout=5)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        checks.report("log", "OK", "run log", f"{path} is writable")
+    except Exception as exc:  # noqa: BLE001
+        checks.report("log", "FAIL", "run log", f"{path}: {message_for(exc)}",
+                      "pass --db PATH or set CODEACT_DB to a writable location")
+
+    if client is not None:
+        _check_isolation_extras(checks, client)
+
+    docker_ok = checks.results.get("docker") == "OK" and checks.results.get("image") == "OK"
+    local_ok = checks.results.get("local") == "OK"
+    if docker_ok:
+        click.secho("Ready: code runs in the Docker sandbox.", fg="green", bold=True)
+    else:
+        click.secho("Not ready: the Docker sandbox (the default) cannot run code here; fix what is marked "
+                    "above.", fg="red", bold=True)
+        if local_ok:
+            click.echo("Code can run WITHOUT isolation if you choose it: --backend local (or CODEACT_BACKEND=local).")
+    raise click.exceptions.Exit(0 if docker_ok else 1)
+
+
+def _check_isolation_extras(checks: _Checks, client: Any) -> None:
+    """Optional hardening of the engine: user-namespace remapping and gVisor (informational)."""
+    try:
+        info = client.info()
+    except Exception:  # noqa: BLE001
+        return
+    security = " ".join(info.get("SecurityOptions") or [])
+    if "userns" in security:
+        checks.report("userns", "OK", "user namespaces", "the engine remaps container users (userns-remap)")
+    else:
+        checks.report("userns", "INFO", "user namespaces", "not enabled (containers' uid 1000 is the host's uid 1000)",
+                      'optional: "userns-remap": "default" in /etc/docker/daemon.json (see README, Security)')
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if "runsc" in runtimes:
+        checks.report("gvisor", "OK", "gVisor", "runtime runsc is installed: DockerSandbox(runtime='runsc')")
+    else:
+        checks.report("gvisor", "INFO", "gVisor", f"not installed (runtimes: {', '.join(runtimes) or '?'})",
+                      "optional: install gVisor for a second kernel boundary (see README, Security)")
+
+
+# --------------------------------------------------------------------------- image

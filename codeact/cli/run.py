@@ -1,0 +1,244 @@
+"""``codeact run``, ``chat`` and ``demo``: an agent on a task, with the run shown as it happens."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import config as cfg
+
+from ._app import (
+    CONTEXT_SETTINGS,
+    RunCancelledByUser,
+    cli,
+    model_options,
+    backend_option,
+    db_option,
+    agent_options,
+    load_tools,
+    resolve_backend,
+    open_log,
+    stdin_is_tty,
+    make_approver,
+    drive,
+    result_json,
+    cancelled_message,
+    make_agent,
+    renderers,
+)
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@click.argument("task", required=False)
+@agent_options
+@click.option("--json", "as_json", is_flag=True, help="Print only the final RunResult as JSON.")
+def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
+        base_url: str | None, api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float,
+        output_dir: str | None, db: str | None, no_log: bool, as_json: bool) -> None:
+    """Run TASK to the end and print each step as it happens.
+
+    TASK is read from stdin when it is not given and stdin is not a terminal.
+    Exit status: 0 when the run succeeds; 1 on an error, at max steps or when
+    cancelled (Ctrl-C); 2 for bad options or configuration.
+
+    \b
+    Examples:
+      codeact run "What is the 20th Fibonacci number?"
+      codeact run "Summarise sales.csv and plot revenue by month" -f sales.csv
+      codeact run "Book a table for two" --tools mytools.py:ALL --yes
+      echo "2**100?" | codeact run --json --backend local
+
+    Testing and replays: with CODEACT_SCRIPTED_REPLIES=replies.json (a JSON
+    list of strings) the model is not called; its replies are replayed in order.
+    """
+    if task is None:
+        if not stdin_is_tty():
+            task = sys.stdin.read().strip()
+        if not task:
+            raise click.UsageError("Missing argument 'TASK' (give it as an argument or on stdin).")
+    output_root = cfg.output_root(output_dir)
+    renderer, notes = renderers(output_root, as_json)
+    tools = load_tools(tool_specs)
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+    backend = resolve_backend(backend, notes)
+    log = open_log(db, no_log)
+    stream = renderer is not None and renderer.live_enabled
+    agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
+                        log=log, approve=make_approver(notes, yes), stream=stream)
+    try:
+        result = drive(agent.stream(task, files=list(files)), renderer, log, task, quiet_renderer=notes)
+    except RunCancelledByUser as exc:
+        click.secho(cancelled_message(exc, log), fg="yellow", err=True)
+        raise click.exceptions.Exit(1) from None
+    finally:
+        if log is not None:
+            log.close()
+    if as_json:
+        click.echo(result_json(result))
+    raise click.exceptions.Exit(0 if result.ok else 1)
+
+
+# --------------------------------------------------------------------------- chat
+
+CHAT_HELP = """\
+Type a task and press Enter; the model works on it in the same Python session as before.
+  /reset   start a new session (history and kernel state cleared)
+  /help    this help
+  /exit    quit (also Ctrl-D)"""
+
+
+def _read_line(prompt: str) -> str:
+    if stdin_is_tty():
+        try:
+            import readline  # noqa: F401 - line editing and history for input()
+        except ImportError:  # pragma: no cover - Windows
+            pass
+        return input(prompt)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.rstrip("\n")
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@agent_options
+def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None, base_url: str | None,
+         api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float, output_dir: str | None,
+         db: str | None, no_log: bool) -> None:
+    """A multi-turn session: variables and files survive between turns.
+
+    Each turn is a run of its own in the run log. Files given with --file are
+    copied in before the first turn. Commands: /reset, /help, /exit (or Ctrl-D).
+
+    \b
+    Example:
+      codeact chat -f sales.csv
+      > load sales.csv into df and show the columns
+      > now plot revenue by region
+    """
+    output_root = cfg.output_root(output_dir)
+    renderer, _ = renderers(output_root)
+    assert renderer is not None
+    tools = load_tools(tool_specs)
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+    backend = resolve_backend(backend, renderer)
+    log = open_log(db, no_log)
+    agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
+                        log=log, approve=make_approver(renderer, yes), stream=renderer.live_enabled)
+    interactive = stdin_is_tty()
+    pending = list(files)
+    renderer.note(f"Chatting with {getattr(model_obj, 'name', '?')} (backend {backend}). "
+                  "/exit or Ctrl-D to quit, /reset for a new session, /help for help.", style="bold")
+    session = agent.session()
+    try:
+        while True:
+            try:
+                line = _read_line("> " if interactive else "")
+            except EOFError:
+                if interactive:
+                    click.echo()
+                break
+            except KeyboardInterrupt:
+                click.echo()
+                renderer.note("(/exit or Ctrl-D to quit)")
+                continue
+            text = line.strip()
+            if not text:
+                continue
+            if not interactive:
+                renderer.note(f"> {text}", style="bold")  # a readable transcript when input is piped
+            if text in ("/exit", "/quit", "/q"):
+                break
+            if text == "/help":
+                renderer.note(CHAT_HELP, style="default")
+                continue
+            if text == "/reset":
+                session.close()
+                session = agent.session()
+                pending = list(files)
+                renderer.note("New session: history and kernel state cleared.")
+                continue
+            if text.startswith("/"):
+                renderer.warning(f"unknown command {text.split()[0]}; try /help")
+                continue
+            try:
+                drive(session.stream(text, files=pending), renderer, log, text)
+            except RunCancelledByUser as exc:
+                if exc.during_code:
+                    # The kernel may still be running the interrupted code: start clean.
+                    session.close()
+                    session = agent.session()
+                    pending = list(files)
+                    renderer.note("Turn cancelled while code was running; started a new session "
+                                  "(history and kernel state cleared).", style="yellow")
+                else:
+                    renderer.note("Turn cancelled.", style="yellow")
+                continue
+            pending = []
+    finally:
+        session.close()
+        if log is not None:
+            log.close()
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@cli.command(context_settings=CONTEXT_SETTINGS)
+@backend_option
+@model_options
+@click.option("--max-steps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Model turns before the run stops.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              metavar="S", help="Seconds one code action may run.")
+@click.option("-o", "--output-dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Artifacts go to DIR/<run id>/ [env: CODEACT_OUTPUT_DIR].")
+@db_option
+@click.option("--no-log", is_flag=True, help="Do not record the run in the run log.")
+def demo(backend: str, model: str | None, base_url: str | None, api_key: str | None, max_steps: int,
+         timeout: float, output_dir: str | None, db: str | None, no_log: bool) -> None:
+    """Analyse a bundled sales data set end to end: growth by region and a chart.
+
+    Asks "Which region grew fastest? Plot monthly sales by region." about
+    codeact/data/sales.csv (24 months, 4 regions, 3 products) in the best
+    available sandbox. Without a model (no --model and no CODEACT_MODEL) it
+    replays hand-written model replies, so the code, the sandbox, the chart
+    and the run log are all real; only the model's text is canned.
+    """
+    from ..demo import DEMO_TASK, demo_csv, scripted_demo_model
+
+    if cfg.model_configured(model):
+        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, scripted=False)
+        click.echo(f"Running the demo with model {model_obj.name} at {model_obj.base_url}.")
+    else:
+        click.echo("No model configured (set CODEACT_MODEL or pass --model): replaying a scripted demo model.")
+        model_obj = scripted_demo_model()
+    output_root = cfg.output_root(output_dir)
+    renderer, _ = renderers(output_root)
+    assert renderer is not None
+    data = demo_csv()
+    renderer.note(f"Task: {DEMO_TASK}", style="bold")
+    renderer.note(f"Data: {data}")
+    backend = resolve_backend(backend, renderer)
+    log = open_log(db, no_log)
+    agent = make_agent(model_obj, [], backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
+                        log=log, approve=lambda request: False, stream=renderer.live_enabled)
+    try:
+        result = drive(agent.stream(DEMO_TASK, files=[data]), renderer, log, DEMO_TASK)
+    except RunCancelledByUser as exc:
+        click.secho(cancelled_message(exc, log), fg="yellow", err=True)
+        raise click.exceptions.Exit(1) from None
+    finally:
+        if log is not None:
+            log.close()
+    if result.artifacts:
+        click.echo(f"Artifacts are in {output_root / result.run_id}:")
+        for path in result.artifacts:
+            click.echo(f"  {path}")
+    if log is not None:
+        click.echo(f"Replay the steps with: codeact logs show {result.run_id}")
+    raise click.exceptions.Exit(0 if result.ok else 1)
+
+
+# --------------------------------------------------------------------------- logs
