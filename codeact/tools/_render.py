@@ -248,13 +248,14 @@ def shadows_builtin(name: str) -> bool:
 # --------------------------------------------------------------------------- stubs
 
 
-def python_stub(name: str, docstring: str, signature: inspect.Signature) -> str:
+def python_stub(name: str, docstring: str, signature: inspect.Signature, *, is_async: bool = False) -> str:
     """A Python function definition: ``def name(signature):`` and the docstring.
 
-    ``signature`` is a display signature (:meth:`ToolSignature.display`).
+    ``signature`` is a display signature (:meth:`ToolSignature.display`);
+    ``is_async`` makes it ``async def`` (the sandbox's stub must be awaited).
     The result always parses as Python.
     """
-    header = f"def {name}{render_signature(signature)}:"
+    header = f"{'async ' if is_async else ''}def {name}{render_signature(signature)}:"
     if not docstring:
         return header + "\n    ..."
     doc = docstring.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')

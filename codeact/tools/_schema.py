@@ -6,6 +6,13 @@ dataclasses, TypedDicts and models -> inlined objects, ``Annotated``
 descriptions, docstring descriptions), and the same model validates and
 coerces arguments (``"3"`` -> ``3``, a dict -> a dataclass).
 
+A value that already is what the annotation asks for reaches the function
+as it was passed (``3`` for a ``float`` stays ``3``, a ``list[float]`` of
+ints stays that list): code in the sandbox calls tools with Python values,
+and the tool must see what a direct call would give it. Only values that
+need converting (a JSON string for an int, a dict for a dataclass) are
+replaced by their converted form.
+
 Variadic parameters (the arguments dict is described in :mod:`._signature`): ``*args: T`` is a property
 ``args`` holding an array of ``T``, ``**kwargs: T`` a property ``kwargs``
 holding an object whose values are ``T``; neither is required. Only literal
@@ -21,7 +28,8 @@ from __future__ import annotations
 import copy
 import difflib
 import inspect
-from typing import Any, Mapping, Protocol
+import types
+from typing import Any, Mapping, Protocol, Union
 
 import pydantic
 import typing_extensions
@@ -44,6 +52,48 @@ class ArgumentsValidator(Protocol):
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments as the tool receives them; raises ToolArgumentError."""
         ...
+
+
+def _as_passed(original: Any, validated: Any, annotation: Any, kind: Any) -> Any:
+    """The caller's own value when it already fits the annotation, else the validated (converted) one."""
+    if kind is inspect.Parameter.VAR_POSITIONAL and isinstance(original, (list, tuple)) \
+            and isinstance(validated, list) and len(original) == len(validated):
+        return [o if _fits(o, v, annotation) else v for o, v in zip(original, validated)]
+    if kind is inspect.Parameter.VAR_KEYWORD and isinstance(original, Mapping) and isinstance(validated, dict) \
+            and list(original) == list(validated):
+        return {k: (o if _fits(o, validated[k], annotation) else validated[k]) for k, o in original.items()}
+    return original if _fits(original, validated, annotation) else validated
+
+
+def _fits(original: Any, validated: Any, annotation: Any) -> bool:
+    try:
+        if original is validated:
+            return True
+        if not bool(validated == original):  # converted to something else ("3" -> 3)
+            return False
+    except Exception:  # arrays and frames compare element-wise: keep what validation made
+        return False
+    target = annotation
+    while typing_extensions.get_origin(target) is typing_extensions.Annotated:
+        target = typing_extensions.get_args(target)[0]
+    if target in (EMPTY, Any, object):
+        return True
+    origin = typing_extensions.get_origin(target) or target
+    if origin is typing_extensions.Literal:
+        return True
+    args = typing_extensions.get_args(target)
+    if origin is Union or origin is types.UnionType:
+        return any(_fits(original, validated, arm) for arm in args)
+    if not isinstance(origin, type):
+        return False
+    if origin is float:  # the numeric tower: an int is a fine float
+        return isinstance(original, (int, float)) and not isinstance(original, bool)
+    if origin is complex:
+        return isinstance(original, (int, float, complex)) and not isinstance(original, bool)
+    try:
+        return isinstance(original, origin)
+    except TypeError:
+        return False
 
 
 class _Absent:
@@ -149,7 +199,10 @@ class ArgumentsModel:
                 variadic = p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                 # A Field(default=...) inside Annotated, with no Python default, must be passed.
                 if field in instance.model_fields_set or (p.default is EMPTY and not variadic):
-                    values[p.name] = getattr(instance, field)
+                    validated = getattr(instance, field)
+                    if p.name in arguments:
+                        validated = _as_passed(arguments[p.name], validated, p.annotation, p.kind)
+                    values[p.name] = validated
         if sig.var_keyword is not None and isinstance(arguments.get(sig.var_keyword.name), Mapping):
             problems.extend(self._keyword_clashes(arguments[sig.var_keyword.name]))
         if unknown:

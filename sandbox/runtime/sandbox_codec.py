@@ -369,7 +369,13 @@ class _Encoder:
 
     def enc(self, v: Any, depth: int) -> Any:
         t = type(v)
-        if t is str or t is bool or v is None:
+        if t is str:
+            if self.max_bytes is not None and len(v) > self.max_bytes and not self.safe:
+                # Refused before it is copied into the header: a string takes at least a byte a character.
+                raise EncodeError(f"a string of {len(v)} characters is over max_bytes={self.max_bytes}: "
+                                  "pass a larger max_bytes= or send less data")
+            return v
+        if t is bool or v is None:
             return v
         if t is int:
             if _INT_LO <= v < _INT_HI:
