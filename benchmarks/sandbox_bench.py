@@ -394,35 +394,20 @@ class TimedDockerSandbox:
                 super().__init__(*a, **kw)
                 self.phases["init (docker client, ping, image check)"] = time.perf_counter() - t
 
-            def _create(self) -> None:
+            def _open_environment(self) -> None:
                 t = time.perf_counter()
-                super()._create()
-                self.phases["create volume + container"] = time.perf_counter() - t
+                super()._open_environment()
+                self.phases["container: create + attach + start (supervisor)"] = time.perf_counter() - t
 
-            def _start_process(self) -> None:
+            def _start_kernel(self) -> None:
                 t = time.perf_counter()
-                super()._start_process()
-                self.phases["_start_process total"] = time.perf_counter() - t
-
-            def _boot(self) -> None:
-                t = time.perf_counter()
-                super()._boot()
-                self.phases["_boot total"] = time.perf_counter() - t
-
-            def _connect(self) -> None:
-                t = time.perf_counter()
-                self.phases["sockets appeared (since _boot start)"] = t - self._boot_t0
-                super()._connect()
-                self.phases["connect channels"] = time.perf_counter() - t
+                super()._start_kernel()
+                self.phases["kernel: prepare, exec, boot, hello, setup"] = time.perf_counter() - t
 
             def _setup_kernel(self, deadline: float) -> None:
                 t = time.perf_counter()
                 super()._setup_kernel(deadline)
-                self.phases["install runtime + first iopub (setup_kernel)"] = time.perf_counter() - t
-
-            def start(self) -> Any:
-                self._boot_t0 = time.perf_counter()
-                return super().start()
+                self.phases["  of which: install stubs + settings (setup_kernel)"] = time.perf_counter() - t
 
             def close(self) -> None:
                 if self.closed:
