@@ -37,3 +37,21 @@ class FileTransferError(SandboxError):
 
 class FunctionRegistrationError(SandboxError):
     """A host function cannot be offered to the sandbox (bad name, clash, ...)."""
+
+
+class PackageInstallError(SandboxError):
+    """A package request the host could not (or would not) fulfil; ``kind`` says why.
+
+    Kinds: ``not_found``, ``no_wheel`` (source-only, or nothing for the
+    sandbox's platform), ``policy`` (the message names the rule),
+    ``too_large``, ``conflict`` (``details`` lists the conflicting
+    requirements), ``denied`` (the approval hook said no), ``unreachable``
+    (the index), ``invalid`` (not a requirement), ``disabled``, ``internal``.
+    In the sandbox the same error arrives as ``PackageInstallError`` with the
+    same ``kind``, message and ``details``. See :mod:`sandbox.packages`.
+    """
+
+    def __init__(self, kind: str, message: str, details: "list[str] | tuple[str, ...]" = ()) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.details = list(details)

@@ -117,6 +117,13 @@ class FunctionSpec:
     parameters: tuple[ParameterSpec, ...] = ()
     returns: str | None = None
     is_async: bool = False
+    #: Where else the stub lives (see :meth:`HostFunction.place`): a dotted module path such as
+    #: ``"tools.github"``, the attribute name there, and whether ``name`` is also a global.
+    namespace: str | None = None
+    local_name: str | None = None
+    exported: bool = True
+    #: Python source of the stub's face in the kernel (see :meth:`HostFunction.place`).
+    wrapper: str | None = None
 
     @classmethod
     def from_signature(cls, name: str, signature: inspect.Signature, doc: str = "",
@@ -140,6 +147,11 @@ class FunctionSpec:
                  "default_text": p.default_text}
                 for p in self.parameters
             ],
+            # Only when set, so that the specs of plain functions stay as they were.
+            **({"namespace": self.namespace, "local_name": self.local_name or self.name}
+               if self.namespace else {}),
+            **({"exported": False} if not self.exported else {}),
+            **({"wrapper": self.wrapper} if self.wrapper else {}),
         }
 
 
@@ -194,6 +206,39 @@ class HostFunction:
         self.timeout = timeout
         self.is_async = inspect.iscoroutinefunction(func) if is_async is None else bool(is_async)
         self.spec = FunctionSpec.from_signature(self.name, signature, self.doc, is_async=self.is_async)
+
+    def place(self, namespace: str | None = None, *, local_name: str | None = None, exported: bool = True,
+              wrapper: str | None = None) -> "HostFunction":
+        """Say where the stub lives in the sandbox; returns ``self``.
+
+        ``namespace`` (a dotted path of identifiers, e.g. ``"tools.github"``)
+        makes the stub importable: ``from tools.github import create_issue``,
+        ``import tools.github``, ``dir(tools.github)``; ``local_name`` is its
+        attribute name there (default: ``name``). ``exported=False`` keeps
+        ``name`` out of the global namespace. ``wrapper`` is Python source the
+        sandbox runs to build the stub's face: its globals hold ``__host__``
+        (the bare stub) and it must define ``local_name`` (or ``name``); use it
+        for behaviour that belongs in the kernel (printing, turning objects
+        into names). The host still receives only data.
+
+        Example::
+
+            HostFunction(create_issue).place("tools.github", exported=False)
+
+        Raises:
+            FunctionRegistrationError: a namespace part or ``local_name`` is not an identifier.
+        """
+        if namespace is not None:
+            parts = namespace.split(".")
+            if not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+                raise FunctionRegistrationError(f"namespace {namespace!r} must be dotted Python identifiers")
+        if local_name is not None and (not local_name.isidentifier() or keyword.iskeyword(local_name)):
+            raise FunctionRegistrationError(f"{local_name!r} is not a valid Python identifier")
+        from dataclasses import replace
+
+        self.spec = replace(self.spec, namespace=namespace, local_name=local_name, exported=bool(exported),
+                            wrapper=wrapper)
+        return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         result = self.func(*args, **kwargs)

@@ -61,6 +61,7 @@ class _State:
         self.shell = None
         self.link = None  # the _CallLink
         self.stubs = {}
+        self.placed = []  # (namespace, local name, stub) of stubs placed in namespace modules
         self.limiters = []
         self.streams = []
         self.output_limit = None
@@ -224,6 +225,8 @@ def launch(argv=None):
     os.environ["IPYTHONDIR"] = os.path.join(private, "ipython")
     os.environ["MPLCONFIGDIR"] = os.path.join(private, "matplotlib")
     _prepare_matplotlib()
+    # Packages the host installed for this session (read-only to this process; see use_packages).
+    use_packages([p for p in os.environ.pop("SANDBOX_PACKAGES", "").split(":") if p])
     # The sandbox offers neither a debugger nor tab completion; without them
     # ipykernel starts faster (debugpy pulls in pkg_resources) and
     # stops warning about frozen modules on every start.
@@ -371,6 +374,9 @@ def setup(kernel, shell):
     shell.events.register("post_run_cell", _after_cell)
     shell.user_ns["ToolError"] = ToolError
     shell.user_ns["HostFunctionError"] = ToolError
+    shell.user_ns["install"] = install_packages
+    shell.user_ns["PackageInstallError"] = PackageInstallError
+    _route_pip(shell)
     _install_traceback_filter(shell)
     _install_output_caps(shell)
     _state.streams = [stream for stream in (sys.stdout, sys.stderr) if hasattr(stream, "write")]
@@ -673,16 +679,29 @@ def _make_stub(spec):
             _bind(name, signature, args, kwargs)
             return call(name, args, kwargs)
 
-    stub.__name__ = stub.__qualname__ = name
+    local = spec.get("local_name") or name
+    stub.__name__ = stub.__qualname__ = local
     stub.__doc__ = spec.get("doc") or None
     stub.__signature__ = signature
-    stub.__module__ = "host_functions"
+    stub.__module__ = spec.get("namespace") or "host_functions"
     stub.__wrapped_host_function__ = True
+    if spec.get("wrapper"):
+        # The host gave the stub a face written in Python (it prints, or turns objects into
+        # names, before calling the host); it still sends only data.
+        scope = {"__name__": stub.__module__, "__host__": stub}
+        exec(compile(spec["wrapper"], "<%s>" % local, "exec"), scope)
+        face = scope.get(local, scope.get(name))
+        if face is not None:
+            try:
+                face.__wrapped_host_function__ = True
+            except (AttributeError, TypeError):
+                pass
+            return face
     return stub
 
 
 def install(specs_json):
-    """Create or replace stubs in the user namespace; remove stubs no longer offered."""
+    """Create or replace stubs in the user namespace and in their namespaces; remove stubs no longer offered."""
     specs = json.loads(specs_json)
     user_ns = _state.shell.user_ns
     wanted = {s["name"] for s in specs}
@@ -691,10 +710,81 @@ def install(specs_json):
             if user_ns.get(name) is _state.stubs[name]:
                 del user_ns[name]
             del _state.stubs[name]
+    _clear_namespaces()
     for spec in specs:
+        name = spec["name"]
+        previous = _state.stubs.get(name)
         stub = _make_stub(spec)
-        _state.stubs[spec["name"]] = stub
-        user_ns[spec["name"]] = stub
+        _state.stubs[name] = stub
+        if spec.get("namespace"):
+            _place(spec["namespace"], spec.get("local_name") or name, stub)
+        if name.startswith("__sandbox_"):  # the runtime's own host functions (install) stay hidden
+            continue
+        if spec.get("exported", True):
+            user_ns[name] = stub
+        elif previous is not None and user_ns.get(name) is previous:
+            del user_ns[name]  # no longer a global
+    for top in {s["namespace"].split(".")[0] for s in specs if s.get("namespace")}:
+        module = sys.modules.get(top)
+        if getattr(module, "__sandbox_namespace__", False) and (
+                top not in user_ns or getattr(user_ns[top], "__sandbox_namespace__", False)):
+            user_ns[top] = module  # as after `import tools`, unless the code took the name for itself
+
+
+# --- namespaces: host functions as importable modules (``from tools.github import create_issue``) ---
+
+
+def _namespace_module(path):
+    """The module object for a dotted ``path``, created (with its parents) as a package when missing."""
+    import importlib.machinery
+    import types
+
+    module = sys.modules.get(path)
+    if module is not None and getattr(module, "__sandbox_namespace__", False):
+        return module
+    module = types.ModuleType(path, "Functions offered by the host (%s)." % path)
+    module.__path__ = []  # a package: submodules may hang below it
+    module.__spec__ = importlib.machinery.ModuleSpec(path, None, is_package=True)
+    module.__sandbox_namespace__ = True
+    module.__all__ = []
+
+    def __dir__():
+        return sorted(n for n in vars(module) if not n.startswith("_"))
+
+    module.__dir__ = __dir__
+    sys.modules[path] = module
+    parent, _, child = path.rpartition(".")
+    if parent:
+        setattr(_namespace_module(parent), child, module)
+    return module
+
+
+def _place(path, local_name, stub):
+    module = _namespace_module(path)
+    setattr(module, local_name, stub)
+    if local_name not in module.__all__:
+        module.__all__.append(local_name)
+    _state.placed.append((path, local_name, stub))
+
+
+def _clear_namespaces():
+    """Take out every stub placed before; drop namespace modules left empty (install puts back the rest)."""
+    for path, local_name, stub in _state.placed:
+        module = sys.modules.get(path)
+        if module is not None and getattr(module, "__sandbox_namespace__", False) \
+                and getattr(module, local_name, None) is stub:
+            delattr(module, local_name)
+            if local_name in module.__all__:
+                module.__all__.remove(local_name)
+    _state.placed = []
+    for path in sorted((p for p, m in list(sys.modules.items()) if getattr(m, "__sandbox_namespace__", False)),
+                       key=lambda p: -p.count(".")):
+        module = sys.modules[path]
+        if not any(not n.startswith("_") for n in vars(module)):
+            del sys.modules[path]
+            parent, _, child = path.rpartition(".")
+            if parent and getattr(sys.modules.get(parent), child, None) is module:
+                delattr(sys.modules[parent], child)
 
 
 def _encode_call(name, args, kwargs):
@@ -744,6 +834,206 @@ async def call_async(name, args, kwargs):
 
     __tracebackhide__ = True
     return await asyncio.get_running_loop().run_in_executor(None, functools.partial(call, name, args, kwargs))
+
+
+# --- packages: resolved, fetched and copied in by the host ---------------------------
+
+#: The host function behind install() (must match sandbox/packages.py).
+INSTALL_FUNCTION = "__sandbox_install__"
+
+
+class PackageInstallError(Exception):
+    """The host did not install a package. ``kind`` says why: ``not_found``, ``no_wheel`` (only a source
+    distribution, or nothing for this platform), ``policy`` (the rule is in the message), ``too_large``,
+    ``conflict`` (``details`` lists the conflicting requirements), ``denied``, ``unreachable``, ``invalid``,
+    ``disabled``. Nothing of a failed install is importable."""
+
+    def __init__(self, kind, message, details=()):
+        super().__init__(message)
+        self.kind = kind
+        self.details = list(details)
+
+
+def use_packages(paths):
+    """Make packages the host copied into ``paths`` importable now (their ``.pth`` files included).
+
+    The directories come after the image's own site-packages, so an install
+    never shadows what the kernel itself runs on.
+    """
+    import importlib
+    import site
+
+    for path in paths:
+        if isinstance(path, str) and path and path not in sys.path and os.path.isdir(path):
+            site.addsitedir(path)
+    importlib.invalidate_caches()
+
+
+def install_packages(*requirements, quiet=False):
+    """Install Python packages into this session: ``install("scikit-learn", "statsmodels>=0.14")``.
+
+    The sandbox has no network: the host resolves the request for this
+    sandbox's Python, downloads binary wheels (from its cache when it has
+    them) and copies them in; ``import`` works right after, no restart.
+    ``%pip install x`` and ``!pip install x`` do the same. Raises
+    :class:`PackageInstallError` saying why when it cannot.
+    """
+    __tracebackhide__ = True
+    wanted = []
+    for r in requirements:
+        wanted.extend(r if isinstance(r, (list, tuple)) else [r])
+    if not wanted:
+        raise PackageInstallError("invalid", "name at least one package, e.g. install('scikit-learn')")
+    if INSTALL_FUNCTION not in _state.stubs:
+        raise PackageInstallError("disabled", "this sandbox cannot install packages (its host offers no installer)")
+    reply = call(INSTALL_FUNCTION, (list(wanted),), {})
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        reply = reply if isinstance(reply, dict) else {}
+        raise PackageInstallError(str(reply.get("kind") or "internal"),
+                                  str(reply.get("message") or "the host could not install the packages"),
+                                  reply.get("details") or ())
+    if reply.get("path"):
+        use_packages([reply["path"]])
+    if not quiet:
+        print(_install_summary(reply))
+
+
+def _install_summary(reply):
+    new = [p for p in reply.get("packages") or [] if isinstance(p, list) and len(p) == 3]
+    present = [p for p in reply.get("present") or [] if isinstance(p, list) and len(p) == 2]
+    lines = []
+    if new:
+        size = sum(p[2] for p in new if isinstance(p[2], int))
+        lines.append("Installed %s (%.1f MB) in %.1f s%s." % (
+            ", ".join("%s %s" % (p[0], p[1]) for p in new), size / 1e6, float(reply.get("seconds") or 0),
+            " (from the host's cache)" if reply.get("cached") else ""))
+    if present:
+        lines.append("Already installed: %s." % ", ".join("%s %s" % (p[0], p[1]) for p in present))
+    return "\n".join(lines) or "Nothing to install."
+
+
+#: pip options that take a value (skipped with it), and options that choose sources (refused: the host chooses).
+_PIP_VALUE_OPTIONS = {"--progress-bar", "--upgrade-strategy", "--root-user-action", "-t", "--target", "--prefix",
+                      "--root", "--src", "--cache-dir", "--log", "--timeout", "--retries", "--python-version",
+                      "--platform", "--abi", "--implementation", "--only-binary", "--no-binary", "--proxy",
+                      "-c", "--constraint"}
+_PIP_SOURCE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "--trusted-host", "--no-index",
+                       "-e", "--editable"}
+
+
+def _pip_install_arguments(words):
+    """(requirements, quiet) from the words after ``pip install``."""
+    reqs, quiet, i = [], False, 0
+    while i < len(words):
+        word = words[i]
+        option = word.split("=", 1)[0]
+        if option in _PIP_SOURCE_OPTIONS:
+            raise PackageInstallError("policy", "%s is not available in the sandbox: the host chooses where "
+                                                "packages come from; name the packages only" % option)
+        if word in ("-r", "--requirement") or option == "--requirement":
+            path = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
+            i += 0 if "=" in word else 1
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    line = line.split("#", 1)[0].strip()
+                    if line and not line.startswith("-"):
+                        reqs.append(line)
+        elif word.startswith("-q") and set(word[1:]) == {"q"} or word == "--quiet":
+            quiet = True
+        elif option in _PIP_VALUE_OPTIONS and "=" not in word:
+            i += 1
+        elif not word.startswith("-"):
+            reqs.append(word)
+        i += 1
+    return reqs, quiet
+
+
+_PIP_COMMAND = None
+_REDIRECTS = (">", ">>", "&>", ">&", "<")
+
+
+def _pip_words(command):
+    """The words after ``install`` when ``command`` is a plain ``pip install`` (any pip, python -m pip); else None.
+
+    Output redirections are dropped (the summary is printed either way); any
+    other shell operator means it is not a plain install and runs as before.
+    """
+    import re
+    import shlex
+
+    global _PIP_COMMAND
+    if _PIP_COMMAND is None:
+        _PIP_COMMAND = re.compile(r"^(?:\S*/)?pip[0-9.]*$|^(?:\S*/)?python[0-9.]*$")
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        return None
+    words, skip = [], False
+    for i, token in enumerate(tokens):
+        if skip:
+            skip = False
+            continue
+        if token and set(token) <= set("();<>|&"):
+            if token not in _REDIRECTS:
+                return None
+            if words and words[-1] in ("1", "2") and i + 1 < len(tokens):
+                words.pop()  # the descriptor of "2>&1", "1> file"
+            skip = True
+            continue
+        if "`" in token or "$(" in token:
+            return None
+        words.append(token)
+    if len(words) >= 3 and _PIP_COMMAND.match(words[0]) and words[0].rsplit("/", 1)[-1].startswith("python") \
+            and words[1] == "-m" and words[2] == "pip":
+        words = words[2:]
+    if len(words) < 2 or not _PIP_COMMAND.match(words[0]) or not words[0].rsplit("/", 1)[-1].startswith("pip") \
+            or words[1] != "install":
+        return None
+    return words[2:]
+
+
+def _route_pip(shell):
+    """``%pip install`` and ``!pip install`` install through the host; every other command runs as before."""
+    original_system = shell.system
+    original_getoutput = shell.getoutput
+    original_pip = shell.find_line_magic("pip")
+
+    def system(cmd, *args, **kwargs):
+        words = _pip_words(shell.var_expand(cmd, depth=1))
+        if words is None:
+            return original_system(cmd, *args, **kwargs)
+        reqs, quiet = _pip_install_arguments(words)
+        install_packages(*reqs, quiet=quiet)
+
+    def getoutput(cmd, *args, **kwargs):
+        words = _pip_words(shell.var_expand(cmd, depth=1))
+        if words is None:
+            return original_getoutput(cmd, *args, **kwargs)
+        import contextlib
+        import io
+
+        from IPython.utils.text import SList
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            install_packages(*_pip_install_arguments(words)[0])
+        return SList(out.getvalue().splitlines())
+
+    def pip(line):
+        """Install packages through the host (``%pip install x``); other pip commands run as usual."""
+        words = _pip_words("pip " + line)
+        if words is None:
+            if original_pip is None:
+                raise PackageInstallError("invalid", "only `%pip install NAME ...` is available in the sandbox")
+            return original_pip(line)
+        reqs, quiet = _pip_install_arguments(words)
+        install_packages(*reqs, quiet=quiet)
+
+    shell.system = system
+    shell.getoutput = getoutput
+    shell.register_magic_function(pip, "line", "pip")
 
 
 # --- host bookkeeping ------------------------------------------------------------

@@ -1,0 +1,608 @@
+"""Python packages for sandboxes that have no network: resolved and fetched on the host, installed from its cache.
+
+The sandbox never gets a network. When code asks for a package
+(``install("scikit-learn")``, ``%pip install x``, ``!pip install x``) or a
+session is opened with ``packages=[...]``, the *host*:
+
+1. checks the names against the :class:`PackagePolicy` (allow and deny lists);
+2. resolves the request with its own pip for the sandbox's Python and
+   platform, binary wheels only (nothing is built, nothing from a package
+   runs on the host), keeping what the image already has fixed;
+3. checks every resolved distribution against the policy and the size cap,
+   and asks the policy's ``approve`` hook;
+4. downloads the wheels into its cache (``~/.cache/codeact/packages``), once;
+5. copies their unpacked files into the sandbox through the engine's archive
+   API, into a directory the sandbox can read but not write; the kernel then
+   imports from it without a restart.
+
+A set of packages given up front is *materialised* once: a content-addressed,
+read-only Docker volume (``codeact-env-<hash>``) that every later session
+asking for the same set mounts, so it starts without installing anything.
+
+Errors reach the sandboxed code as ``PackageInstallError`` with a ``kind``:
+``not_found``, ``no_wheel`` (source-only, or nothing for this platform),
+``policy`` (which rule), ``too_large``, ``conflict`` (which requirements),
+``denied`` (the approval hook said no), ``unreachable`` (the index),
+``invalid`` (not a requirement), ``disabled``. Nothing of a failed install
+becomes importable.
+
+Example::
+
+    from sandbox import DockerSandbox
+    from sandbox.packages import PackagePolicy
+
+    policy = PackagePolicy(deny=("torch*",), max_total_bytes=500_000_000)
+    with DockerSandbox(packages=["scikit-learn"], package_policy=policy) as sb:
+        print(sb.run("import sklearn; print(sklearn.__version__)").stdout)
+        sb.run("install('statsmodels>=0.14')")
+        print(sb.packages.records[-1].packages)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from . import _pkg_pip as pip
+from ._pkg_cache import CachedWheel, PackageCache
+from ._pkg_pip import Sources, Target
+from .errors import PackageInstallError
+from .functions import HostFunction, current_call
+
+#: Where a session's run-time installs go in a container: a volume only the engine (the host) writes.
+PACKAGES_DIR = "/opt/codeact/packages"
+#: Where a materialised package set is mounted, read-only.
+ENV_DIR = "/opt/codeact/env"
+#: The host function the in-sandbox ``install()`` calls.
+INSTALL_FUNCTION = "__sandbox_install__"
+#: Bounds on what one request from the sandbox may name.
+MAX_REQUIREMENTS = 64
+MAX_REQUIREMENT_LENGTH = 200
+
+ErrorKind = Literal["not_found", "no_wheel", "policy", "too_large", "conflict", "denied", "unreachable", "invalid",
+                    "disabled", "internal"]
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised name: ``Scikit_Learn`` -> ``scikit-learn``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
+    """(canonical requirement text, canonical name) for each PEP 508 requirement; anything else is refused.
+
+    Only ``name[extras] specifier ; marker`` is accepted: no URLs, no paths,
+    no pip options — what reaches pip is the canonical text, never the input.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    out: list[tuple[str, str]] = []
+    items = list(requirements)[: MAX_REQUIREMENTS + 1]
+    if len(items) > MAX_REQUIREMENTS:
+        raise PackageInstallError("invalid", f"at most {MAX_REQUIREMENTS} requirements at once")
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise PackageInstallError("invalid", f"a requirement must be a non-empty string, not {type(item).__name__}")
+        text = item.strip()
+        shown = text[:MAX_REQUIREMENT_LENGTH]
+        if len(text) > MAX_REQUIREMENT_LENGTH or text.startswith("-") or any(ord(c) < 32 or ord(c) == 127
+                                                                             for c in text):
+            raise PackageInstallError("invalid", f"{shown!r} is not a package requirement (e.g. 'pandas>=2')")
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise PackageInstallError("invalid", f"{shown!r} is not a package requirement: {exc}") from None
+        if req.url:
+            raise PackageInstallError("invalid", f"{shown!r}: direct URLs and paths are not allowed; name a package "
+                                                 "on the index (the host chooses where packages come from)")
+        name = canonical_name(req.name)
+        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        canon = f"{name}{extras}{req.specifier}"
+        if req.marker is not None:
+            canon += f"; {req.marker}"
+        if (canon, name) not in out:
+            out.append((canon, name))
+    if not out:
+        raise PackageInstallError("invalid", "name at least one package, e.g. install('scikit-learn')")
+    return out
+
+
+@dataclass(frozen=True)
+class ResolvedPackage:
+    """One distribution an install brings in."""
+
+    name: str
+    version: str
+    filename: str
+    #: Bytes of the wheel, and of its installed files.
+    size: int
+    installed_bytes: int
+    #: Named in the request (not only a dependency).
+    requested: bool
+
+
+@dataclass(frozen=True)
+class PackageRequest:
+    """What an approval hook is asked about: the request and everything it would bring in."""
+
+    requirements: tuple[str, ...]
+    packages: tuple[ResolvedPackage, ...]
+    download_bytes: int
+    installed_bytes: int
+    #: "upfront" (``packages=`` of the session) or "runtime" (code in the sandbox asked).
+    source: str
+    #: The sandbox's Python and platform, as text.
+    target: str
+
+    def summary(self) -> str:
+        """One line: ``scikit-learn 1.9.1, scipy 1.17.1 (+2 more), 48.1 MB``."""
+        names = [f"{p.name} {p.version}" for p in self.packages]
+        shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
+        return f"{shown or 'nothing new'}, {self.installed_bytes / 1e6:.1f} MB"
+
+
+@dataclass(frozen=True)
+class InstallRecord:
+    """One install, as the run log and the notebook export keep it."""
+
+    requirements: tuple[str, ...]
+    source: str
+    packages: tuple[ResolvedPackage, ...] = ()
+    #: Requested or needed, and already there (in the image or installed before): name -> version.
+    present: tuple[tuple[str, str], ...] = ()
+    seconds: float = 0.0
+    #: The resolution came from the host's cache; ``downloaded`` wheels were fetched now.
+    resolved_from_cache: bool = False
+    downloaded: int = 0
+    #: "env" (a shared materialised set), "session" (this sandbox only) or "" (nothing installed).
+    location: str = ""
+    error_kind: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requirements": list(self.requirements), "source": self.source, "ok": self.ok,
+            "packages": [{"name": p.name, "version": p.version, "size": p.size,
+                          "installed_bytes": p.installed_bytes, "requested": p.requested} for p in self.packages],
+            "present": [list(p) for p in self.present], "seconds": round(self.seconds, 3),
+            "resolved_from_cache": self.resolved_from_cache, "downloaded": self.downloaded,
+            "location": self.location, "error_kind": self.error_kind, "error": self.error,
+        }
+
+
+Approver = Callable[[PackageRequest], bool]
+
+
+def _tuple(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True)
+class PackagePolicy:
+    """What the host lets sandboxes install, and from where. The sandbox cannot change any of it.
+
+    Args:
+        allow: names or patterns (``fnmatch``, on PEP 503 names: ``"scikit-*"``)
+            that may be installed; empty allows every name. Applies to
+            dependencies too.
+        deny: names or patterns never installed (wins over ``allow``).
+        max_total_bytes: installed size one session may add in all (up front
+            and at run time); ``None`` for no cap.
+        approve: called with a :class:`PackageRequest` before installing what
+            the sandboxed code asks for (not the up-front ``packages=``: the
+            host chose those); return False to refuse. Runs on a worker thread
+            and may block while a human decides (the run's clocks are paused).
+        index_url, extra_index_urls: a private mirror instead of (or as well
+            as) the host pip's configured index.
+        wheelhouse: a local directory of wheels; with ``offline=True`` the only
+            source (air-gapped machines), else an extra one.
+        runtime_installs: False refuses ``install()`` from the sandbox (up-front
+            ``packages=`` still work).
+        resolution_max_age: seconds a cached resolution is reused (the same
+            request then gets the same versions without asking the index).
+        install_timeout: seconds one install may take (downloads included).
+        cache_dir: the host's package cache (default ``~/.cache/codeact/packages``).
+
+    Example::
+
+        PackagePolicy(allow=("scikit-learn", "scipy", "numpy", "joblib", "threadpoolctl"),
+                      approve=lambda req: input(f"install {req.summary()}? ") == "y")
+    """
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    max_total_bytes: int | None = 2 * 1024**3
+    approve: Approver | None = None
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    wheelhouse: str | None = None
+    offline: bool = False
+    runtime_installs: bool = True
+    resolution_max_age: float = 24 * 3600.0
+    install_timeout: float = 900.0
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allow", tuple(canonical_name(p) for p in _tuple(self.allow)))
+        object.__setattr__(self, "deny", tuple(canonical_name(p) for p in _tuple(self.deny)))
+        object.__setattr__(self, "extra_index_urls", _tuple(self.extra_index_urls))
+        if self.offline and not self.wheelhouse:
+            raise PackageInstallError("invalid", "PackagePolicy(offline=True) needs wheelhouse=DIR: the directory "
+                                                 "of wheels to install from")
+        if self.wheelhouse is not None:
+            from pathlib import Path
+
+            if not Path(self.wheelhouse).is_dir():
+                raise PackageInstallError("invalid", f"the wheelhouse {self.wheelhouse} is not a directory")
+            object.__setattr__(self, "wheelhouse", str(Path(self.wheelhouse).resolve()))
+
+    def refusal(self, name: str) -> str | None:
+        """The rule that refuses package ``name``, or None when it may be installed."""
+        name = canonical_name(name)
+        for pattern in self.deny:
+            if fnmatch.fnmatchcase(name, pattern):
+                return f"{name} matches the deny rule {pattern!r}"
+        if self.allow and not any(fnmatch.fnmatchcase(name, p) for p in self.allow):
+            return f"{name} is not on the allow list ({', '.join(self.allow)})"
+        return None
+
+    def sources(self) -> Sources:
+        return Sources(self.index_url, self.extra_index_urls, self.wheelhouse, self.offline)
+
+
+@dataclass
+class Plan:
+    """A request resolved and fetched, ready to copy into a sandbox."""
+
+    requirements: tuple[str, ...]
+    wheels: list[CachedWheel]
+    present: list[tuple[str, str]]
+    resolved_from_cache: bool
+    downloaded: int
+    started: float
+
+    @property
+    def packages(self) -> tuple[ResolvedPackage, ...]:
+        return tuple(ResolvedPackage(w.pick.name, w.pick.version, w.pick.filename, w.size, w.installed_bytes,
+                                     w.pick.requested) for w in self.wheels)
+
+    @property
+    def installed_bytes(self) -> int:
+        return sum(w.installed_bytes for w in self.wheels)
+
+    def content_hash(self, target: Target) -> str:
+        """Names the set: the same wheels for the same target give the same hash."""
+        h = hashlib.sha256(target.key().encode())
+        for w in sorted(self.wheels, key=lambda w: w.sha256):
+            h.update(w.sha256.encode())
+        return h.hexdigest()[:16]
+
+
+class PackageInstaller:
+    """Resolve, check and fetch requests for one target under one policy (the host's half; no sandbox).
+
+    Example::
+
+        installer = PackageInstaller(PackagePolicy(), Target.manylinux("3.11"))
+        plan = installer.plan(["tabulate"], present={"numpy": "2.4.6"})
+        [w.path for w in plan.wheels]
+    """
+
+    def __init__(self, policy: PackagePolicy, target: Target, cache: PackageCache | None = None) -> None:
+        self.policy = policy
+        self.target = target
+        self.cache = cache or PackageCache(policy.cache_dir)
+
+    def plan(self, requirements: Iterable[Any], present: dict[str, str], *, source: str = "runtime",
+             installed_so_far: int = 0) -> Plan:
+        started = time.perf_counter()
+        parsed = parse_requirements(requirements)
+        for _, name in parsed:
+            rule = self.policy.refusal(name)
+            if rule:
+                raise PackageInstallError("policy", f"refused by the host's package policy: {rule}", [name])
+        texts = tuple(text for text, _ in parsed)
+        constraints = sorted(f"{n}=={v}" for n, v in present.items())
+        sources = self.policy.sources()
+        key = hashlib.sha256(json.dumps([sorted(texts), constraints, self.target.key(), sources.key()])
+                             .encode()).hexdigest()[:40]
+        picks = self.cache.get_resolution(key, self.policy.resolution_max_age)
+        from_cache = picks is not None
+        if picks is None:
+            try:
+                picks = pip.resolve(texts, constraints, self.target, sources)
+            except pip.PipFailure as exc:
+                raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
+            self.cache.put_resolution(key, picks)
+        new = [p for p in picks if canonical_name(p.name) not in present]
+        already = [(canonical_name(p.name), present[canonical_name(p.name)]) for p in picks
+                   if canonical_name(p.name) in present]
+        for p in new:
+            rule = self.policy.refusal(p.name)
+            if rule:
+                raise PackageInstallError("policy", f"refused by the host's package policy: {rule} (needed by "
+                                                    f"{', '.join(texts)})", [canonical_name(p.name)])
+        try:
+            wheels, downloaded = self.cache.fetch(new, self.target, sources)
+        except pip.PipFailure as exc:
+            raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
+        except OSError as exc:
+            raise PackageInstallError("internal", f"the host's package cache failed: {exc}") from None
+        plan = Plan(texts, wheels, already, from_cache, downloaded, started)
+        cap = self.policy.max_total_bytes
+        if cap is not None and installed_so_far + plan.installed_bytes > cap:
+            raise PackageInstallError(
+                "too_large", f"{', '.join(texts)} would install {plan.installed_bytes / 1e6:.1f} MB "
+                f"({', '.join(f'{w.pick.name} {w.installed_bytes / 1e6:.1f} MB' for w in _largest(wheels))}); "
+                f"this sandbox may add {cap / 1e6:.1f} MB in all"
+                + (f" and has used {installed_so_far / 1e6:.1f} MB" if installed_so_far else ""))
+        if self.policy.approve is not None and wheels and source == "runtime":
+            request = PackageRequest(texts, plan.packages, sum(w.size for w in wheels), plan.installed_bytes,
+                                     source, self.target.describe())
+            call = current_call()
+            with call.paused() if call is not None else contextlib.nullcontext():
+                allowed = bool(self.policy.approve(request))
+            if call is not None:
+                call.checkpoint()
+            if not allowed:
+                raise PackageInstallError("denied", f"the user did not allow installing {request.summary()}; do not "
+                                                    "retry, do without it or explain in the final answer")
+        return plan
+
+
+def _largest(wheels: Sequence[CachedWheel]) -> list[CachedWheel]:
+    return sorted(wheels, key=lambda w: -w.installed_bytes)[:3]
+
+
+class PackageBackend(Protocol):
+    """What a sandbox backend provides for packages (see ``_pkg_docker``, ``_pkg_local``)."""
+
+    def inspect(self) -> tuple[Target, dict[str, str], tuple[str, ...]]:
+        """The sandbox's target, the distributions its image has (name -> version), and its top-level ones."""
+        ...
+
+    def materialise(self, env_hash: str, plan: Plan) -> str:
+        """Make ``plan`` a shared read-only environment (once); return its path in the sandbox."""
+        ...
+
+    def deliver(self, batch: str, plan: Plan) -> str:
+        """Copy ``plan`` into this session's package directory as ``batch``; return its path in the sandbox."""
+        ...
+
+
+@dataclass
+class _Batch:
+    name: str
+    plan: Plan
+    path: str
+
+
+class SessionPackages:
+    """The packages of one sandbox session: what the image has, what was added, and how to add more.
+
+    A sandbox creates it (``DockerSandbox(packages=..., package_policy=...)``)
+    and exposes it as ``sandbox.packages``. ``records`` lists every install
+    (failed ones too); ``listeners`` are called with each new record (from
+    the thread that installed).
+    """
+
+    def __init__(self, requirements: Sequence[str], policy: PackagePolicy | None, backend: PackageBackend,
+                 cache: PackageCache | None = None) -> None:
+        self.requirements = tuple(requirements)
+        self.policy = policy or PackagePolicy()
+        self.backend = backend
+        self.cache = cache or PackageCache(self.policy.cache_dir)
+        self.records: list[InstallRecord] = []
+        self.listeners: list[Callable[[InstallRecord], None]] = []
+        self._lock = threading.RLock()
+        self._inspected: tuple[Target, dict[str, str], tuple[str, ...]] | None = None
+        self._env: tuple[str, Plan] | None = None  # (path in the sandbox, plan)
+        self._batches: list[_Batch] = []
+        self._prepared = False
+        if self.requirements:
+            parse_requirements(self.requirements)  # bad input fails here, before any container starts
+
+    # --- what the sandbox has -------------------------------------------------------------
+
+    def _inspect(self) -> tuple[Target, dict[str, str], tuple[str, ...]]:
+        if self._inspected is None:
+            self._inspected = self.backend.inspect()
+        return self._inspected
+
+    @property
+    def target(self) -> Target:
+        return self._inspect()[0]
+
+    def image_packages(self) -> dict[str, str]:
+        """Distributions the image has: canonical name -> version."""
+        return dict(self._inspect()[1])
+
+    def added(self) -> dict[str, str]:
+        """Distributions added to this session (up front and at run time): canonical name -> version."""
+        out: dict[str, str] = {}
+        plans = ([self._env[1]] if self._env else []) + [b.plan for b in self._batches]
+        for plan in plans:
+            for w in plan.wheels:
+                out[canonical_name(w.pick.name)] = w.pick.version
+        return out
+
+    def present(self) -> dict[str, str]:
+        return {**self.image_packages(), **self.added()}
+
+    def installed_bytes(self) -> int:
+        plans = ([self._env[1]] if self._env else []) + [b.plan for b in self._batches]
+        return sum(p.installed_bytes for p in plans)
+
+    def sandbox_paths(self) -> list[str]:
+        """Directories a kernel adds to its path at start (the environment, then each install)."""
+        return ([self._env[0]] if self._env else []) + [b.path for b in self._batches]
+
+    def describe(self) -> str:
+        """Text for a system prompt: what is installed, and how to get more."""
+        _, image, top = self._inspect()
+        shown = [f"{name} {image[name]}" for name in top if name in image]
+        added = self.added()
+        lines = []
+        if shown:
+            lines.append("Python packages in the sandbox: " + ", ".join(shown) + ".")
+        if added:
+            requested = {canonical_name(n) for _, n in parse_requirements(self.requirements)} if self.requirements \
+                else set()
+            named = [f"{n} {v}" for n, v in added.items() if n in requested] or [f"{n} {v}" for n, v in added.items()]
+            lines.append("Also installed for this task: " + ", ".join(named) + ".")
+        if self.policy.runtime_installs:
+            lines.append('To add a package, call `install("name")` (or `%pip install name`) in your code: the host '
+                         "installs binary wheels from PyPI for you, then `import` works at once. The sandbox itself "
+                         "has no network.")
+        return "\n".join(lines)
+
+    # --- installing -------------------------------------------------------------------------
+
+    def _installer(self) -> PackageInstaller:
+        return PackageInstaller(self.policy, self.target, self.cache)
+
+    def prepare(self) -> None:
+        """Resolve, fetch and materialise the up-front ``packages`` (once; later calls do nothing)."""
+        with self._lock:
+            if self._prepared or not self.requirements:
+                self._prepared = True
+                return
+            started = time.perf_counter()
+            try:
+                plan = self._installer().plan(self.requirements, self.image_packages(), source="upfront")
+                path = self.backend.materialise(plan.content_hash(self.target), plan) if plan.wheels else ""
+            except PackageInstallError as exc:
+                self._record(InstallRecord(self.requirements, "upfront", seconds=time.perf_counter() - started,
+                                           error_kind=exc.kind, error=str(exc)))
+                raise
+            if plan.wheels:
+                self._env = (path, plan)
+            self._prepared = True
+            self._record(InstallRecord(plan.requirements, "upfront", plan.packages, tuple(plan.present),
+                                       time.perf_counter() - started, plan.resolved_from_cache, plan.downloaded,
+                                       "env" if plan.wheels else ""))
+
+    def install(self, *requirements: str, source: str = "runtime") -> InstallRecord:
+        """Install into this session now (from the host); returns the record or raises PackageInstallError.
+
+        The running kernel sees the new packages after :meth:`activate` in the
+        kernel (the in-sandbox ``install()`` does that); new kernels see them
+        at start.
+        """
+        record, _ = self._install(list(requirements), source)
+        return record
+
+    def _install(self, requirements: list[Any], source: str) -> tuple[InstallRecord, str]:
+        started = time.perf_counter()
+        # As the sandbox sent them (records of refused requests keep them): bounded, control characters replaced.
+        shown = tuple("".join(c if c.isprintable() else "?" for c in str(r)[:MAX_REQUIREMENT_LENGTH])
+                      for r in requirements[:MAX_REQUIREMENTS])
+        with self._lock:
+            try:
+                if source == "runtime" and not self.policy.runtime_installs:
+                    raise PackageInstallError("disabled", "installing packages from the sandbox is turned off by the "
+                                                          "host's policy")
+                self.prepare()
+                plan = self._installer().plan(requirements, self.present(), source=source,
+                                              installed_so_far=self.installed_bytes())
+                path = ""
+                if plan.wheels:
+                    name = plan.content_hash(self.target)  # the same set gets the same (cached) copy
+                    path = self.backend.deliver(name, plan)
+                    self._batches.append(_Batch(name, plan, path))
+            except PackageInstallError as exc:
+                record = InstallRecord(shown, source, seconds=time.perf_counter() - started, error_kind=exc.kind,
+                                       error=str(exc))
+                self._record(record)
+                raise
+            except Exception as exc:
+                record = InstallRecord(shown, source, seconds=time.perf_counter() - started, error_kind="internal",
+                                       error=f"{type(exc).__name__}: {exc}")
+                self._record(record)
+                raise PackageInstallError("internal", f"the host could not install the packages: "
+                                                      f"{type(exc).__name__}: {exc}") from exc
+            record = InstallRecord(plan.requirements, source, plan.packages, tuple(plan.present),
+                                   time.perf_counter() - started, plan.resolved_from_cache, plan.downloaded,
+                                   "session" if plan.wheels else "")
+            self._record(record)
+            return record, path
+
+    def redeliver(self) -> None:
+        """Copy every earlier install into a new environment (the sandbox's container was recreated)."""
+        with self._lock:
+            for batch in self._batches:
+                batch.path = self.backend.deliver(batch.name, batch.plan)
+
+    def _record(self, record: InstallRecord) -> None:
+        self.records.append(record)
+        for listener in list(self.listeners):
+            try:
+                listener(record)
+            except Exception:  # a listener's bug must not undo an install
+                pass
+
+    # --- the sandbox's side ------------------------------------------------------------------
+
+    def host_function(self) -> HostFunction:
+        """The host function behind the in-sandbox ``install()`` (registered by the sandbox)."""
+
+        def install_for_sandbox(requirements: Any) -> dict[str, Any]:
+            if not isinstance(requirements, (list, tuple)):
+                return _failure(PackageInstallError("invalid", "install() takes package names as strings"))
+            try:
+                record, path = self._install(list(requirements)[: MAX_REQUIREMENTS + 1], "runtime")
+            except PackageInstallError as exc:
+                return _failure(exc)
+            return {"ok": True, "path": path,
+                    "packages": [[p.name, p.version, p.installed_bytes] for p in record.packages],
+                    "present": [list(p) for p in record.present], "seconds": record.seconds,
+                    "cached": record.resolved_from_cache and record.downloaded == 0}
+
+        return HostFunction(install_for_sandbox, name=INSTALL_FUNCTION, timeout=self.policy.install_timeout,
+                            doc="Install packages into this sandbox (the host resolves and fetches them).")
+
+
+def _failure(exc: PackageInstallError) -> dict[str, Any]:
+    return {"ok": False, "kind": exc.kind, "message": str(exc), "details": list(exc.details)[:20]}
+
+
+#: Well-known top-level packages named in prompts when an image does not list its own.
+KNOWN_TOP_LEVEL = ("numpy", "pandas", "matplotlib", "scipy", "scikit-learn", "statsmodels", "seaborn", "pyarrow",
+                   "openpyxl", "polars", "sympy", "networkx", "pillow", "requests")
+
+
+__all__ = [
+    "ENV_DIR",
+    "INSTALL_FUNCTION",
+    "PACKAGES_DIR",
+    "InstallRecord",
+    "PackageBackend",
+    "PackageCache",
+    "PackageInstallError",
+    "PackageInstaller",
+    "PackagePolicy",
+    "PackageRequest",
+    "Plan",
+    "ResolvedPackage",
+    "SessionPackages",
+    "Sources",
+    "Target",
+    "canonical_name",
+    "parse_requirements",
+]

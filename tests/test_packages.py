@@ -1,0 +1,330 @@
+"""Packages without Docker: requirement parsing, the policy, safe wheel unpacking, the host's pip and cache,
+the in-sandbox ``pip install`` parsing, and the local backend end to end.
+
+The resolver tests use the real registry through the host's pip (no fakes);
+the Docker side is in ``test_packages_docker.py``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sandbox._pkg_cache import PackageCache, sha256_of
+from sandbox._pkg_pip import Target
+from sandbox._pkg_wheel import WheelError, extract_tar, prefixed_tar, wheel_to_tar
+from sandbox.errors import PackageInstallError
+from sandbox.packages import (
+    PackageInstaller,
+    PackagePolicy,
+    canonical_name,
+    parse_requirements,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sandbox" / "runtime"))
+import sandbox_runtime
+
+pytestmark = pytest.mark.timeout(300)
+
+TARGET = Target.manylinux("3.11", "x86_64", (2, 36))
+
+
+def make_wheel(directory: Path, name: str = "demo_pkg", version: str = "1.0", files: dict[str, bytes] | None = None,
+               extra: list[tuple[zipfile.ZipInfo, bytes]] = ()) -> Path:
+    """A small, valid pure-Python wheel (what a build backend would write), for offline and safety tests."""
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    dist = f"{name}-{version}.dist-info"
+    files = files if files is not None else {f"{name}/__init__.py": f"VALUE = {version!r}\n".encode()}
+    with zipfile.ZipFile(path, "w") as z:
+        for arcname, data in files.items():
+            z.writestr(arcname, data)
+        for info, data in extra:
+            z.writestr(info, data)
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+# --------------------------------------------------------------------------- requirements and policy
+
+
+def test_requirements_are_canonicalised_and_anything_else_refused() -> None:
+    assert parse_requirements(["Scikit_Learn>=1.3", "pandas[excel]", "numpy ; python_version>='3'"]) == [
+        ("scikit-learn>=1.3", "scikit-learn"), ("pandas[excel]", "pandas"),
+        ('numpy; python_version >= "3"', "numpy")]
+    for bad in ["--index-url=http://evil/simple", "-r /etc/passwd", "pkg @ https://example.com/x.whl",
+                "./local/dir", "git+https://github.com/x/y", "a\nb", "", "x" * 300, 42, "not a req!",
+                "numpy; python_version == \"\x1b[31m\""]:
+        with pytest.raises(PackageInstallError) as info:
+            parse_requirements([bad])
+        assert info.value.kind == "invalid", bad
+    with pytest.raises(PackageInstallError, match="at most 64"):
+        parse_requirements(["x"] * 65)
+
+
+def test_policy_rules_name_the_rule_and_deny_wins() -> None:
+    policy = PackagePolicy(allow=("scikit-*", "numpy", "scipy"), deny=("scikit-image",))
+    assert policy.refusal("Scikit_Learn") is None and policy.refusal("numpy") is None
+    assert "deny rule 'scikit-image'" in (policy.refusal("scikit-image") or "")
+    assert "not on the allow list" in (policy.refusal("pandas") or "")
+    assert PackagePolicy(deny="torch*, tensorflow").deny == ("torch*", "tensorflow")
+    with pytest.raises(PackageInstallError, match="needs wheelhouse"):
+        PackagePolicy(offline=True)
+    with pytest.raises(PackageInstallError, match="not a directory"):
+        PackagePolicy(wheelhouse="/nonexistent/wheels")
+
+
+def test_manylinux_target_covers_older_glibc_tags() -> None:
+    tags = TARGET.platforms
+    assert tags[0] == "manylinux_2_36_x86_64" and "manylinux_2_17_x86_64" in tags
+    assert {"manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert "manylinux_2_37_x86_64" not in tags
+    args = TARGET.pip_args()
+    assert args[:4] == ["--python-version", "3.11", "--implementation", "cp"] and "cp311" in args
+
+
+# --------------------------------------------------------------------------- wheels
+
+
+def test_wheel_unpacks_to_root_owned_tar_with_data_dirs_mapped(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path, files={
+        "demo_pkg/__init__.py": b"X = 1\n",
+        "demo_pkg-1.0.data/purelib/demo_extra.py": b"Y = 2\n",
+        "demo_pkg-1.0.data/scripts/demo-cli": b"#!/bin/sh\n",
+        "demo_pkg-1.0.data/data/share/x.txt": b"data\n",
+    })
+    buf = io.BytesIO()
+    installed = wheel_to_tar(wheel, buf)
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert "demo_pkg/__init__.py" in members and "demo_extra.py" in members
+    assert not any("scripts" in n or "share" in n for n in members)
+    assert "demo_pkg-1.0.dist-info/INSTALLER" in members
+    assert all(m.uid == 0 and not (m.mode & 0o022) for m in members.values())
+    assert installed == len(b"X = 1\n") + len(b"Y = 2\n") + len(
+        b"Metadata-Version: 2.1\nName: demo_pkg\nVersion: 1.0\n") + len(
+        b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+
+
+@pytest.mark.parametrize("entry", ["../evil.py", "/etc/evil.py", "demo_pkg/../../evil.py", "demo_pkg\\evil.py",
+                                   "demo_pkg/a\nb.py", "demo_pkg/."])
+def test_wheel_with_an_unsafe_entry_is_refused(tmp_path: Path, entry: str) -> None:
+    wheel = tmp_path / "demo_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("demo_pkg-1.0.dist-info/METADATA", "Name: demo_pkg\n")
+        z.writestr(zipfile.ZipInfo(entry), b"boom")
+    with pytest.raises(WheelError, match="unsafe entry"):
+        wheel_to_tar(wheel, io.BytesIO())
+
+
+def test_wheel_with_a_symlink_is_refused(tmp_path: Path) -> None:
+    link = zipfile.ZipInfo("demo_pkg/link")
+    link.external_attr = (0o120777 << 16)
+    wheel = make_wheel(tmp_path, extra=[(link, b"/etc/passwd")])
+    with pytest.raises(WheelError, match="not a regular file"):
+        wheel_to_tar(wheel, io.BytesIO())
+
+
+def test_bundle_puts_long_names_under_the_prefix(tmp_path: Path) -> None:
+    long_name = "demo_pkg/" + "/".join(["d" * 40] * 4) + "/module_with_a_long_name.cpython-311-x86_64-linux-gnu.so"
+    wheel = make_wheel(tmp_path, files={long_name: b"\x7fELF", "demo_pkg/__init__.py": b""})
+    part = tmp_path / "part.tar"
+    with part.open("wb") as f:
+        wheel_to_tar(wheel, f)
+    bundle = tmp_path / "bundle.tar"
+    with bundle.open("wb") as f:
+        prefixed_tar([part], "abc123", f)
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert names[0] == "abc123" and all(n == "abc123" or n.startswith("abc123/") for n in names)
+    assert f"abc123/{long_name}" in names
+    extract_tar(part, tmp_path / "site")
+    assert (tmp_path / "site" / long_name).read_bytes() == b"\x7fELF"
+
+
+# --------------------------------------------------------------------------- the host's pip and cache (real registry)
+
+
+def test_resolve_fetch_and_cache_for_the_sandbox_platform(tmp_path: Path) -> None:
+    installer = PackageInstaller(PackagePolicy(cache_dir=str(tmp_path / "cache")), TARGET)
+    plan = installer.plan(["msgpack", "tabulate"], present={})
+    names = {canonical_name(w.pick.name) for w in plan.wheels}
+    assert names == {"msgpack", "tabulate"} and not plan.resolved_from_cache and plan.downloaded == 2
+    msgpack = next(w for w in plan.wheels if w.pick.name == "msgpack")
+    assert "cp311" in msgpack.path.name and "manylinux" in msgpack.path.name  # the sandbox's, not the host's
+    for w in plan.wheels:  # content-addressed: the directory is the file's hash
+        assert w.path.parent.name == w.sha256 == sha256_of(w.path)
+    again = installer.plan(["msgpack", "tabulate"], present={})
+    assert again.resolved_from_cache and again.downloaded == 0
+    assert [w.path for w in again.wheels] == [w.path for w in plan.wheels]
+
+
+def test_present_packages_are_constraints_and_not_installed_again(tmp_path: Path) -> None:
+    installer = PackageInstaller(PackagePolicy(cache_dir=str(tmp_path / "cache")), TARGET)
+    plan = installer.plan(["pandas"], present={"pandas": "3.1.1", "numpy": "2.4.6"})
+    new = {canonical_name(w.pick.name) for w in plan.wheels}
+    assert "python-dateutil" in new and not new & {"pandas", "numpy"}  # what is there stays, the rest comes
+    assert ("pandas", "3.1.1") in plan.present and ("numpy", "2.4.6") in plan.present
+    with pytest.raises(PackageInstallError) as info:
+        installer.plan(["numpy<2"], present={"numpy": "2.4.6"})
+    assert info.value.kind == "conflict"
+    assert "numpy<2" in str(info.value) and any("numpy 2.4.6 is already installed" in d for d in info.value.details)
+
+
+@pytest.mark.parametrize("request_, kind, words", [
+    ("docopt", "no_wheel", "only a source distribution"),
+    ("codeact-no-such-package-zq81x", "not_found", "no package named"),
+    ("pandas<1", "not_found", "no version of pandas"),
+])
+def test_errors_name_the_cause(tmp_path: Path, request_: str, kind: str, words: str) -> None:
+    installer = PackageInstaller(PackagePolicy(cache_dir=str(tmp_path / "cache")), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        installer.plan([request_], present={})
+    assert info.value.kind == kind and words in str(info.value)
+
+
+def test_policy_applies_to_dependencies_and_size(tmp_path: Path) -> None:
+    cache = str(tmp_path / "cache")
+    deny_dep = PackageInstaller(PackagePolicy(deny=("threadpoolctl",), cache_dir=cache), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        deny_dep.plan(["scikit-learn"], present={"numpy": "2.4.6"})
+    assert info.value.kind == "policy" and "threadpoolctl matches the deny rule" in str(info.value)
+    small = PackageInstaller(PackagePolicy(max_total_bytes=100_000, cache_dir=cache), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        small.plan(["msgpack"], present={})
+    assert info.value.kind == "too_large" and "0.1 MB in all" in str(info.value)
+
+
+def test_approval_hook_sees_what_would_be_installed(tmp_path: Path) -> None:
+    asked = []
+
+    def approve(request) -> bool:
+        asked.append(request)
+        return False
+
+    installer = PackageInstaller(PackagePolicy(approve=approve, cache_dir=str(tmp_path / "cache")), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        installer.plan(["tabulate"], present={}, source="runtime")
+    assert info.value.kind == "denied"
+    assert asked[0].requirements == ("tabulate",) and asked[0].packages[0].name == "tabulate"
+    assert asked[0].installed_bytes > 0 and "tabulate" in asked[0].summary()
+    installer.plan(["tabulate"], present={}, source="upfront")  # the host's own list is not asked about
+    assert len(asked) == 1
+
+
+def test_offline_wheelhouse_needs_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "demo_pkg", "1.0")
+    make_wheel(wheelhouse, "demo_pkg", "2.0")
+    for var in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # nothing listens there: every fetch fails
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    monkeypatch.setenv("PIP_TIMEOUT", "3")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no machine-wide mirror or local index either
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    cache = str(tmp_path / "cache")
+    online = PackageInstaller(PackagePolicy(cache_dir=cache), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        online.plan(["tabulate"], present={})
+    assert info.value.kind == "unreachable"  # proves the network is really blocked for pip
+    offline = PackageInstaller(PackagePolicy(wheelhouse=str(wheelhouse), offline=True, cache_dir=cache), TARGET)
+    plan = offline.plan(["demo-pkg"], present={})
+    assert [(w.pick.name, w.pick.version) for w in plan.wheels] == [("demo_pkg", "2.0")]
+    with pytest.raises(PackageInstallError) as info:
+        offline.plan(["tabulate"], present={})
+    assert info.value.kind == "not_found" and "wheelhouse" in str(info.value)
+
+
+def test_cache_survives_concurrent_fetches(tmp_path: Path) -> None:
+    import threading
+
+    cache = PackageCache(tmp_path / "cache")
+    results, errors = [], []
+
+    def one() -> None:
+        try:
+            installer = PackageInstaller(PackagePolicy(cache_dir=str(cache.root), resolution_max_age=0), TARGET)
+            results.append(installer.plan(["msgpack"], present={}))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 4
+    wheels = list((cache.root / "wheels").glob("*/*.whl"))
+    assert len(wheels) == 1 and wheels[0].parent.name == sha256_of(wheels[0])
+    assert sum(r.downloaded for r in results) == 1  # the others waited for it
+    assert not list((cache.root / "tmp").glob("*")) and not list((cache.root / "unpacked").glob(".tmp-*"))
+
+
+# --------------------------------------------------------------------------- in the sandbox: pip lines
+
+
+@pytest.mark.parametrize("command, words", [
+    ("pip install scikit-learn", ["scikit-learn"]),
+    ("pip3 install -q 'statsmodels>=0.14' seaborn", ["-q", "statsmodels>=0.14", "seaborn"]),
+    ("python -m pip install -U openpyxl", ["-U", "openpyxl"]),
+    ("/usr/bin/python3 -m pip install pyarrow > /dev/null 2>&1", ["pyarrow"]),
+    ("pip list", None),
+    ("pip install x && rm -rf /", None),
+    ("ls -la", None),
+])
+def test_pip_install_lines_are_recognised(command: str, words: list[str] | None) -> None:
+    assert sandbox_runtime._pip_words(command) == words
+
+
+def test_pip_install_arguments(tmp_path: Path) -> None:
+    reqs = tmp_path / "req.txt"
+    reqs.write_text("# comment\nseaborn>=0.13\n--index-url http://x\n\nopenpyxl  # excel\n")
+    assert sandbox_runtime._pip_install_arguments(
+        ["-q", "--upgrade", "--progress-bar", "off", "tabulate", "-r", str(reqs)]) == (
+        ["tabulate", "seaborn>=0.13", "openpyxl"], True)
+    for refused in (["-i", "http://evil/simple", "x"], ["--extra-index-url=http://evil", "x"], ["-e", "."]):
+        with pytest.raises(sandbox_runtime.PackageInstallError) as info:
+            sandbox_runtime._pip_install_arguments(refused)
+        assert info.value.kind == "policy"
+
+
+# --------------------------------------------------------------------------- the local backend, end to end
+
+
+def test_local_backend_installs_up_front_and_at_run_time(tmp_path: Path) -> None:
+    import warnings
+
+    from sandbox import LocalSandbox
+
+    # Wheels no host environment has (the host venv's own packages count as installed for this backend).
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "codeact_upfront_demo", "1.0")
+    make_wheel(wheelhouse, "codeact_runtime_demo", "2.0")
+    policy = PackagePolicy(cache_dir=str(tmp_path / "cache"), wheelhouse=str(wheelhouse), offline=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb = LocalSandbox(packages=["codeact-upfront-demo"], package_policy=policy)
+    with sb:
+        r = sb.run("import codeact_upfront_demo as u; print(u.VALUE)\n"
+                   "install('codeact-runtime-demo')\nimport codeact_runtime_demo as d\nprint(d.VALUE)")
+        assert r.error is None, r.error
+        assert "Installed codeact_runtime_demo 2.0" in r.stdout and "'1.0'" not in r.stdout
+        assert r.stdout.splitlines()[0] == "1.0" and r.stdout.splitlines()[-1] == "2.0"
+        env_path, batch = sb.packages.sandbox_paths()
+        assert env_path.startswith(str(tmp_path / "cache" / "envs")) and os.path.isdir(batch)
+        sb.restart()  # a new kernel finds both again
+        r = sb.run("import codeact_upfront_demo, codeact_runtime_demo; print('ok')")
+        assert r.stdout.strip() == "ok", r.error
+        assert [rec.source for rec in sb.packages.records] == ["upfront", "runtime"]
+    assert not os.path.exists(batch)  # the session's own installs go with it

