@@ -31,13 +31,14 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable, Literal
 
-from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, Sandbox
+from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, Sandbox, SessionSource
 from .errors import (
     BackendUnavailable,
     FileTransferError,
     FunctionRegistrationError,
     ImageNotFound,
     KernelStartError,
+    PackageInstallError,
     SandboxClosed,
     SandboxError,
 )
@@ -48,11 +49,13 @@ from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, Outpu
 BackendName = Literal["auto", "docker", "local", "restricted"]
 
 __all__ = [
-    "open_sandbox", "docker_available", "Sandbox", "DockerSandbox", "LocalSandbox", "RestrictedSandbox",
+    "open_sandbox", "docker_available", "Sandbox", "SessionSource", "EnginePool", "Engine", "DockerSandbox",
+    "LocalSandbox", "RestrictedSandbox",
     "SandboxPool", "reap", "HostFunction", "HostCall", "current_call", "FunctionSpec", "Limits",
     "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "Elided", "FileInfo", "SandboxError",
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
+    "PackagePolicy", "PackageInstallError",
 ]
 
 _LAZY = {
@@ -61,6 +64,7 @@ _LAZY = {
     "LocalSandbox": ".local",
     "RestrictedSandbox": ".restricted",
     "SandboxPool": ".pool",
+    "PackagePolicy": ".packages",
 }
 
 

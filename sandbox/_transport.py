@@ -104,6 +104,9 @@ class SocketStream:
         self.sock = sock
         self._keepalive = keepalive  # whatever must live as long as the socket
         sock.setblocking(False)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            # Small frames (a call, a reply) must not wait for Nagle's algorithm on remote engines.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.is_tls = isinstance(sock, ssl.SSLSocket)
         self.direct_send = not self.is_tls
         self._demux = _DockerDemux()

@@ -35,6 +35,17 @@ StreamCallback = Callable[[str, str], None]
 
 
 @runtime_checkable
+class SessionSource(Protocol):
+    """Hands out sandbox sessions, e.g. :class:`sandbox.engines.EnginePool` over several Docker engines.
+
+    The session returned may already be started; the caller closes it.
+    """
+
+    def sandbox(self, functions: Any = (), **options: Any) -> "Sandbox":
+        ...
+
+
+@runtime_checkable
 class Sandbox(Protocol):
     """A stateful Python session that runs untrusted code.
 

@@ -35,7 +35,7 @@ import time
 import uuid
 import warnings
 from pathlib import PurePosixPath
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ._transport import SocketStream, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
@@ -52,22 +52,12 @@ SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
 KERNEL = ["python3", "-s", "-c", KERNEL_CODE]
 
 
-def docker_client(timeout: float = 120) -> Any:
-    """A docker-py client for the local engine, or :class:`BackendUnavailable` saying how to get one."""
-    try:
-        import docker
-    except ImportError as exc:  # pragma: no cover - docker is a dependency
-        raise BackendUnavailable("the 'docker' package is missing: pip install docker") from exc
-    try:
-        client = docker.from_env(timeout=timeout)
-        client.ping()
-        return client
-    except Exception as exc:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise BackendUnavailable(
-            f"no Docker engine answers at {host} ({exc.__class__.__name__}); install and start Docker "
-            "(e.g. `apt-get install docker.io && dockerd &`)"
-        ) from exc
+def docker_client(timeout: float = 120, engine: Any = None) -> Any:
+    """A docker-py client for ``engine`` (default: the one the ``docker`` CLI would use), or
+    :class:`BackendUnavailable` saying how to get one. See :mod:`sandbox.engines`."""
+    from .engines import connect
+
+    return connect(engine, timeout=timeout)
 
 
 def _process_start_time(pid: int) -> str:
@@ -102,6 +92,14 @@ class DockerKernel:
         self.container_id: str | None = None
         self.exec_id: str | None = None
         self._count = 0
+        #: The session's packages (sandbox.packages.SessionPackages): their volumes, installs to redo.
+        self.packages: Any = None
+
+    @property
+    def where(self) -> str:
+        from .engines import describe
+
+        return f"container {self.name}-{self._count} on the Docker engine {describe(self.client)}"
 
     def labels(self) -> dict[str, str]:
         pid = os.getpid()
@@ -134,7 +132,7 @@ class DockerKernel:
             runtime=self.runtime,
             log_config=LogConfig(type="none"),
             tmpfs={"/tmp": f"size={self.tmp_size},mode=1777,nosuid,nodev"},
-            mounts=[workspace],
+            mounts=[workspace, *(self.packages.backend.mounts() if self.packages is not None else [])],
         )
 
     # --- KernelProcess ---------------------------------------------------------------------
@@ -142,12 +140,14 @@ class DockerKernel:
     def start(self) -> Stream:
         import docker.errors
 
+        if self.packages is not None:
+            self.packages.prepare()  # the up-front set, materialised once; a PackageInstallError stops the start
         self._count += 1
         try:
             created = self.client.api.create_container(
                 self.image, SUPERVISOR, name=f"{self.name}-{self._count}", user=f"{self.uid}:{self.uid}",
                 working_dir=WORKDIR, stdin_open=True, labels=self.labels(), host_config=self._host_config(),
-                environment={"PYTHONPATH": "/opt/sandbox/runtime", **self.env},
+                environment={"PYTHONPATH": "/opt/sandbox/runtime", **_thread_pools(self.cpus), **self.env},
             )
             self.container_id = created["Id"]
             attached = self.client.api.attach_socket(
@@ -158,8 +158,18 @@ class DockerKernel:
                 raise BackendUnavailable(
                     f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=...") from exc
             raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
+        except OSError as exc:  # requests' connection errors and timeouts are OSErrors
+            raise self._engine_gone(exc) from exc
+        if self.packages is not None:
+            self.packages.redeliver()  # a recreated container gets the session's earlier installs again
         # docker-py closes TLS sockets when the response object is collected: keep it with the stream.
         return SocketStream(_raw_socket(attached), keepalive=attached)
+
+    def _engine_gone(self, exc: BaseException) -> BackendUnavailable:
+        from .engines import describe
+
+        return BackendUnavailable(f"the Docker engine {describe(self.client)} does not answer "
+                                  f"({type(exc).__name__}); the session cannot go on there: open a new one")
 
     def kernel_parent(self) -> str:
         return "/tmp"
@@ -171,6 +181,8 @@ class DockerKernel:
             raise KernelStartError("the sandbox's container is gone")
         env = {"PYTHONPATH": "/opt/sandbox/runtime", **self.env,
                "SANDBOX_CONNECTION": connection, "SANDBOX_NAMESPACE": "1", "SANDBOX_WORKDIR": WORKDIR}
+        if self.packages is not None:
+            env["SANDBOX_PACKAGES"] = ":".join(self.packages.sandbox_paths())
         try:
             created = self.client.api.exec_create(self.container_id, KERNEL, stdin=True, stdout=True, stderr=True,
                                                   user=f"{self.uid}:{self.uid}", workdir=str(PurePosixPath(connection).parent),
@@ -179,6 +191,8 @@ class DockerKernel:
             attached = self.client.api.exec_start(self.exec_id, socket=True)
         except docker.errors.APIError as exc:
             raise KernelStartError(f"could not start a kernel in the sandbox: {exc.explanation or exc}") from exc
+        except OSError as exc:
+            raise self._engine_gone(exc) from exc
         return SocketStream(_raw_socket(attached), keepalive=attached)
 
     def stop_kernel(self) -> None:
@@ -193,6 +207,8 @@ class DockerKernel:
         for _ in range(20):  # the engine records the exit a moment after the stream ends
             try:
                 info = self.client.api.exec_inspect(self.exec_id)
+            except OSError as exc:  # the engine itself is gone, not just the kernel
+                raise self._engine_gone(exc) from exc
             except Exception:
                 return None
             if not info.get("Running") and info.get("ExitCode") is not None:
@@ -279,6 +295,13 @@ class DockerKernel:
             return extracted.read()
 
 
+def _thread_pools(cpus: float) -> dict[str, str]:
+    """Size BLAS and OpenMP thread pools (numpy's OpenBLAS, scikit-learn) to the CPU quota: more threads than
+    CPUs only get throttled by the quota (a matrix product then takes up to 5x longer, at random)."""
+    n = str(max(1, int(cpus)))
+    return {"OPENBLAS_NUM_THREADS": n, "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
 def _close_quietly(stream: Any) -> None:
     try:
         stream.close()  # type: ignore[attr-defined]
@@ -301,7 +324,14 @@ class DockerSandbox(KernelSandbox):
 
     Every limit has an option. ``network=True`` gives the sandbox a bridge
     network (warns: the code can then reach your network). ``runtime="runsc"``
-    uses gVisor where it is installed.
+    uses gVisor where it is installed. ``engine=`` picks a Docker engine (an
+    :class:`~sandbox.engines.Engine` or a URL such as ``"tcp://host:2376"``;
+    default: the one the ``docker`` CLI would use); a remote engine gets the
+    image copied from the local one the first time. ``packages=["scikit-learn"]``
+    installs packages before the first run (resolved and fetched by the host,
+    materialised once in a shared read-only volume); the code can call
+    ``install("name")`` too; ``package_policy=`` (:class:`sandbox.packages.PackagePolicy`)
+    limits both. The network stays off either way (see :mod:`sandbox.packages`).
     """
 
     backend = "docker"
@@ -327,13 +357,18 @@ class DockerSandbox(KernelSandbox):
         runtime: str | None = None,
         env: dict[str, str] | None = None,
         client: Any = None,
+        engine: Any = None,
         start_timeout: float = 60.0,
+        packages: Sequence[str] = (),
+        package_policy: Any = None,
     ) -> None:
+        from .engines import engine_of
         from .image import default_image_tag
 
-        docker = client or docker_client()
+        docker = client or docker_client(engine=engine)
         self.image = image or default_image_tag()
         _check_image(docker, self.image)
+        self.engine = engine_of(docker)
         _reap_once(docker)
         if network:
             warnings.warn(
@@ -348,6 +383,12 @@ class DockerSandbox(KernelSandbox):
                                nofile=nofile, workspace_size=workspace_size, tmp_size=tmp_size, network=network,
                                runtime=runtime, env=dict(env or {}))
         self._kernel = process
+        from ._pkg_docker import session_packages
+
+        #: The session's packages (:class:`sandbox.packages.SessionPackages`): ``install()`` in the code,
+        #: ``packages=`` up front (materialised once, shared read-only), every install's record.
+        self.packages = process.packages = session_packages(docker, self.image, process, packages, package_policy)
+        functions = [*functions, self.packages.host_function()]
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,
                          start_timeout=start_timeout)
@@ -420,14 +461,21 @@ class DockerSandbox(KernelSandbox):
 
 
 def _check_image(client: Any, image: str) -> None:
+    """The image must be on the engine; a remote engine gets it copied from the local one (once per recipe)."""
     import docker.errors
+
+    from .engines import ensure_image, is_local
 
     try:
         client.images.get(image)
+        return
     except docker.errors.ImageNotFound:
-        raise ImageNotFound(
-            f"the sandbox image {image!r} is not built; run `codeact image build` (about 3 minutes the first time)"
-        ) from None
+        if not is_local(client):
+            ensure_image(client, image)
+            return
+    raise ImageNotFound(
+        f"the sandbox image {image!r} is not built; run `codeact image build` (about 3 minutes the first time)"
+    )
 
 
 def _reap_once(client: Any) -> None:

@@ -30,13 +30,13 @@ import json
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from . import _jupyter
 from ._transport import Connection, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, StreamCallback
-from .errors import FileTransferError, KernelStartError, SandboxClosed
+from .errors import BackendUnavailable, FileTransferError, KernelStartError, SandboxClosed
 from .functions import CallBudget, FunctionDispatcher, HostCall, HostFunction, RunClock
 from .hostfiles import UnsafePath, check_relative_path
 from .limits import Limits
@@ -52,6 +52,9 @@ OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
 KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
                "import sandbox_runtime; sandbox_runtime.launch()")
 #: Frame kinds the host accepts from the supervisor, and from a kernel.
+#: Seconds a run waits for a file listing asked for after its code failed: bookkeeping, kept short so a
+#: kernel that never answers cannot stretch the run past its time limit by more than this.
+LISTING_RETRY_TIMEOUT = 5.0
 _SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER}
 _KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON}
 
@@ -92,6 +95,8 @@ class KernelProcess(Protocol):
 
     #: The working directory as the code sees it.
     workdir: str
+    #: Where the environment lives, for error messages ("container ... on the Docker engine ...").
+    where: str
 
     def start(self) -> Stream:
         """Start the supervisor (a new environment) and return its stream."""
@@ -297,6 +302,8 @@ class KernelSandbox:
                                               max_concurrent=self.limits.max_concurrent_calls)
         self._requests = _jupyter.Requests()
         self._closed = False
+        #: Called once when the session closes (an engine pool releases its slot here).
+        self._on_close: list[Callable[[], None]] = []
         self._lock = threading.RLock()  # one run at a time per session
         self._sup: Connection | None = None  # the supervisor's stream
         self._kern: Connection | None = None  # the current kernel's call stream
@@ -499,7 +506,7 @@ class KernelSandbox:
             if reason is not None:
                 self._violation = f"the sandbox's supervisor stream broke: {reason}"
             if self._exit is None:
-                self._exit = KernelExit(None, False, "the sandbox's container stopped")
+                self._exit = KernelExit(None, False, f"the sandbox's {self.process.where} stopped")
             self._set_state("broken" if reason is not None else "ended")
             with self._state_changed:
                 self._state_changed.notify_all()
@@ -514,11 +521,14 @@ class KernelSandbox:
             return
         tail = self._kern.stderr_text() if self._kern is not None else ""
         code = None
+        detail = exit_detail(tail.splitlines())
         try:
             code = self.process.kernel_exit_code()
+        except BackendUnavailable as exc:  # the whole environment went away (its engine, its machine)
+            detail = str(exc)
         except Exception:
             pass
-        self._exit = KernelExit(code, False, exit_detail(tail.splitlines()))
+        self._exit = KernelExit(code, False, detail)
         self._set_state("ended")
 
     def _send(self, kind: bytes, *chunks: Any) -> None:
@@ -814,7 +824,7 @@ class KernelSandbox:
                 # The code failed, so the listing that rode on its request was not made: ask again.
                 try:
                     result.files = self._parse_listing(
-                        self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES}))
+                        self._execute_silent("", LISTING_RETRY_TIMEOUT, user_expressions={"files": _LIST_FILES}))
                 except KernelStartError:
                     pass
         return result
@@ -953,6 +963,11 @@ class KernelSandbox:
         finally:
             self._dispatcher.close()
             self._finalizer()
+            for callback in self._on_close:
+                try:
+                    callback()
+                except Exception:
+                    pass
 
     @property
     def closed(self) -> bool:

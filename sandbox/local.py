@@ -14,17 +14,20 @@ subprocess's stdin and stdout pipes.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
+import queue
 import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ._transport import PipeStream, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, walk_files
@@ -49,6 +52,44 @@ def _parse_size(text: str | int | None) -> int | None:
     return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
+class _Spawner:
+    """Starts child processes from one thread that lives as long as this process.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not
+    the process: a kernel started from a short-lived thread (a web request,
+    a pool's worker) would be killed with it.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, daemon=True, name="sandbox-spawner").start()
+
+    def _serve(self) -> None:
+        while True:
+            job, future = self._jobs.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job())
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    future.set_exception(exc)
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._jobs.put((lambda: subprocess.Popen(argv, **kwargs), future))
+        return future.result()
+
+
+_SPAWNER: list[_Spawner] = []  # one per process, made on first use
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner() -> _Spawner:
+    with _SPAWNER_LOCK:
+        if not _SPAWNER:
+            _SPAWNER.append(_Spawner())
+        return _SPAWNER[0]
+
+
 class LocalKernel:
     """The processes of a :class:`LocalSandbox`: the supervisor and the kernel, both children of the host."""
 
@@ -56,12 +97,15 @@ class LocalKernel:
                  limits: dict[str, int | None], memory: str | int | None) -> None:
         self.python = python
         self.workdir = workdir
+        self.where = f"supervisor process on this host (working directory {workdir})"
         self.private = private
         self.env = env
         self._limits = limits
         self._memory = memory
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.proc: subprocess.Popen[bytes] | None = None  # the kernel
+        #: The session's packages (sandbox.packages.SessionPackages), when installs are possible.
+        self.packages: Any = None
 
     def _preexec(self) -> None:
         # Runs in the child between fork and exec.
@@ -78,8 +122,9 @@ class LocalKernel:
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None
                ) -> tuple[subprocess.Popen[bytes], Stream]:
         try:
-            proc = subprocess.Popen(argv, cwd=cwd or self.workdir, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec)
+            proc = _spawner().popen(argv, cwd=cwd or self.workdir, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=self._preexec)
         except OSError as exc:
             raise KernelStartError(f"could not start {self.python}: {exc}") from exc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -90,6 +135,8 @@ class LocalKernel:
         return proc, PipeStream(*fds)
 
     def start(self) -> Stream:
+        if self.packages is not None:
+            self.packages.prepare()  # the up-front set, unpacked once into the host's cache
         self.supervisor, stream = self._spawn([self.python, "-I", str(Path(_RUNTIME_DIR) / "sandbox_init.py")],
                                               self.env)
         return stream
@@ -99,8 +146,10 @@ class LocalKernel:
 
     def start_kernel(self, connection: str) -> Stream:
         self.stop_kernel()
+        packages = {"SANDBOX_PACKAGES": os.pathsep.join(self.packages.sandbox_paths())} if self.packages else {}
         self.proc, stream = self._spawn([self.python, "-s", "-c", KERNEL_CODE],
-                                        {**self.env, "SANDBOX_CONNECTION": connection, "SANDBOX_WORKDIR": self.workdir},
+                                        {**self.env, "SANDBOX_CONNECTION": connection, "SANDBOX_WORKDIR": self.workdir,
+                                         **packages},
                                         cwd=str(Path(connection).parent))
         return stream
 
@@ -170,6 +219,8 @@ class LocalSandbox(KernelSandbox):
         python: str | None = None,
         workdir: str | os.PathLike[str] | None = None,
         start_timeout: float = 60.0,
+        packages: Sequence[str] = (),
+        package_policy: Any = None,
     ) -> None:
         own_workdir = workdir is None
         directory = str(Path(workdir).resolve()) if workdir else tempfile.mkdtemp(prefix="sandbox-work-")
@@ -190,6 +241,12 @@ class LocalSandbox(KernelSandbox):
         limits_rl = {"as": _parse_size(memory), "fsize": _parse_size(max_file_size)}
         process = LocalKernel(self.python, directory, private, self.env, limits_rl, memory)
         self._local = process
+        from ._pkg_local import session_packages
+
+        #: The session's packages (sandbox.packages.SessionPackages): installed under its private directory.
+        self.packages = process.packages = session_packages(self.python, os.path.join(private, "packages"),
+                                                             packages, package_policy)
+        functions = [*functions, self.packages.host_function()]
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,
                          start_timeout=start_timeout)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import stat
 import subprocess
@@ -27,7 +26,7 @@ import pytest
 
 from codeact import CodeActAgent, RunLog, ScriptedModel, tool
 from codeact.agent import ApprovalRequest, RunLimits
-from codeact.events import CodeOutput, Observation, RunFinished, ToolCall
+from codeact.events import Observation
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
@@ -253,7 +252,10 @@ def test_time_limit_holds_against_floods(attack: str) -> None:
         elapsed = time.monotonic() - started
         # Stated grace: the limit (3 s of code time, 8 s in all) + 3 s for the interrupt + a kernel restart.
         assert elapsed < 8 + 3 + 15, elapsed
-        assert r.error is not None and r.error.type in ("TimeoutError", "ProtocolError", "KernelDied"), r.error
+        # The run must end, in time and with an error. Under heavy host load the output flood has once filled
+        # the container's own memory first (the kernel was OOM-killed inside its limit): an end too.
+        assert r.error is not None and r.error.type in ("TimeoutError", "ProtocolError", "KernelDied",
+                                                        "MemoryError"), r.error
         after = sb.run("print('usable')", timeout=20)
         assert after.stdout.endswith("usable\n"), after
 

@@ -273,7 +273,7 @@ def test_hostile_kernel_writing_random_frames_in_docker() -> None:
     def echo(x: Any = None) -> Any:
         return x
 
-    code = f"""
+    code = """
 import os, random, struct, time
 import sandbox_runtime as s, sandbox_wire as w, sandbox_codec as c
 rng = random.Random(os.getpid())
@@ -284,7 +284,7 @@ while time.monotonic() < end:
     if roll < 0.3:
         data = os.urandom(rng.randint(1, 300))
     elif roll < 0.6:
-        payload = b''.join(bytes(x) for x in c.encode(((rng.random(),), {{}})))
+        payload = b''.join(bytes(x) for x in c.encode(((rng.random(),), {})))
         data = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(rng.randint(0, 2**32 - 1), 'echo', [payload])))
     else:
         data = rng.choice([b'F', b'A', b'Z']) + struct.pack('>I', rng.randint(0, 2**32 - 1)) + os.urandom(64)

@@ -10,14 +10,10 @@ from __future__ import annotations
 import errno
 import gc
 import os
-import signal
 import subprocess
-import sys
-import textwrap
 import time
 import warnings
 import weakref
-from pathlib import Path
 
 import pytest
 
@@ -244,7 +240,11 @@ def test_container_killed_from_outside(how, client):
 
 
 def _volumes_of(container) -> list[str]:
-    return [m["Name"] for m in container.attrs["Mounts"] if m["Type"] == "volume"]
+    """The container's volumes: /workspace first, then any other (the session's package volume)."""
+    mounts = [m for m in container.attrs["Mounts"] if m["Type"] == "volume"]
+    mounts.sort(key=lambda m: m["Destination"] != "/workspace")
+    assert mounts and mounts[0]["Destination"] == "/workspace", mounts
+    return [m["Name"] for m in mounts]
 
 
 def test_context_manager_removes_container_and_volume(client):
@@ -253,10 +253,10 @@ def test_context_manager_removes_container_and_volume(client):
     with DockerSandbox() as sb:
         ok(sb, "print(1)")
         container = sb.container
-        (volume,) = _volumes_of(container)
-        assert _exists(client, "container", container.id) and _exists(client, "volume", volume)
+        volumes = _volumes_of(container)
+        assert _exists(client, "container", container.id) and all(_exists(client, "volume", v) for v in volumes)
     assert _wait_gone(client, "container", container.id)
-    assert _wait_gone(client, "volume", volume)
+    assert all(_wait_gone(client, "volume", v) for v in volumes)
     sb.close()
     sb.close()  # idempotent
     with pytest.raises(SandboxClosed):
@@ -269,13 +269,13 @@ def test_forgotten_session_is_removed_by_its_finalizer(client):
     sb = DockerSandbox().start()
     ok(sb, "x = 1")
     container = sb.container
-    (volume,) = _volumes_of(container)
+    volumes = _volumes_of(container)
     ref = weakref.ref(sb)
     del sb
     gc.collect()
     assert ref() is None
     assert _wait_gone(client, "container", container.id)
-    assert _wait_gone(client, "volume", volume)
+    assert all(_wait_gone(client, "volume", v) for v in volumes)
 
 
 def test_reap_removes_containers_whose_process_is_gone(client, docker_ready):

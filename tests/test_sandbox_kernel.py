@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import gc
-import os
 import time
 import weakref
 from dataclasses import dataclass
@@ -625,3 +624,29 @@ def test_ctrl_c_on_the_host_leaves_the_session_idle(sb):
     # The cell was stopped in the kernel, not left running behind the next one.
     r = sb.run("print('leaked' in globals())", timeout=10)
     assert r.stdout == "False\n"
+
+
+def test_local_kernel_outlives_the_thread_that_started_it() -> None:
+    """A kernel dies with its host process, not with the thread that happened to start it."""
+    import threading
+    import warnings
+
+    from sandbox import LocalSandbox
+
+    opened: list[LocalSandbox] = []
+
+    def open_on_a_short_lived_thread() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sb = LocalSandbox()
+        sb.start()
+        sb.run("x = 41")
+        opened.append(sb)
+
+    worker = threading.Thread(target=open_on_a_short_lived_thread)
+    worker.start()
+    worker.join()
+    time.sleep(0.5)  # the death signal, if any, arrives when the thread has ended
+    with opened[0] as sb:
+        r = sb.run("print(x + 1)")
+        assert (r.stdout, r.error, r.notices) == ("42\n", None, [])
