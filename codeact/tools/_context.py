@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Callable, Generic, Iterator, TypeVar, Union
 
 import typing_extensions
 
 DepsT = TypeVar("DepsT")
+
+#: ``add_artifact(name, data, mime) -> saved name``: keep bytes a tool produced as an artifact of the run.
+AddArtifact = Callable[[str, bytes, str], str]
+#: ``report_progress(progress, total, message)``: a long tool call says how far it got.
+ReportProgress = Callable[[float, "float | None", "str | None"], None]
+
+
+@dataclass(frozen=True)
+class RunHooks:
+    """What the running agent offers the tool being called (see :func:`run_hooks`)."""
+
+    add_artifact: AddArtifact | None = None
+    report_progress: ReportProgress | None = None
+
+
+_hooks: contextvars.ContextVar[RunHooks] = contextvars.ContextVar("codeact_run_hooks", default=RunHooks())
+
+
+@contextlib.contextmanager
+def run_hooks(hooks: RunHooks) -> Iterator[None]:
+    """Offer ``hooks`` to every :class:`RunContext` created in this context (the agent wraps each tool call)."""
+    token = _hooks.set(hooks)
+    try:
+        yield
+    finally:
+        _hooks.reset(token)
 
 
 @dataclass
@@ -33,12 +61,19 @@ class RunContext(Generic[DepsT]):
         deps: whatever the user passed to the agent as dependencies
             (a user id, a database handle, an API client...).
         metadata: free-form request metadata.
+        add_artifact: ``add_artifact(name, data, mime) -> saved name`` keeps bytes
+            the tool produced (an image, a file) as an artifact of the run and
+            returns the name it was saved under; None outside a run.
+        report_progress: ``report_progress(progress, total, message)`` reports
+            how far a long call got (a ``ToolProgress`` event); None outside a run.
     """
 
     run_id: str = ""
     step: int = 0
     deps: DepsT = None  # type: ignore[assignment]
     metadata: dict[str, Any] = field(default_factory=dict)
+    add_artifact: AddArtifact | None = field(default_factory=lambda: _hooks.get().add_artifact, repr=False)
+    report_progress: ReportProgress | None = field(default_factory=lambda: _hooks.get().report_progress, repr=False)
 
 
 def is_run_context(annotation: Any) -> bool:

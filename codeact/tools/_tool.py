@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import keyword
 from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, ParamSpec, Sequence, TypeVar, overload
 
 from ..errors import ToolDefinitionError
@@ -77,6 +78,15 @@ class Tool(Generic[P, R]):
     timeout: float | None
     context_param: str | None
     signature: inspect.Signature
+    #: A live source of tools (an MCP connection) this tool came from, or None. Between steps
+    #: the agent asks it for the tools it offers now: a server may add, change or remove tools.
+    toolset: Any = None
+    #: The namespace the tool lives in inside the sandbox (``tools.<group>.<local_name>``), or
+    #: None for a global function. An MCP tool's group is its server's name.
+    group: str | None = None
+    #: The tool's name inside its group (``name`` unless a toolset chose another, e.g. when
+    #: ``name`` carries a prefix that keeps it unique among all tools).
+    local_name: str
 
     def __init__(
         self,
@@ -87,6 +97,7 @@ class Tool(Generic[P, R]):
         return_direct: bool = False,
         requires_approval: bool = False,
         timeout: float | None = None,
+        group: str | None = None,
     ) -> None:
         if isinstance(func, Tool):
             func = func.func
@@ -106,6 +117,7 @@ class Tool(Generic[P, R]):
             return_direct=return_direct,
             requires_approval=requires_approval,
             timeout=timeout,
+            group=group,
         )
         # Look like the wrapped function to introspection (help(), inspect.signature, pickling by name).
         self.__wrapped__ = info.func
@@ -130,6 +142,8 @@ class Tool(Generic[P, R]):
         return_direct: bool = False,
         requires_approval: bool = False,
         timeout: float | None = None,
+        types_doc: str = "",
+        group: str | None = None,
     ) -> None:
         """Set every field from its parts; the one place a ``Tool`` is put together.
 
@@ -141,7 +155,12 @@ class Tool(Generic[P, R]):
         """
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ToolDefinitionError(f"tool {name!r}: timeout must be a positive number of seconds or None")
+        if group is not None and (not isinstance(group, str) or not group.isidentifier() or keyword.iskeyword(group)):
+            raise ToolDefinitionError(f"tool {name!r}: group {group!r} must be a Python identifier (it becomes "
+                                      f"the namespace tools.<group> in the sandbox)")
         self.name = name
+        self.group = group
+        self.local_name = name
         self.func = func  # type: ignore[assignment]
         self.is_async = bool(is_async)
         self.return_direct = bool(return_direct)
@@ -153,6 +172,7 @@ class Tool(Generic[P, R]):
         self._arguments = arguments
         self._invoke = invoke
         self._usage = tuple(usage)
+        self._types_doc = types_doc  # a schema-described tool's named object types (see from_schema)
         self._returns_doc = returns if description is None else ""
         # Function-calling schemas have no place for the return value, so the
         # description carries the Returns text; the stub gives it its own section.
@@ -171,6 +191,11 @@ class Tool(Generic[P, R]):
         under the parameter's own name; only literal defaults are shown.
         """
         return copy.deepcopy(self._arguments.json_schema)
+
+    @property
+    def qualified_name(self) -> str:
+        """Where the code finds the tool: ``tools.<group>.<local_name>``, or ``name`` for a global tool."""
+        return f"tools.{self.group}.{self.local_name}" if self.group else self.name
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Call the wrapped function directly, without validation."""
@@ -264,7 +289,7 @@ class Tool(Generic[P, R]):
                     days: how many days to report
                 \"\"\"
         """
-        return python_stub(self.name, self._stub_docstring(), self._interface.display())
+        return python_stub(self.name, self._stub_docstring(), self._interface.display(), is_async=self.is_async)
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as an OpenAI function-calling definition (``tools=[...]`` item).
@@ -304,7 +329,82 @@ class Tool(Generic[P, R]):
         )
 
     def _stub_docstring(self) -> str:
-        return stub_docstring(self._interface, self._summary, self._returns_doc, self._usage)
+        doc = stub_docstring(self._interface, self._summary, self._returns_doc, self._usage)
+        if self._types_doc:
+            doc = (doc + "\n\n" if doc else "") + self._types_doc
+        return doc
+
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        input_schema: Mapping[str, Any],
+        call: Callable[[dict[str, Any], RunContext[Any] | None], Any],
+        *,
+        output_schema: Mapping[str, Any] | None = None,
+        is_async: bool = False,
+        return_direct: bool = False,
+        requires_approval: bool = False,
+        timeout: float | None = None,
+        group: str | None = None,
+    ) -> Tool[..., Any]:
+        """A tool described by a JSON schema instead of a Python signature (an MCP server's tool).
+
+        The schema becomes a typed Python stub (nested objects listed with
+        their keys, ``Literal`` for enums, ``X | None``, ``list[...]``, local
+        ``$ref`` s followed) whose docstring carries ``description`` and each
+        property's description; ``output_schema``, when given, is the return
+        type. Arguments are validated against the schema (names, then values
+        with ``jsonschema``) and ``call(arguments, context)`` receives them as
+        a JSON-ready dict under the schema's own property names.
+
+        Example::
+
+            def weather(arguments, context):
+                return f"{arguments['city']}: sunny"
+
+            t = Tool.from_schema("weather", "Weather in a city.", {
+                "type": "object", "required": ["city"],
+                "properties": {"city": {"type": "string", "description": "city name"}}}, weather)
+            t.call({"city": "Oslo"})          # 'Oslo: sunny'
+            print(t.python_stub())            # def weather(city: str): ...
+
+        Raises:
+            ToolDefinitionError: ``name`` is not an identifier, or the input
+                schema does not describe an object.
+        """
+        from ._json_schema import JsonSchemaArguments, signature_from_schema
+
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise ToolDefinitionError(
+                f"{name!r} cannot be a tool name: tools become Python functions, so the name must be "
+                "a valid identifier that is not a keyword"
+            )
+        interface, names, types = signature_from_schema(name, input_schema, output_schema)
+
+        def invoke(values: Mapping[str, Any], context: RunContext[Any] | None) -> Any:
+            return call(dict(values), context)
+
+        self = cls.__new__(cls)
+        self._assemble(
+            name=name,
+            func=call,
+            interface=interface,
+            arguments=JsonSchemaArguments(interface, input_schema, names),
+            invoke=invoke,
+            is_async=is_async,
+            summary=inspect.cleandoc(description or ""),
+            return_direct=return_direct,
+            requires_approval=requires_approval,
+            timeout=timeout,
+            types_doc=types.section(),
+            group=group,
+        )
+        self.__name__ = self.__qualname__ = name
+        self.__doc__ = self._stub_docstring() or None
+        self.__module__ = getattr(call, "__module__", None) or __name__
+        return self
 
 
 @functools.lru_cache(maxsize=1)
@@ -327,6 +427,7 @@ def tool(
     return_direct: bool = False,
     requires_approval: bool = False,
     timeout: float | None = None,
+    group: str | None = None,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -339,6 +440,7 @@ def tool(
     return_direct: bool = False,
     requires_approval: bool = False,
     timeout: float | None = None,
+    group: str | None = None,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a callable a :class:`Tool`; use bare (``@tool``) or with options (``@tool(...)``).
 
@@ -360,6 +462,8 @@ def tool(
         return_direct: the tool's result ends the run as the final answer.
         requires_approval: each call needs approval before it runs.
         timeout: seconds one call may take.
+        group: a namespace for the tool in the sandbox: ``@tool(group="shop")`` makes it
+            ``tools.shop.<name>`` (``from tools.shop import <name>``); without one it is global.
 
     Raises:
         ToolDefinitionError: the name is not an identifier or missing, a
@@ -374,6 +478,7 @@ def tool(
             return_direct=return_direct,
             requires_approval=requires_approval,
             timeout=timeout,
+            group=group,
         )
 
     if func is None:

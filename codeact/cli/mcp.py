@@ -1,0 +1,161 @@
+"""``codeact mcp``: serve the sandbox over MCP (``serve``), and show configured servers' tools (``tools``)."""
+
+from __future__ import annotations
+
+import click
+
+from .. import config as cfg
+from ._app import CONTEXT_SETTINGS, UserError, cli, disclosure_options, load_tools, model_options, tool_settings
+
+
+def mcp_servers(files: tuple[str, ...], specs: tuple[str, ...]) -> list:
+    """The servers named by ``--mcp FILE`` and ``--mcp-server NAME=COMMAND`` options."""
+    from ..mcp import load_config, parse_server_spec
+
+    servers = []
+    for path in files:
+        servers.extend(load_config(path))
+    servers.extend(parse_server_spec(spec) for spec in specs)
+    names = [s.name for s in servers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise UserError(f"MCP server name{'s' if len(dupes) > 1 else ''} {', '.join(map(repr, dupes))} given twice "
+                        "(in --mcp files or --mcp-server); names must be unique", exit_code=2)
+    return servers
+
+
+def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn: object = None) -> object:
+    """An open :class:`~codeact.mcp.MCPToolset` for the options, or None when none are given."""
+    servers = mcp_servers(files, specs)
+    if not servers:
+        return None
+    from ..mcp import MCPToolset
+
+    toolset = MCPToolset(servers, on_error="skip" if on_error == "skip" else "raise").open()
+    for failure in toolset.failures:
+        message = f"skipping MCP server {failure.server!r}: {failure}"
+        if callable(warn):
+            warn(message)
+        else:
+            click.secho(f"Warning: {message}", fg="yellow", err=True)
+    return toolset
+
+
+@cli.group(context_settings=CONTEXT_SETTINGS)
+def mcp() -> None:
+    """MCP both ways: the sandbox as an MCP server, and MCP servers' tools for the agent.
+
+    \b
+    Give the agent MCP servers' tools (run and chat):
+      codeact run "..." --mcp servers.json            the mcpServers JSON of Claude Desktop and Cursor
+      codeact run "..." --mcp-server "time=mcp-server-time"
+    Offer the sandbox to an MCP host (Claude Desktop, Cursor, other agents):
+      codeact mcp serve                               stdio
+      codeact mcp serve --transport http --port 8765 --token SECRET
+    """
+
+
+@mcp.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--transport", type=click.Choice(["stdio", "http", "sse"]), default="stdio", show_default=True,
+              help="stdio (a host starts this command), http (streamable HTTP at /mcp) or sse (at /sse).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (http and sse).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port (http and sse).")
+@click.option("--token", envvar="CODEACT_MCP_TOKEN", metavar="TOKEN",
+              help="Bearer token HTTP clients must send [env: CODEACT_MCP_TOKEN].")
+@click.option("-b", "--backend", type=click.Choice(["docker", "local", "restricted"]), default=None,
+              help="Sandbox backend: docker (the default: hardened container), local or restricted (NOT isolated) "
+                   "[env: CODEACT_BACKEND].")
+@click.option("--memory", metavar="SIZE", help="Memory limit of each sandbox, e.g. 1g (docker).")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="CPUs of each sandbox (docker).")
+@click.option("--packages", "packages", multiple=True, metavar="LIST",
+              help="Python packages every sandbox starts with, e.g. scikit-learn,seaborn (fetched by the host, "
+                   "materialised once and shared read-only; the code can install more with install()).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              metavar="S", help="Seconds one execute_python call may run.")
+@click.option("--max-sessions", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Sandboxes alive at once (one per client session).")
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+              metavar="S", help="Close a session's sandbox after this many idle seconds.")
+@click.option("--output-limit", type=click.IntRange(min=200), default=8000, show_default=True,
+              help="Characters of output one call returns (head and tail kept).")
+@model_options
+@disclosure_options
+@click.option("-t", "--tools", "tool_specs", multiple=True, metavar="SPEC",
+              help="Tools for run_task's agent: module:ALL, path/to/file.py:ALL (repeatable).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Model turns of one run_task.")
+def serve(transport: str, host: str, port: int, token: str | None, backend: str | None, memory: str | None,
+          cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float, output_limit: int,
+          model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
+          max_steps: int, packages: tuple[str, ...] = ()) -> None:
+    """Serve a stateful Python sandbox over MCP.
+
+    Tools: execute_python(code), upload_file, download_file, list_files,
+    reset_session, and run_task(task, files) when a model is configured
+    (--model or CODEACT_MODEL). Each client session gets its own sandbox
+    (hardened Docker by default), closed when the session ends or idles.
+
+    \b
+    Claude Desktop (claude_desktop_config.json):
+      {"mcpServers": {"codeact": {"command": "codeact", "args": ["mcp", "serve"]}}}
+    """
+    from ..mcp import ServeOptions, serve as run_server
+
+    name = cfg.backend(backend)
+    if name == "docker":
+        from sandbox import docker_available
+
+        reason = docker_available()
+        if reason is not None:
+            raise UserError(f"the Docker sandbox is not ready: {reason}; `codeact doctor` shows what to fix "
+                            "(or choose --backend local knowingly: it is NOT isolated)")
+    else:
+        click.secho(f"Warning: the {name} backend is not isolated; use it only for trusted clients.", fg="yellow",
+                    err=True)
+    sandbox_options: dict[str, object] = {}
+    if memory:
+        sandbox_options["memory"] = memory
+    if cpus:
+        sandbox_options["cpus"] = cpus
+    wanted = [part.strip() for item in packages for part in item.split(",") if part.strip()]
+    if wanted:
+        if name == "restricted":
+            raise UserError("--packages needs the docker (or local) backend; the restricted one cannot install")
+        sandbox_options["packages"] = wanted
+    model_obj = None
+    if cfg.model_configured(model) or cfg.scripted_replies_path() is not None:
+        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+    options = ServeOptions(backend=name, sandbox_options=sandbox_options, execution_timeout=timeout,
+                           max_sessions=max_sessions, idle_timeout=idle_timeout, output_limit=output_limit,
+                           model=model_obj, tools=load_tools(tool_specs), max_steps=max_steps,
+                           output_dir=str(cfg.output_root(None)), token=token or None,
+                           **{k: v for k, v in tool_settings().items() if k in ("tool_disclosure", "tool_budget")})
+
+    def ready(url: str) -> None:
+        click.echo(f"codeact MCP server ({transport}) listening on {url}"
+                   + (" (bearer token required)" if token else ""), err=True)
+
+    try:
+        run_server(options, transport, host=host, port=port, ready=ready)  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        pass
+
+
+@mcp.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--mcp", "mcp_files", multiple=True, metavar="FILE", type=click.Path(dir_okay=False),
+              help="An mcpServers JSON file (repeatable).")
+@click.option("--mcp-server", "mcp_specs", multiple=True, metavar="NAME=COMMAND",
+              help='A server given inline, e.g. "time=mcp-server-time" (repeatable).')
+def tools(mcp_files: tuple[str, ...], mcp_specs: tuple[str, ...]) -> None:
+    """Connect to MCP servers and print their tools as the model sees them (Python stubs)."""
+    from ..terminal import safe
+
+    if not mcp_files and not mcp_specs:
+        raise click.UsageError("give --mcp FILE or --mcp-server NAME=COMMAND")
+    toolset = open_mcp(mcp_files, mcp_specs, "raise")
+    try:
+        for t in toolset:  # type: ignore[union-attr]
+            click.echo(safe(t.python_stub()))
+            click.echo()
+    finally:
+        toolset.close()  # type: ignore[union-attr]

@@ -1,0 +1,501 @@
+"""``codeact mcp serve``: a sandbox for any MCP host (Claude Desktop, Cursor, IDEs, other agents).
+
+Tools:
+
+* ``execute_python(code)``: run code in the client session's stateful kernel;
+  returns the output as the agent's observations read (stdout, stderr, the
+  error, truncated the same way) and figures as MCP image content;
+* ``upload_file``, ``download_file``, ``list_files``: files in the session's ``/workspace``;
+* ``reset_session``: a fresh sandbox for this session;
+* ``run_task(task, files)``: the whole CodeAct agent with the server's model
+  and tools, progress notifications as it goes; offered only when a model is
+  configured.
+
+Each client session gets its own sandbox, created on its first call and
+closed when the session ends (the client disconnects, the HTTP session is
+deleted or expires) or has been idle too long. At most ``max_sessions``
+sandboxes live at once; a call beyond that fails with a clear message.
+
+A session is a connection: a stdio pipe, an SSE stream, a streamable-HTTP
+``Mcp-Session-Id``. The 2026 single-exchange HTTP wire (one POST per
+request) has no session to keep a Python kernel in, so over HTTP
+``server/discover`` is refused: clients in ``auto`` mode (the SDK's default)
+then open a handshake session, and a tool call on that wire is refused with
+a message saying so.
+"""
+
+# No `from __future__ import annotations`: the SDK reads the tools' annotations, defined in build_server.
+import asyncio
+import base64
+import contextlib
+import hmac
+import mimetypes
+import time
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal
+
+from ..errors import ConfigError
+from ..observation import ObservationParts, format_observation, truncate_middle
+
+#: Files larger than this are not returned by download_file (bytes).
+MAX_DOWNLOAD = 20 * 1024 * 1024
+
+Transport = Literal["stdio", "http", "sse"]
+
+
+@dataclass
+class ServeOptions:
+    """How ``codeact mcp serve`` runs its sandboxes.
+
+    Attributes:
+        backend: ``docker`` (hardened container, the default), ``local`` or
+            ``restricted`` (not isolated).
+        sandbox_options: options for the backend (``memory``, ``cpus``, ``network``...).
+        execution_timeout: seconds one ``execute_python`` call may run.
+        max_sessions: sandboxes alive at once (one per client session).
+        idle_timeout: seconds a session may stay unused before its sandbox is closed.
+        output_limit: characters of output one call returns (head and tail kept).
+        model: a :class:`~codeact.models.Model` for ``run_task`` (None: no ``run_task``).
+        tools: tools the ``run_task`` agent may call.
+        max_steps: model turns of one ``run_task``.
+        output_dir: where ``run_task`` keeps its artifacts.
+        token: a bearer token HTTP clients must send (``Authorization: Bearer ...``).
+        tool_disclosure: what ``run_task``'s prompt says about its tools: ``auto`` (default),
+            ``all`` or ``on_demand`` (see :mod:`codeact.catalog`); a call may choose its own.
+        tool_budget: tokens of stubs ``auto`` still puts in the prompt.
+    """
+
+    backend: str = "docker"
+    sandbox_options: dict[str, Any] = field(default_factory=dict)
+    execution_timeout: float = 60.0
+    max_sessions: int = 8
+    idle_timeout: float = 900.0
+    output_limit: int = 8000
+    model: Any = None
+    tools: list[Any] = field(default_factory=list)
+    max_steps: int = 10
+    output_dir: str | None = None
+    token: str | None = None
+    tool_disclosure: str = "auto"
+    tool_budget: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ConfigError("max_sessions must be at least 1")
+        from ..catalog import check_disclosure
+
+        check_disclosure(self.tool_disclosure, self.tool_budget)
+        if self.idle_timeout <= 0 or self.execution_timeout <= 0:
+            raise ConfigError("idle_timeout and execution_timeout must be positive numbers of seconds")
+
+
+class _Session:
+    """One client session's sandbox."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+        self.sandbox: Any = None
+        self.lock = asyncio.Lock()  # one call at a time per session: a kernel runs one thing at once
+        self.last_used = time.monotonic()
+        self.closed = False
+
+
+class SandboxSessions:
+    """The sandboxes of the server's client sessions: lazily created, capped, closed with their session."""
+
+    def __init__(self, options: ServeOptions) -> None:
+        self.options = options
+        self._sessions: dict[int, _Session] = {}
+        self._by_stream: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+        self._starting = 0
+
+    @property
+    def count(self) -> int:
+        return len(self._sessions)
+
+    async def for_request(self, ctx: Any) -> _Session:
+        """The calling session's sandbox, started on first use.
+
+        Raises:
+            ToolError: the request has no session (2026 single-exchange HTTP), or the cap is reached.
+        """
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        connection = _connection_of(ctx)
+        if connection is None or not getattr(connection, "has_standalone_channel", True):
+            raise ToolError("this server keeps a Python session per MCP session, and this request has none "
+                            "(the 2026-07-28 single-exchange HTTP wire); connect with the initialize handshake "
+                            "(protocol 2025-11-25), as MCP clients in 'auto' mode do")
+        modern = connection.protocol_version in MODERN_PROTOCOL_VERSIONS
+        # Handshake era: one Connection per client, torn down when it leaves. 2026 era over a pipe or an
+        # SSE stream: a Connection per request, but one outbound channel per stream, which lives as long.
+        anchor = connection.outbound if modern else connection
+        session = self._by_stream.get(anchor) if modern else connection.state.get("codeact_session")
+        if session is None or session.closed:
+            if len(self._sessions) + self._starting >= self.options.max_sessions:
+                raise ToolError(f"all {self.options.max_sessions} sandboxes of this server are in use (one per client "
+                                "session); close another session, wait for idle ones to expire, or restart the server "
+                                "with a higher --max-sessions")
+            session = _Session(id(anchor))
+            self._sessions[session.key] = session
+            if modern:
+                self._by_stream[anchor] = session
+                loop = asyncio.get_running_loop()
+                weakref.finalize(anchor, _close_later, loop, self, session)  # the stream ended
+            else:
+                connection.state["codeact_session"] = session
+                connection.exit_stack.push_async_callback(self.close, session)
+        session.last_used = time.monotonic()
+        return session
+
+    async def sandbox(self, session: _Session) -> Any:
+        """The session's sandbox (started here on first use; call with ``session.lock`` held)."""
+        if session.sandbox is None:
+            self._starting += 1
+            try:
+                session.sandbox = await asyncio.to_thread(self._open)
+            finally:
+                self._starting -= 1
+            if session.closed:  # the client went away while its sandbox started
+                await asyncio.to_thread(session.sandbox.close)
+                session.sandbox = None
+                raise RuntimeError("the session ended")
+        session.last_used = time.monotonic()
+        return session.sandbox
+
+    def _open(self) -> Any:
+        from sandbox import open_sandbox
+
+        options = {"timeout": self.options.execution_timeout, **self.options.sandbox_options}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the CLI warned about an unsafe backend once, at start
+            sb = open_sandbox(self.options.backend, **options)
+        if hasattr(sb, "start"):
+            sb.start()
+        elif hasattr(sb, "__enter__"):
+            sb.__enter__()
+        return sb
+
+    async def close(self, session: _Session) -> None:
+        """Close a session's sandbox (its client disconnected, reset, or idle)."""
+        session.closed = True
+        self._sessions.pop(session.key, None)
+        sb, session.sandbox = session.sandbox, None
+        if sb is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(sb.close)
+
+    async def reset(self, session: _Session) -> None:
+        sb, session.sandbox = session.sandbox, None
+        if sb is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(sb.close)
+
+    async def reap_idle(self) -> None:
+        """Close the sandboxes of sessions idle longer than ``idle_timeout`` (not while they run code)."""
+        now = time.monotonic()
+        for session in list(self._sessions.values()):
+            if now - session.last_used > self.options.idle_timeout and not session.lock.locked():
+                await self.reset(session)  # the session itself may come back: it then gets a new sandbox
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(self.close(s) for s in list(self._sessions.values())), return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Reap idle sessions while the server runs; close every sandbox when it stops."""
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(min(max(self.options.idle_timeout / 4, 0.5), 30.0))
+                await self.reap_idle()
+
+        task = asyncio.ensure_future(reaper())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            await self.close_all()
+
+
+def _close_later(loop: asyncio.AbstractEventLoop, sessions: SandboxSessions, session: _Session) -> None:
+    """Close a session's sandbox on the server's loop (called when its stream is garbage)."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: close_all already ran
+        loop.call_soon_threadsafe(lambda: asyncio.ensure_future(sessions.close(session)))
+
+
+def _connection_of(ctx: Any) -> Any:
+    """The SDK's per-client ``Connection`` of a tool call.
+
+    The 2.x SDK builds a ``Connection`` per client (with ``state`` and an
+    ``exit_stack`` unwound on disconnect) but does not expose it to MCPServer
+    tools yet (``mcp.server.context.Context.connection`` is not constructed by
+    the runner), so it is read from the request's session.
+    """
+    try:
+        return ctx.request_context.session._connection
+    except AttributeError:
+        return None
+
+
+def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
+    """The ``MCPServer`` with the sandbox tools, and its session registry."""
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent
+    from mcp_types import METHOD_NOT_FOUND, BlobResourceContents, RequestParams
+
+    from .. import __version__
+
+    sessions = SandboxSessions(options)
+    server = MCPServer(
+        "codeact", version=__version__,
+        instructions=("A stateful Python sandbox: execute_python runs code in a Jupyter kernel that keeps its "
+                      "variables between calls; files live in /workspace (upload_file, download_file, list_files)."),
+    )
+
+    default_discover = server._lowlevel_server._handle_discover
+
+    async def discover(ctx: Any, params: Any) -> Any:
+        # A 2026 connection over a pipe or an SSE stream is a session; a single-exchange HTTP POST is not.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None and not connection.has_standalone_channel:
+            raise MCPError(code=METHOD_NOT_FOUND, message="codeact keeps a Python session per MCP session; over "
+                                                          "HTTP use the initialize handshake (Mcp-Session-Id)")
+        return await default_discover(ctx, params)
+
+    server._lowlevel_server.add_request_handler("server/discover", RequestParams, discover)
+
+    async def with_sandbox(ctx: Any, work: Any) -> Any:
+        session = await sessions.for_request(ctx)
+        async with session.lock:
+            try:
+                sb = await sessions.sandbox(session)
+            except ToolError:
+                raise
+            except Exception as exc:  # Docker not ready, image missing...
+                raise ToolError(f"the sandbox could not start: {exc}") from None
+            try:
+                return await work(sb)
+            finally:
+                session.last_used = time.monotonic()
+
+    @server.tool(description="Run Python code in this session's sandbox (a Jupyter kernel: variables, imports and "
+                 "files persist between calls; the working directory is /workspace). Returns what the code printed, "
+                 "its last expression's value, the error if it raised, and figures as images.")
+    async def execute_python(code: str, ctx: Context) -> CallToolResult:
+        async def work(sb: Any) -> CallToolResult:
+            result = await asyncio.to_thread(sb.run, code)
+            text = truncate_middle(format_observation(result, ObservationParts(), limit=None), options.output_limit)
+            content: list[Any] = [TextContent(type="text", text=text)]
+            for png in result.images:
+                content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))
+            return CallToolResult(content=content, is_error=result.error is not None)
+
+        return await with_sandbox(ctx, work)
+
+    @server.tool(description="Write a file into /workspace. `content` is text, or base64 when encoding='base64'.")
+    async def upload_file(path: str, content: str, ctx: Context,
+                          encoding: Literal["text", "base64"] = "text") -> str:
+        data = content.encode("utf-8") if encoding == "text" else _b64(content)
+
+        async def work(sb: Any) -> str:
+            where = await asyncio.to_thread(sb.upload, data, path)
+            return f"wrote {len(data):,} bytes to {where}"
+
+        return await with_sandbox(ctx, work)
+
+    @server.tool(description="Read a file from /workspace: text as text, images as images, other files as base64.")
+    async def download_file(path: str, ctx: Context) -> CallToolResult:
+        async def work(sb: Any) -> CallToolResult:
+            data = await asyncio.to_thread(sb.download, path)
+            if len(data) > MAX_DOWNLOAD:
+                raise ToolError(f"{path} has {len(data):,} bytes; download_file returns at most {MAX_DOWNLOAD:,}")
+            mime = mimetypes.guess_type(path)[0] or "application/octet-stream"
+            if mime.startswith("image/"):
+                return CallToolResult(content=[ImageContent(type="image", data=base64.b64encode(data).decode(),
+                                                            mime_type=mime)])
+            try:
+                return CallToolResult(content=[TextContent(type="text", text=data.decode("utf-8"))])
+            except UnicodeDecodeError:
+                blob = BlobResourceContents(uri=f"file:///workspace/{path.lstrip('/')}", mime_type=mime,
+                                            blob=base64.b64encode(data).decode())
+                return CallToolResult(content=[EmbeddedResource(type="resource", resource=blob)])
+
+        return await with_sandbox(ctx, work)
+
+    @server.tool(description="List the files in /workspace (path and size in bytes).")
+    async def list_files(ctx: Context) -> list[dict[str, Any]]:
+        async def work(sb: Any) -> list[dict[str, Any]]:
+            files = await asyncio.to_thread(sb.list_files)
+            return [{"path": f.path, "size": f.size} for f in files]
+
+        return await with_sandbox(ctx, work)
+
+    @server.tool(description="Start over: a new, empty sandbox for this session (variables and files are gone).")
+    async def reset_session(ctx: Context) -> str:
+        session = await sessions.for_request(ctx)
+        async with session.lock:
+            await sessions.reset(session)
+        return "the session was reset; the next call starts a fresh sandbox"
+
+    if options.model is not None:
+        @server.tool(description="Give a task to a CodeAct agent that works in this session's sandbox (it writes and "
+                     "runs Python, calling its tools) until it has an answer. `files` names files already in "
+                     "/workspace that the task is about. Progress is reported as it goes. `tool_disclosure` "
+                     "(all, on_demand, auto) chooses whether the agent's prompt lists every tool or a catalogue "
+                     "it searches.")
+        async def run_task(task: str, ctx: Context, files: list[str] | None = None,
+                           tool_disclosure: Literal["auto", "all", "on_demand"] | None = None) -> str:
+            async def work(sb: Any) -> str:
+                return await _run_task(options, sb, task, files or [], ctx, tool_disclosure)
+
+            return await with_sandbox(ctx, work)
+
+    return server, sessions
+
+
+async def _run_task(options: ServeOptions, sb: Any, task: str, files: list[str], ctx: Any,
+                    tool_disclosure: str | None = None) -> str:
+    from ..agent import CodeActAgent
+    from ..events import CodeAction, FinalAnswer, RunFinished, ToolCall
+
+    agent = CodeActAgent(options.model, options.tools, sandbox=sb, max_steps=options.max_steps, log=False,
+                         output_dir=options.output_dir, execution_timeout=options.execution_timeout,
+                         tool_disclosure=tool_disclosure or options.tool_disclosure,  # type: ignore[arg-type]
+                         tool_budget=options.tool_budget)
+    if files:
+        task += "\n\nFiles in the working directory: " + ", ".join(files)
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[Any] = asyncio.Queue()
+
+    def work() -> None:
+        try:
+            for event in agent.stream(task):
+                loop.call_soon_threadsafe(events.put_nowait, event)
+        except BaseException as exc:  # surfaced below
+            loop.call_soon_threadsafe(events.put_nowait, exc)
+        finally:
+            loop.call_soon_threadsafe(events.put_nowait, None)
+
+    worker = asyncio.ensure_future(asyncio.to_thread(work))
+    result = None
+    while True:
+        event = await events.get()
+        if event is None:
+            break
+        if isinstance(event, BaseException):
+            raise event
+        message = None
+        if isinstance(event, CodeAction):
+            message = f"step {event.step}: running code"
+        elif isinstance(event, ToolCall):
+            message = f"step {event.step}: called {event.name}"
+        elif isinstance(event, FinalAnswer):
+            message = "done"
+        if message is not None:
+            with contextlib.suppress(Exception):
+                await ctx.report_progress(event.step, options.max_steps, message)
+        if isinstance(event, RunFinished):
+            result = event.result
+    await worker
+    if result is None:
+        return "the run ended without a result"
+    lines = [f"status: {result.status}", f"answer: {result.answer}"]
+    if result.error:
+        lines.append(f"error: {result.error}")
+    if result.artifacts:
+        lines.append("artifacts on the server: " + ", ".join(str(p) for p in result.artifacts))
+    return "\n".join(lines)
+
+
+def _b64(text: str) -> bytes:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    try:
+        return base64.b64decode(text, validate=True)
+    except Exception:
+        raise ToolError("content is not valid base64 (encoding='base64')") from None
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <token>"}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b"Bearer"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: Any, transport: Transport, options: ServeOptions, host: str) -> Any:
+    """The Starlette app of an HTTP transport, behind the bearer check when a token is set."""
+    if transport == "sse":
+        app = server.sse_app(host=host)
+    else:
+        app = server.streamable_http_app(host=host, max_sessions=max(options.max_sessions * 4, 16),
+                                         session_idle_timeout=options.idle_timeout)
+    return BearerAuth(app, options.token) if options.token else app
+
+
+def serve(options: ServeOptions, transport: Transport = "stdio", *, host: str = "127.0.0.1", port: int = 8000,
+          ready: Any = None) -> None:
+    """Serve the sandbox over MCP until interrupted (blocks).
+
+    Example::
+
+        serve(ServeOptions(backend="docker", max_sessions=4), "http", port=8765)
+
+    ``ready(url)`` is called once an HTTP server listens. Binding to an
+    address other than loopback without a token warns: anyone who can reach
+    the port could run code.
+    """
+    server, sessions = build_server(options)
+    if transport == "stdio":
+        async def main_stdio() -> None:
+            async with sessions.running():
+                await server.run_stdio_async()
+
+        import anyio
+
+        anyio.run(main_stdio)
+        return
+    if host not in ("127.0.0.1", "localhost", "::1") and not options.token:
+        warnings.warn(f"serving on {host}:{port} without a token: anyone who can reach this port can run code; "
+                      "pass --token (or set CODEACT_MCP_TOKEN)", stacklevel=2)
+    import uvicorn
+
+    app = http_app(server, transport, options, host)
+
+    async def main_http() -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        web = uvicorn.Server(config)
+        async with sessions.running():
+            if ready is not None:
+                async def announce() -> None:
+                    while not web.started:
+                        await asyncio.sleep(0.05)
+                    path = "/sse" if transport == "sse" else "/mcp"
+                    ready(f"http://{host}:{port}{path}")
+
+                asyncio.ensure_future(announce())
+            await web.serve()
+
+    asyncio.run(main_http())
