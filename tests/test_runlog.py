@@ -27,6 +27,7 @@ from codeact.errors import CodeActError
 from codeact.events import (
     CodeAction,
     ErrorEvent,
+    Event,
     FinalAnswer,
     ModelOutput,
     Observation,
@@ -46,8 +47,11 @@ from codeact.runlog import (
     RunLogError,
     RunNotFound,
     default_db_path,
+    jsonable,
     to_json,
 )
+from codeact.runlog._schema import MIGRATIONS
+from codeact.values import preview, restore, show
 
 REPO = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000.0
@@ -398,7 +402,9 @@ class Custom:
         return "Custom<42>"
 
 
-def test_non_json_answers_are_logged(log: RunLog) -> None:
+def test_non_json_answers_are_logged_through_the_codec(log: RunLog) -> None:
+    # Answers, tool arguments and results are stored as the sandbox codec's previews:
+    # types survive (tuple keys, sets, bytes, paths, nan), oddities become opaque nodes.
     cyclic: list = [1]
     cyclic.append(cyclic)
     answer = {
@@ -415,22 +421,28 @@ def test_non_json_answers_are_logged(log: RunLog) -> None:
     }
     record_all(log, run_events("odd", answer=answer))
     run = log.get_run("odd")
-    got = run.answer
-    assert got["point"] == {"x": 1, "y": "nan"}
-    assert sorted(got["ints"]) == [1, 2]
-    assert got["('tuple', 'key')"] == [1, 2]
-    assert got["path"] == "/tmp/x.csv"
-    assert got["blob"] == {"type": "bytes", "size": 2, "base64": base64.b64encode(b"\x00\x01").decode()}
-    assert got["custom"] == "Custom<42>"
-    assert got["weird"] == "<unprintable Unprintable>"
-    assert got["cycle"] == [1, "<cycle>"]
-    assert got["inf"] == "inf"
+    assert run.answer_type == "dict"
+    assert run.answer["$"] == "dict"  # tuple keys: the codec's tagged dict, not JSON with str() keys
+    got = restore(run.answer)
+    assert got["point"]["x"] == 1 and math.isnan(got["point"]["y"])
+    assert got["ints"] == {1, 2}
+    assert got[("tuple", "key")] == (1, 2)
+    assert got["path"] == Path("/tmp/x.csv")
+    assert got["blob"] == b"\x00\x01"
+    assert "Custom" in repr(got["custom"])
+    assert "Unprintable" in repr(got["weird"])
+    assert got["cycle"][0] == 1 and repr(got["cycle"][1]) == "[...]"
+    assert got["inf"] == math.inf
     assert got["bad_text"].startswith("caf")
+    assert "('tuple', 'key'): (1, 2)" in run.answer_text
 
-    # Tool results and arguments go through the same conversion.
-    log.record(ToolCall(run_id="odd", step=1, name="f", arguments={"p": Point(2, 3.0)}, result=Custom()))
+    # Tool results and arguments go through the same codec; previews arrive unchanged.
+    log.record(ToolCall(run_id="odd", step=1, name="f", arguments={"p": Point(2, 3.0), "t": preview((1, 2))},
+                        result=Custom()))
     call = log.get_run("odd").steps[0].tool_calls[-1]
-    assert call.arguments == {"p": {"x": 2, "y": 3.0}} and call.result == "Custom<42>"
+    assert call.arguments["p"] == {"x": 2, "y": 3.0}
+    assert restore(call.arguments["t"]) == (1, 2)  # a preview is not encoded twice
+    assert call.result["$"] == "opaque" and "Custom" in show(call.result)
 
 
 def test_scalar_and_string_answers_keep_their_type(log: RunLog) -> None:
@@ -449,14 +461,105 @@ def test_dataframe_answer(log: RunLog) -> None:
     record_all(log, run_events("df", answer=df))
     run = log.get_run("df")
     assert run.answer_type == "pandas.DataFrame"
-    assert "north" in run.answer and "32.0" in run.answer
+    assert "north" in run.answer_text and "32.0" in run.answer_text
+    assert restore(run.answer).equals(df)
 
 
 def test_to_json_never_raises() -> None:
-    assert json.loads(to_json(Unprintable())) == "<unprintable Unprintable>"
-    assert json.loads(to_json({"a": math.nan})) == {"a": "nan"}
-    big = b"x" * 100_000
-    assert json.loads(to_json(big)) == {"type": "bytes", "size": 100_000, "note": "bytes not stored"}
+    assert json.loads(to_json(Unprintable()))["$"] == "opaque"
+    assert json.loads(to_json({"a": math.nan})) == {"a": {"$": "float", "v": "nan"}}
+    big = json.loads(to_json(b"x" * 100_000))
+    assert big["$"] == "opaque" and big["size"] == 100_000  # summarised, not stored
+
+
+def test_jsonable_serialises_records_field_by_field() -> None:
+    result = RunResult(run_id="r", task="t", answer=(1, 2), status="success",
+                       steps=[Step(index=1, usage=Usage(3, 4, 1))], artifacts=[Path("/tmp/a.png")])
+    data = jsonable(result)
+    assert data["run_id"] == "r" and data["status"] == "success"
+    assert data["answer"] == {"$": "tuple", "v": [1, 2]}
+    assert data["steps"][0]["usage"] == {"input_tokens": 3, "output_tokens": 4, "requests": 1}
+    assert data["artifacts"] == ["/tmp/a.png"]
+    json.dumps(data)  # all of it is JSON
+
+
+# --------------------------------------------------------------------------- agent, prompt, bench episode
+
+
+def test_agent_and_prompt_are_recorded(log: RunLog) -> None:
+    log.record(RunStarted(run_id="re1", task="t", model="m", backend="host", agent="react-json",
+                          prompt="react-json", prompt_version="1"))
+    log.record(ModelOutput(run_id="re1", step=1, text="Action: ...", usage=Usage(10, 2, 1),
+                           tool_calls=[{"id": "c1", "name": "f", "arguments": "{}"}]))
+    log.record(ErrorEvent(run_id="re1", step=1, message="there is no tool named 'g'", kind="action"))
+    log.record(RunFinished(run_id="re1", result=RunResult(run_id="re1", task="t", status="success", answer=3)))
+    run = log.get_run("re1")
+    assert (run.agent, run.prompt, run.prompt_version, run.backend) == ("react-json", "react-json", "1", "host")
+    assert run.invalid_actions == 1
+    assert log.list_runs()[0].agent == "react-json"
+    payload = next(e["payload"] for e in log.get_events("re1") if e["type"] == "ModelOutput")
+    assert payload["tool_calls"] == [{"id": "c1", "name": "f", "arguments": "{}"}]
+
+
+def test_bench_episode_link(log: RunLog) -> None:
+    record_all(log, run_events("ep-run-1"))
+    record_all(log, run_events("ep-run-2", T0 + 10))
+    assert log.get_run("ep-run-1").bench_episode is None
+    log.link_episode("ep-run-1", "tool-chains/shop-1/codeact/0")
+    assert log.get_run("ep-run-1").bench_episode == "tool-chains/shop-1/codeact/0"
+    assert [r.id for r in log.list_runs(bench_episode="tool-chains/shop-1/codeact/0")] == ["ep-run-1"]
+
+
+def test_unknown_event_types_go_to_the_raw_log(log: RunLog) -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class SomethingNew(Event):
+        detail: str
+
+    record_all(log, run_events("new-1"))
+    log.record(SomethingNew(run_id="new-1", step=2, detail="x"))
+    events = log.get_events("new-1")
+    assert events[-1]["type"] == "SomethingNew" and events[-1]["payload"] == {"detail": "x"}
+    assert log.get_run("new-1").status == "success"
+
+
+def test_migration_from_version_2_keeps_runs(db: Path) -> None:
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db) as conn:
+        for statements in MIGRATIONS[:2]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute("INSERT INTO runs (id, task, status, started, answer, answer_type) "
+                     "VALUES ('old-1', 'old task', 'success', 1.0, '42', 'int')")
+    with RunLog(db) as log:
+        old = log.get_run("old-1")
+        assert old.task == "old task" and old.answer == 42 and old.agent is None and old.bench_episode is None
+        log.record(RunStarted(run_id="new-1", task="t", model="m", backend="docker", agent="codeact",
+                              prompt="codeact", prompt_version="1"))
+        assert log.get_run("new-1").agent == "codeact"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    assert {"agent", "prompt", "prompt_version", "bench_episode", "owner_pid"} <= columns
+
+
+def test_a_killed_writer_is_marked_interrupted(db: Path, tmp_path: Path) -> None:
+    # A child process starts a run, writes some live output and dies: the next open marks it.
+    code = (
+        "import os, sys; from codeact.runlog import RunLog; from codeact.events import *\n"
+        f"log = RunLog({str(db)!r})\n"
+        "log.record(RunStarted(run_id='dead-1', task='t', model='m', backend='local'))\n"
+        "log.record(CodeAction(run_id='dead-1', step=1, code='print(1)'))\n"
+        "log.record(CodeOutput(run_id='dead-1', step=1, stream='stdout', text='partial line\\n'))\n"
+        "os._exit(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with RunLog(db) as log:
+        run = log.get_run("dead-1")
+    assert run.status == "interrupted" and "process" in (run.error or "")
+    assert run.steps[0].observation.startswith("partial line")
 
 
 # --------------------------------------------------------------------------- database
@@ -731,3 +834,14 @@ def test_model_prose() -> None:
     assert model_prose("Let me check.\n```python\nx = 1\n```\nThen done.") == "Let me check.\n\nThen done."
     assert model_prose("<execute>x = 1</execute>") == ""
     assert model_prose("Cut off:\n```python\nx = (") == "Cut off:"
+
+
+def test_rich_outputs_keep_their_text_and_note_image_bytes(log: RunLog) -> None:
+    log.record(RunStarted(run_id="rich-1", task="t", model="m", backend="local"))
+    log.record(Observation(run_id="rich-1", step=1, text="[1 image]", images=[PNG],
+                           outputs=[{"text/html": "<b>table</b>", "image/png": PNG, "text/plain": "<Figure>"}]))
+    (obs,) = [e for e in log.get_events("rich-1") if e["type"] == "Observation"]
+    (bundle,) = obs["payload"]["outputs"]
+    assert bundle == {"text/html": "<b>table</b>", "image/png": {"type": "bytes", "size": len(PNG), "stored": "images"},
+                      "text/plain": "<Figure>"}
+    assert log.get_run("rich-1").steps[0].images == [PNG]

@@ -1,0 +1,265 @@
+"""What every agent shares: approvals, tool calls on the host, the run log, history, async streaming.
+
+:class:`~codeact.agent.CodeActAgent` (tools called from code in a sandbox) and
+:class:`~codeact.react.ReActAgent` (tools called one action at a time) run the
+same :class:`~codeact.tools.Tool` objects the same way: ask for approval when
+the tool requires it (one approval open at a time, the human's time off every
+clock), pass the hidden :class:`~codeact.tools.RunContext`, report a
+:class:`~codeact.events.ToolCall` event with bounded previews. This module is
+that one way, plus the run-level pieces both loops need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Iterator, Sequence
+
+from sandbox.functions import current_call
+
+from .errors import ApprovalDenied, ModelError, RunCancelled
+from .events import Event, ModelOutput, RunFinished, RunResult, Step, TextDelta, ToolCall
+from .messages import Message, ModelResponse
+from .tools import RunContext, Tool
+from .values import preview
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .runlog import RunLog
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A tool call waiting for a human's yes or no."""
+
+    tool: str
+    arguments: dict[str, Any]
+    run_id: str
+    step: int
+
+
+Approver = Callable[[ApprovalRequest], bool]
+
+
+class Approvals:
+    """Asks an :data:`Approver` about calls of tools that require approval, one request at a time.
+
+    The time a human takes (waiting for the turn included) counts against
+    neither the call's timeout nor a code action's time limit. A call the
+    sandbox was already told had failed is never run after a late yes.
+    Without an approver every such call is denied.
+    """
+
+    def __init__(self, approver: Approver | None) -> None:
+        self.approver = approver
+        self._one_at_a_time = threading.Lock()
+
+    def check(self, tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str, step: int) -> None:
+        """Return if the approver allows the call; raise :class:`ApprovalDenied` otherwise."""
+        call = current_call()  # set when a sandbox's code made this call; None for ReAct
+        request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, run_id, step)
+        with call.paused() if call is not None else contextlib.nullcontext(), self._one_at_a_time:
+            allowed = self.approver is not None and self.approver(request)
+        if call is not None:
+            call.checkpoint()
+        if not allowed:
+            raise ApprovalDenied(f"the user did not allow this call to {tool.name}; "
+                                 "do not retry it, find another way or explain in the final answer")
+
+
+def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
+                approvals: Approvals, report: Callable[[ToolCall], None]) -> Any:
+    """Run one call of ``tool`` on the host: approve, call with a :class:`RunContext`, report it.
+
+    ``arguments`` is the tool's arguments dict (:meth:`Tool.bind` of a Python
+    call, or a function-calling model's JSON). The call is reported through
+    ``report`` as a :class:`ToolCall` event, failed or not; exceptions (a
+    denied approval, bad arguments, the tool's own error) propagate.
+    """
+    started = time.perf_counter()
+    try:
+        if tool.requires_approval:
+            approvals.check(tool, arguments, run_id, step)
+        value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+    except Exception as exc:
+        report(ToolCall(run_id=run_id, step=step, name=tool.name,
+                        arguments={k: preview(v) for k, v in arguments.items()},
+                        error=f"{type(exc).__name__}: {exc}", duration=time.perf_counter() - started))
+        raise
+    report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments={k: preview(v) for k, v in arguments.items()},
+                    result=preview(value), duration=time.perf_counter() - started))
+    return value
+
+
+def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,
+               cancel: threading.Event | None, tools: Sequence[dict[str, Any]] | None = None,
+               ) -> Generator[Event, None, ModelResponse]:
+    """Ask the model once: yield TextDelta events (when streaming) and the ModelOutput; return the response.
+
+    Fills ``step.model_output``, ``model_time`` and ``usage`` (one request at
+    least). ``tools`` are function schemas for native function calling.
+    """
+    started = time.perf_counter()
+    response: ModelResponse | None = None
+    options = {"tools": list(tools)} if tools else {}
+    if stream:
+        for piece in model.stream(messages, **options):
+            if isinstance(piece, str):
+                if cancel is not None and cancel.is_set():
+                    raise RunCancelled(f"cancelled during step {step.index}")
+                yield TextDelta(run_id=run_id, step=step.index, text=piece)
+            else:
+                response = piece
+    else:
+        response = model.complete(messages, **options)
+    if response is None:
+        raise ModelError("the model's stream ended without a final response")
+    step.model_time = time.perf_counter() - started
+    step.model_output = response.text or ""
+    step.usage = response.usage if response.usage.requests else replace(response.usage, requests=1)
+    calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.message.tool_calls]
+    yield ModelOutput(run_id=run_id, step=step.index, text=step.model_output, usage=step.usage,
+                      duration=step.model_time, input_messages=len(messages),
+                      input_chars=sum(len(m.content) for m in messages), tool_calls=calls)
+    return response
+
+
+def open_log(spec: Any) -> RunLog | None:
+    """The run log an agent's ``log=`` option names: a RunLog, a path, True (the default file) or None/False."""
+    if spec is None or spec is False:
+        return None
+    if not isinstance(spec, (bool, str, os.PathLike)):
+        return spec  # a RunLog (or anything with record()) the caller owns
+    from .runlog import RunLog
+
+    return RunLog(None if spec is True else spec)
+
+
+def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Callable[[Event], Event]:
+    """``emit(event) -> event``: record the event in ``log`` (if any); the log never breaks a run.
+
+    ``transform`` changes what is recorded (not what ``emit`` returns): the
+    privacy filter records a copy with placeholders for hidden values.
+    """
+
+    def emit(event: Event) -> Event:
+        if log is not None:
+            try:
+                log.record(transform(event) if transform is not None else event)
+            except Exception:  # the log must never break a run
+                pass
+        return event
+
+    return emit
+
+
+def result_of(events: Iterator[Event]) -> RunResult:
+    """Consume a run's events; return the result its final RunFinished carries."""
+    result: RunResult | None = None
+    for event in events:
+        if isinstance(event, RunFinished):
+            result = event.result
+    assert result is not None, "a run always ends with RunFinished"
+    return result
+
+
+class AgentRuns:
+    """``run``, ``stream``, ``arun`` and ``astream`` of an agent, each one turn of a fresh :meth:`session`.
+
+    ``files``: CodeAct copies them into the sandbox's working directory; ReAct
+    describes them to the model (name, size, first line) and leaves them on
+    the host, where the tools read them.
+    """
+
+    def session(self) -> Any:  # pragma: no cover - each agent has its own
+        raise NotImplementedError
+
+    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+            cancel: threading.Event | None = None) -> RunResult:
+        """Run ``task`` to the end and return the result (never raises for model, code or tool errors)."""
+        return result_of(self.stream(task, files=files, cancel=cancel))
+
+    def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+               cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Run ``task``, yielding every event as it happens; the last is :class:`RunFinished`.
+
+        Closing the generator early (``break``) cancels the run; it is logged as ``cancelled``.
+        """
+        with self.session() as chat:
+            yield from chat.stream(task, files=files, cancel=cancel)
+
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> RunResult:
+        """Async :meth:`run`; cancelling the awaiting task cancels the run."""
+        result: RunResult | None = None
+        async for event in self.astream(task, files=files):
+            if isinstance(event, RunFinished):
+                result = event.result
+        assert result is not None
+        return result
+
+    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> AsyncIterator[Event]:
+        """Async :meth:`stream`. The loop runs on a worker thread; events arrive as they happen."""
+        async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel)):
+            yield event
+
+
+async def stream_async(start: Callable[[threading.Event], Iterator[Event]]) -> AsyncIterator[Event]:
+    """Run ``start(cancel)`` (a blocking event stream) on a worker thread; yield its events as they come.
+
+    Cancelling the awaiting task (or closing this generator) sets ``cancel``
+    and waits for the worker to end.
+    """
+    cancel = threading.Event()
+    events: queue.Queue[Event | BaseException | None] = queue.Queue()
+
+    def work() -> None:
+        try:
+            for event in start(cancel):
+                events.put(event)
+        except BaseException as exc:  # surfaced in the awaiting task
+            events.put(exc)
+        finally:
+            events.put(None)
+
+    worker = threading.Thread(target=work, daemon=True, name="codeact-run")
+    worker.start()
+    try:
+        while True:
+            item = await asyncio.to_thread(events.get)
+            if item is None:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        cancel.set()
+        await asyncio.to_thread(worker.join)
+
+
+def elide_history(messages: Sequence[Message], budget_tokens: int,
+                  elide: Callable[[Message], Message | None]) -> list[Message]:
+    """The history, with older observations elided when it outgrows ``budget_tokens`` (4 characters a token).
+
+    ``elide(message)`` returns the short stand-in for an observation message,
+    or None for a message that is not one. The system prompt, the first task
+    and the last two exchanges are always kept whole.
+    """
+    budget_chars = budget_tokens * 4
+    out = list(messages)
+    total = sum(len(m.content) for m in out)
+    protected = {0, 1, *range(max(len(out) - 4, 0), len(out))}
+    for i, m in enumerate(out):
+        if total <= budget_chars:
+            break
+        if i in protected:
+            continue
+        short = elide(m)
+        if short is None:
+            continue
+        total -= len(m.content) - len(short.content)
+        out[i] = short
+    return out

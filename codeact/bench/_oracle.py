@@ -1,0 +1,203 @@
+"""The oracle model: a perfect, zero-latency model that replays a task's reference solution.
+
+It plays one agent kind on one task. For ``codeact`` it answers with the
+oracle's code action in one turn. For the ReAct kinds it first runs the
+task's plan against its own fresh copy of the tools (a *shadow*: same
+factory, its own working directory) to learn every call and its result, then
+answers turn by turn in the agent's action format: function calling sends
+each plan turn's calls together; the json and text formats one call per turn.
+Before each turn it checks that the agent showed it exactly the observations
+the shadow predicts; on any difference it gives up with a plain-text answer
+that says what differed (so the episode fails with a reason).
+
+So an oracle run measures the harness end to end, and the fewest model
+calls and tokens each format needs: the measured upper bound of what
+collapsing ReAct steps into code actions saves.
+
+Token usage is estimated at 4 characters a token over the messages, the
+function schemas (which a function-calling request sends) and the reply.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..messages import Message, ModelResponse, ToolCallRequest, Usage
+from ..models import estimate_tokens
+from ..react import observation_text
+from ._plan import FINAL_ANSWER, PlanTrace, TracedCall, run_plan
+from ._task import Task, TaskContext
+
+#: The model name that selects the oracle (``codeact bench run --model oracle``).
+ORACLE = "oracle"
+
+
+class OracleModel:
+    """Replays ``task``'s oracle as agent ``kind`` (``codeact``, ``react-fc``, ``react-json``, ``react-text``).
+
+    Args:
+        task: a task with an :class:`~codeact.bench.Oracle`.
+        kind: the agent kind this model will drive.
+        context: the episode's :class:`TaskContext`; the shadow gets a copy
+            with its own working directory.
+        observation_limit: the agent's observation limit (to predict observations exactly).
+
+    Raises:
+        BenchError: the task has no oracle (here), or its plan fails on the shadow tools
+            (on the first model call, so the agent reports it as the run's error).
+
+    Example::
+
+        model = OracleModel(task, "react-json", context=ctx)
+        ReActAgent(model, task.build_tools(ctx), format="json").run(task.instruction)
+    """
+
+    def __init__(self, task: Task, kind: str, *, context: TaskContext, observation_limit: int = 8000) -> None:
+        from ..errors import BenchError
+
+        if task.oracle is None:
+            raise BenchError(f"task {task.key} has no oracle solution; run it with a real model")
+        self.name = ORACLE
+        self.kind = kind
+        self.task = task
+        self.observation_limit = observation_limit
+        self._turn = 0
+        self._code = ""
+        self._turns: list[tuple[TracedCall, ...]] = []
+        self._answer: Any = None
+        self._context = context
+        self._planned = False
+        if kind == "codeact":
+            self._code = task.oracle.code_action()
+
+    def _plan(self) -> None:
+        """Run the plan on the shadow tools (on the first model call: its cost is the model's, not the harness's)."""
+        if self._planned or self.kind == "codeact":
+            return
+        context = self._context
+        with tempfile.TemporaryDirectory(prefix="oracle-shadow-", dir=context.workdir.parent) as shadow_dir:
+            shadow = TaskContext(task_id=context.task_id, workdir=Path(shadow_dir), files=dict(context.files),
+                                 repeat=context.repeat, seed=context.seed)
+            tools = {t.name: t for t in self.task.build_tools(shadow)}
+            trace: PlanTrace = run_plan(self.task.oracle.plan, tools)
+        turns = list(trace.turns)
+        if self.kind != "react-fc":  # one action per turn
+            turns = [(c,) for turn in turns for c in turn]
+        self._turns = turns
+        self._answer = trace.answer
+        self._planned = True
+
+    def __repr__(self) -> str:
+        return f"OracleModel(task={self.task.key!r}, kind={self.kind!r})"
+
+    @property
+    def planned_turns(self) -> int:
+        """Model calls this oracle needs: its tool-call turns plus the final answer."""
+        self._plan()
+        return 1 if self.kind == "codeact" else len(self._turns) + 1
+
+    # --- the Model protocol ----------------------------------------------------------------
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        self._plan()
+        reply = self._reply(list(messages))
+        self._turn += 1
+        return self._response(messages, tools, reply)
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+               ) -> Iterator[str | ModelResponse]:
+        response = self.complete(messages, tools=tools)
+        if response.text:
+            yield response.text
+        yield response
+
+    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        return self.complete(messages, tools=tools)
+
+    # --- replies ---------------------------------------------------------------------------
+
+    def _reply(self, messages: list[Message]) -> Message:
+        if self.kind == "codeact":
+            if self._turn == 0:
+                return Message("assistant", f"```python\n{self._code}\n```")
+            last = next((m.content for m in reversed(messages) if m.role == "user"), "")
+            return Message("assistant", "The oracle's code action did not finish the task. Its output:\n"
+                           + last[:2000])
+        if self._turn > 0:
+            problem = self._check_observations(messages, self._turns[self._turn - 1] if self._turn <= len(
+                self._turns) else ())
+            if problem:
+                return Message("assistant", f"Final Answer: oracle stopped: {problem}")
+        if self._turn < len(self._turns):
+            return self._action(self._turns[self._turn])
+        if self._turn == len(self._turns):
+            return self._final()
+        return Message("assistant", "Final Answer: oracle stopped: the agent asked for more turns than the plan has")
+
+    def _action(self, calls: tuple[TracedCall, ...]) -> Message:
+        if self.kind == "react-fc":
+            requests = tuple(
+                ToolCallRequest(f"call_{self._turn}_{i}", c.call.name, json.dumps(c.arguments, ensure_ascii=False))
+                for i, c in enumerate(calls)
+            )
+            return Message("assistant", "", tool_calls=requests)
+        (c,) = calls
+        if self.kind == "react-json":
+            action = json.dumps({"name": c.call.name, "arguments": c.arguments}, ensure_ascii=False)
+            return Message("assistant", f"Action: {action}")
+        parts = [repr(a) for a in c.call.args] + [f"{k}={v!r}" for k, v in c.call.kwargs.items()]
+        return Message("assistant", f"Action: {c.call.name}({', '.join(parts)})")
+
+    def _final(self) -> Message:
+        answer = self._answer
+        if self.kind == "react-fc":
+            request = ToolCallRequest(f"call_{self._turn}_0", FINAL_ANSWER,
+                                      json.dumps({"answer": answer}, ensure_ascii=False))
+            return Message("assistant", "", tool_calls=(request,))
+        if self.kind == "react-json":
+            return Message("assistant", "Action: " + json.dumps(
+                {"name": FINAL_ANSWER, "arguments": {"answer": answer}}, ensure_ascii=False))
+        return Message("assistant", f"Action: {FINAL_ANSWER}(answer={answer!r})")
+
+    def _check_observations(self, messages: list[Message], calls: tuple[TracedCall, ...]) -> str | None:
+        """None when the agent showed exactly what the shadow's calls returned; else what differs."""
+        expected = [observation_text(c.value, self.observation_limit) for c in calls]
+        if self.kind == "react-fc":
+            got: dict[str, str] = {}
+            for m in reversed(messages):
+                if m.role == "assistant":
+                    break
+                if m.role == "tool" and m.tool_call_id is not None:
+                    got[m.tool_call_id] = m.content
+            for i, (c, want) in enumerate(zip(calls, expected)):
+                have = got.get(f"call_{self._turn - 1}_{i}")
+                if have != want:
+                    return f"the result of {c.call.name} was {_clip(have)}, the plan expected {_clip(want)}"
+            return None
+        last = next((m for m in reversed(messages) if m.role == "user"), None)
+        want = "Observation: " + expected[0]
+        if last is None or last.content != want:
+            return (f"the result of {calls[0].call.name} was {_clip(last.content if last else None)}, "
+                    f"the plan expected {_clip(want)}")
+        return None
+
+    def _response(self, messages: Sequence[Message], tools: Sequence[dict] | None, reply: Message) -> ModelResponse:
+        prompt_chars = sum(len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+                           for m in messages)
+        if tools:
+            prompt_chars += len(json.dumps(list(tools), ensure_ascii=False))
+        reply_chars = len(reply.content) + sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
+        usage = Usage(estimate_tokens(prompt_chars), estimate_tokens(reply_chars), 1)
+        return ModelResponse(message=reply, usage=usage, duration=0.0, model=ORACLE,
+                             finish_reason="tool_calls" if reply.tool_calls else "stop")
+
+
+def _clip(text: str | None, limit: int = 300) -> str:
+    if text is None:
+        return "nothing"
+    text = repr(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

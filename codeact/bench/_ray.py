@@ -1,0 +1,629 @@
+"""Benchmark sweeps on a Ray cluster: episodes as Ray tasks, results back into the driver's results directory.
+
+The driver (the process that called :func:`~codeact.bench.run_bench`) submits
+one Ray task per episode. A task runs on whichever node has the CPUs and
+memory it asks for (:class:`RayOptions`), loads the suites there, builds the
+episode's tools, model and agent exactly as a local run does (the same
+``_Runner`` episode code), runs CodeAct sandboxes on that node's Docker
+engine, and returns everything the episode produced: the
+:class:`~codeact.bench.Episode`, its run-log events and its files. Workers
+write nothing but a private scratch directory; only the driver writes the
+results directory (``episodes.jsonl``, ``runs.db``, ``artifacts/``,
+``work/``), so a sweep moves between local and Ray runs without losing or
+duplicating finished episodes.
+
+Failures: a task whose worker or node dies is run again by Ray on another
+node (``max_retries``); when those retries run out the episode is recorded
+as an ``error`` (``--retry-errors`` runs it again). The driver keeps the
+first completion of each episode and ignores any later one.
+
+Secrets: the API key never travels in a task's payload. A worker's model
+reads ``OPENAI_API_KEY`` from its node's environment; with
+``pass_api_key=True`` the driver's key is set there through the task's Ray
+``runtime_env`` (then anyone who can query the cluster can read it).
+
+``ray`` is imported only here, and only when a sweep uses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BenchError, RayUnavailable
+
+#: What to install when ``import ray`` fails.
+RAY_INSTALL_HINT = "pip install 'codeact[ray]'"
+
+#: Bytes of files (artifacts and work-directory files) one episode may send back to the driver.
+MAX_EPISODE_FILES_BYTES = 64 * 1024 * 1024
+
+#: A node label naming the node for :attr:`RayOptions.engines` (``ray start --labels '{"codeact-node": "gpu-a"}'``).
+NODE_LABEL = "codeact-node"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``2GiB``, ``512M``, ``1.5g`` or a plain number of bytes (binary units).
+
+    Raises:
+        BenchError: not a size.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        if not match:
+            raise BenchError(f"{text!r} is not a size; write e.g. 512MiB, 2GiB or a number of bytes")
+        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value < 1:
+        raise BenchError(f"a size must be at least 1 byte, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where and how a sweep runs on Ray (``BenchConfig(ray=RayOptions(...))``, ``codeact bench run --ray``).
+
+    Attributes:
+        address: ``"auto"`` (the cluster ``ray start`` made on this machine, or
+            ``$RAY_ADDRESS``), ``"host:port"`` of a head node (or a ``ray://``
+            client address), or ``"local"`` (a private one-machine Ray started
+            for this run). When this process already called ``ray.init()``,
+            that connection is used and this is ignored.
+        cpus_per_episode: Ray CPUs one episode reserves; a node runs as many
+            episodes at once as its CPUs allow.
+        memory_per_episode: Ray memory one episode reserves: bytes, or a size
+            such as ``"2GiB"``; ``None`` reserves none.
+        engines: the Docker engine each node's CodeAct sandboxes use, by node:
+            keys are a node's IP address, host name, Ray node id, the value of
+            its ``codeact-node`` label, a ``label=value`` pair, or ``"*"`` for
+            any other node; values are an engine URL (``"tcp://10.0.0.7:2376"``)
+            or an engine entry as in ``CODEACT_ENGINES`` (``{"url": ...,
+            "tls_dir": ...}``; paths are on that node). A JSON text or a JSON
+            file path works too. A node no key names uses ``CODEACT_ENGINES``
+            from its own environment if set, else its default engine
+            (``DOCKER_HOST``, the Docker context, the local socket).
+        pass_api_key: set the driver's API key (``BenchConfig.api_key`` or
+            ``$OPENAI_API_KEY``) in the workers' environment through Ray's
+            ``runtime_env``. Off by default: workers read ``OPENAI_API_KEY``
+            from their node's environment.
+        max_retries: times Ray runs an episode again after its worker or node
+            died; then the episode is recorded as an error.
+
+    Example::
+
+        from codeact.bench import BenchConfig, RayOptions, run_bench
+
+        run = run_bench(BenchConfig(suites=["tool-chains"], model="oracle", out="results",
+                                    ray=RayOptions("10.0.0.2:6379", cpus_per_episode=1, memory_per_episode="2GiB")))
+    """
+
+    address: str | None = "auto"
+    cpus_per_episode: float = 1.0
+    memory_per_episode: int | str | None = None
+    engines: Mapping[str, Any] | str = field(default_factory=dict)
+    pass_api_key: bool = False
+    max_retries: int = 3
+
+    def validate(self) -> None:
+        """Raises :class:`BenchError` for an option that cannot work, saying which and why."""
+        if self.address is not None and not str(self.address).strip():
+            raise BenchError("an empty Ray address; give auto, local or HOST:PORT")
+        if self.address is not None:
+            _host_port(str(self.address))
+        if not self.cpus_per_episode > 0:
+            raise BenchError("cpus_per_episode must be > 0 (fractions such as 0.5 are fine)")
+        if int(self.max_retries) < 0:
+            raise BenchError("max_retries must be 0 or more")
+        self.memory_bytes()
+        self.node_engines()
+
+    def memory_bytes(self) -> int | None:
+        return None if self.memory_per_episode is None else parse_size(self.memory_per_episode)
+
+    def node_engines(self) -> dict[str, Any]:
+        """``engines`` as :class:`sandbox.engines.Engine` objects by node key.
+
+        Raises:
+            BenchError: unreadable JSON, or an entry that is not an engine.
+        """
+        raw: Any = self.engines
+        if isinstance(raw, str):
+            raw = _read_json(raw)
+        if not isinstance(raw, Mapping):
+            raise BenchError('Ray engines must map nodes to engines: {"10.0.0.7": "tcp://10.0.0.7:2376", ...}')
+        from sandbox.engines import load_engines
+        from sandbox.errors import SandboxError
+
+        engines: dict[str, Any] = {}
+        for key, value in raw.items():
+            entry = {"url": value} if isinstance(value, str) else value
+            if not isinstance(key, str) or not key or not isinstance(entry, Mapping):
+                raise BenchError(f"Ray engines: the entry {key!r} needs a node key and an engine URL or object")
+            try:
+                (engines[key],) = load_engines(json.dumps([{"name": f"{key}", **entry}]))
+            except SandboxError as exc:
+                raise BenchError(f"Ray engines, node {key!r}: {exc}") from None
+        return engines
+
+
+def _read_json(text: str) -> Any:
+    where = "inline JSON"
+    if not text.lstrip().startswith(("{", "[")):
+        where = text
+        try:
+            text = Path(text).expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BenchError(f"cannot read the Ray engines file {where}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BenchError(f"the Ray engines ({where}) are not valid JSON: {exc}") from None
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or :class:`RayUnavailable` saying how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise RayUnavailable(f"running episodes on Ray needs the ray package, which is not installed here: "
+                             f"{RAY_INSTALL_HINT}") from exc
+    return ray
+
+
+# --- what travels to the workers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """What every episode of a sweep shares; put in Ray's object store once. Holds no secret."""
+
+    config: Any  # a BenchConfig without api_key, ray or out
+    suites: list[str]  # suite specs as the workers load them (files as absolute paths)
+    model: Any  # run_bench's model= (an object or a factory), or None
+    engines: dict[str, Any]  # node key -> sandbox.engines.Engine
+
+
+@dataclass
+class _Outcome:
+    """What one episode sends back: the episode, its run-log events, its files, where it ran."""
+
+    episode: Any  # an Episode
+    events: list[Any]
+    links: list[tuple[str, str]]  # (run id, episode key) for RunLog.link_episode
+    files: list[tuple[str, str, bytes]]  # ("artifacts" | "work", relative path, content)
+    scratch: str  # the worker's scratch directory (paths in the events point into it)
+    node: str = ""
+    skipped_files: int = 0
+
+
+class _EventBuffer:
+    """A run log that keeps the events in memory (a worker must not write the results directory)."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.links: list[tuple[str, str]] = []
+
+    def record(self, event: Any) -> None:
+        if type(event).__name__ != "TextDelta":
+            self.events.append(event)
+
+    def link_episode(self, run_id: str, episode: str) -> None:
+        self.links.append((run_id, episode))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _Node:
+    node_id: str
+    ip: str
+    hostname: str
+    labels: dict[str, str]
+
+    def engine_keys(self) -> list[str]:
+        """Keys of :attr:`RayOptions.engines` that name this node, most specific first."""
+        keys = [self.node_id, self.ip, self.hostname]
+        if self.labels.get(NODE_LABEL):
+            keys.append(self.labels[NODE_LABEL])
+        keys += [f"{k}={v}" for k, v in sorted(self.labels.items())]
+        return keys + ["*"]
+
+    def describe(self) -> str:
+        return f"{self.ip} ({self.node_id[:8]})"
+
+
+def _this_node() -> _Node:
+    import ray
+
+    ctx = ray.get_runtime_context()
+    labels: dict[str, str] = {}
+    try:
+        labels = {str(k): str(v) for k, v in (ctx.get_node_labels() or {}).items()}
+    except Exception:  # noqa: BLE001 - older Ray: no labels
+        pass
+    return _Node(node_id=ctx.get_node_id(), ip=ray.util.get_node_ip_address(), hostname=socket.gethostname(),
+                 labels=labels)
+
+
+class _NodeSandboxes:
+    """Fresh started Docker sandboxes on this node's engine; what ``_Runner`` calls its pool."""
+
+    def __init__(self, engine: Any, timeout: float) -> None:
+        self.engine = engine
+        self.timeout = timeout
+        self._client: Any = None
+        self._pool: Any = None
+
+    def acquire(self) -> Any:
+        from sandbox import DockerSandbox
+        from sandbox.engines import EnginePool, connect, load_engines
+
+        if self.engine is None and self._pool is None and self._client is None:
+            engines = load_engines()  # CODEACT_ENGINES of this node, if set
+            if engines:
+                self._pool = EnginePool(engines)
+        if self._pool is not None:
+            return self._pool.sandbox(timeout=self.timeout).start()
+        if self._client is None:
+            self._client = connect(self.engine)
+        return DockerSandbox(client=self._client, timeout=self.timeout).start()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+
+def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int) -> _Outcome:
+    """The Ray task: one episode on this node, in a scratch directory; everything comes back to the driver."""
+    from ._progress import NoProgress
+    from ._runner import _Runner, _Spec
+    from ._store import ResultsDir
+    from ._suites import load_suites
+
+    node = _this_node()
+    tasks = {(t.suite, t.id): t for s in load_suites(sweep.suites) for t in s.tasks}
+    task = tasks.get((suite, task_id))
+    if task is None:
+        raise BenchError(f"suite {suite} has no task {task_id!r} on Ray node {node.describe()}: "
+                         "is the same suite version installed on every node?")
+    scratch = Path(tempfile.mkdtemp(prefix="codeact-ray-"))
+    buffer = _EventBuffer()
+    runner = _Runner(sweep.config, ResultsDir(scratch), sweep.model, NoProgress(), log=buffer)
+    if agent == "codeact" and sweep.config.backend == "docker":
+        engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
+        runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout)
+    try:
+        episode = runner._attempt(_Spec(task, agent, repeat))
+    finally:
+        runner.close()
+    assert episode is not None  # only a stopped runner returns None, and nothing stops this one
+    files, skipped = _collect_files(scratch, episode)
+    outcome = _Outcome(episode=episode, events=_portable(buffer.events), links=buffer.links, files=files,
+                       scratch=str(scratch), node=node.describe(), skipped_files=skipped)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return outcome
+
+
+def _collect_files(scratch: Path, episode: Any) -> tuple[list[tuple[str, str, bytes]], int]:
+    """The episode's artifacts and work-directory files (regular files only), up to the byte budget."""
+    roots = [("work", scratch / "work", scratch / "work" / episode.key.replace("/", "__"))]
+    if episode.run_id:
+        roots.append(("artifacts", scratch / "artifacts", scratch / "artifacts" / episode.run_id))
+    files: list[tuple[str, str, bytes]] = []
+    budget, skipped = MAX_EPISODE_FILES_BYTES, 0
+    for area, base, top in roots:
+        for dirpath, _dirs, names in os.walk(top):
+            for name in sorted(names):
+                path = Path(dirpath) / name
+                try:
+                    st = path.lstat()
+                    if not path.is_file() or path.is_symlink():
+                        continue
+                    if st.st_size > budget:
+                        skipped += 1
+                        continue
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                budget -= len(data)
+                files.append((area, path.relative_to(base).as_posix(), data))
+    return files, skipped
+
+
+def _portable(events: list[Any]) -> list[Any]:
+    """The events that can travel to the driver: an answer that cannot be pickled is sent as its preview."""
+    from ray import cloudpickle
+
+    from ..values import preview
+
+    out = []
+    for event in events:
+        try:
+            cloudpickle.dumps(event)
+        except Exception:  # noqa: BLE001 - any pickling failure: send what can be sent
+            if hasattr(event, "answer"):
+                event = dataclasses.replace(event, answer=preview(event.answer))
+            elif hasattr(event, "result"):
+                event = dataclasses.replace(event, result=dataclasses.replace(
+                    event.result, answer=preview(event.result.answer)))
+            else:
+                continue
+            try:
+                cloudpickle.dumps(event)
+            except Exception:  # noqa: BLE001
+                continue
+        out.append(event)
+    return out
+
+
+# --- the driver -------------------------------------------------------------------------------------------
+
+
+class RayExecutor:
+    """Runs a sweep's episodes as Ray tasks; the driver side of :mod:`codeact.bench._ray`.
+
+    The same interface as the local runner: ``run(specs, already)``,
+    ``close()``, ``finished``.
+    """
+
+    def __init__(self, config: Any, results: Any, model: Any, progress: Any) -> None:
+        self.config = config
+        self.options: RayOptions = config.ray
+        self.results = results
+        self.model = model
+        self.progress = progress
+        self.finished = 0
+        self._done: set[str] = set()
+        self._log: Any = None
+        self._ray: Any = None
+        self._connected_here = False
+
+    def run(self, specs: list[Any], already: int) -> None:
+        if not specs:
+            return
+        ray = self._connect()
+        from ..runlog import RunLog
+
+        self._log = RunLog(self.results.runlog_path)
+        sweep_ref = ray.put(self._sweep())
+        task = ray.remote(run_episode).options(**self._task_options())
+        pending: dict[Any, Any] = {}
+        for spec in specs:
+            pending[task.remote(sweep_ref, spec.task.suite, spec.task.id, spec.agent, spec.repeat)] = spec
+        self.progress.start(total=len(specs) + already, done=already)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
+                for ref in ready:
+                    spec = pending.pop(ref)
+                    self._collect(ray, ref, spec)
+        except KeyboardInterrupt:
+            # Running episodes are cancelled (they run again on resume); finished ones are saved.
+            for ref in pending:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - best effort on the way out
+                    pass
+            raise
+        finally:
+            self.progress.stop()
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+        if self._connected_here and self._ray is not None:
+            self._ray.shutdown()
+
+    # --- connecting -------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        ray = import_ray()
+        self._ray = ray
+        if ray.is_initialized():
+            return ray  # the caller's connection
+        address = self.options.address or "auto"
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                     namespace="codeact-bench")
+        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError...
+            where = "on this machine" if address == "auto" else f"at {address}"
+            raise BenchError(f"cannot connect to a Ray cluster {where} ({type(exc).__name__}: "
+                             f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}); start one "
+                             "with `ray start --head`, give --ray HOST:PORT of its head node, or --ray local "
+                             "for a private one on this machine") from None
+        self._connected_here = True
+        return ray
+
+    def _task_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "num_cpus": self.options.cpus_per_episode,
+            "max_retries": int(self.options.max_retries),
+            "retry_exceptions": False,
+            "scheduling_strategy": "SPREAD",
+        }
+        memory = self.options.memory_bytes()
+        if memory is not None:
+            options["memory"] = memory
+        if self.options.pass_api_key:
+            from .. import config as cfg
+
+            key = self.config.api_key or cfg.env(cfg.API_KEY_ENV)
+            if key:
+                options["runtime_env"] = {"env_vars": {cfg.API_KEY_ENV: key}}
+        return options
+
+    def _sweep(self) -> _Sweep:
+        """What the workers need, without the key: the model's settings travel, the secret does not."""
+        from .. import config as cfg
+        from ._oracle import ORACLE
+
+        base_url = self.config.base_url
+        if self.model is None and self.config.model != ORACLE:
+            base_url = cfg.base_url(base_url)  # the driver's endpoint, not whatever a node's environment says
+        config = dataclasses.replace(self.config, api_key=None, base_url=base_url, ray=None, out=".")
+        sweep = _Sweep(config=config, suites=[_absolute_suite(s) for s in self.config.suites], model=self.model,
+                       engines=self.options.node_engines())
+        from ray import cloudpickle
+
+        try:
+            cloudpickle.dumps(sweep)
+        except Exception as exc:  # noqa: BLE001
+            raise BenchError(f"the model given to run_bench cannot be sent to Ray workers ({type(exc).__name__}: "
+                             f"{exc}); pass a factory function (task, agent_kind, context) -> model, or a model "
+                             "name in BenchConfig") from None
+        return sweep
+
+    # --- results ---------------------------------------------------------------------------
+
+    def _collect(self, ray: Any, ref: Any, spec: Any) -> None:
+        try:
+            outcome = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - a lost node after the retries, a worker bug: this episode's error
+            self._store_failure(spec, exc)
+            return
+        self._store(outcome)
+
+    def _store_failure(self, spec: Any, exc: BaseException) -> None:
+        from ..values import preview
+        from ._store import Episode
+
+        if spec.key in self._done:
+            return
+        cause = getattr(exc, "cause", None)
+        if cause is not None and not isinstance(cause, type(exc)):
+            what = f"{type(cause).__name__}: {cause}"
+        else:
+            what = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if _is_lost(exc):
+            what = (f"the episode's Ray worker or node was lost {int(self.options.max_retries) + 1} times "
+                    f"({what[:300]}); run again with --retry-errors")
+        task = spec.task
+        now = time.time()
+        episode = Episode(key=spec.key, suite=task.suite, task=task.id, agent=spec.agent, repeat=spec.repeat,
+                          status="error", check="did not finish", error=what[:2000],
+                          turn_limit=self.config.max_turns or task.max_turns, model=self._model_name(),
+                          temperature=self.config.temperature, seed=self.config.seed, tags=list(task.tags),
+                          started=now, finished=now, expected=preview(task.expected))
+        self._append(episode)
+
+    def _model_name(self) -> str:
+        spec = self.model
+        if spec is None or (callable(spec) and not hasattr(spec, "complete")):
+            return str(self.config.model)
+        return getattr(spec, "name", None) or str(self.config.model)
+
+    def _store(self, outcome: _Outcome) -> None:
+        episode = outcome.episode
+        if episode.key in self._done:
+            return  # a second completion of the same episode: the first one stands
+        moved = self._write_files(outcome)
+        for event in outcome.events:
+            event = _relocate(event, moved)
+            try:
+                self._log.record(event)
+            except Exception:  # noqa: BLE001 - the run log must never break a sweep
+                pass
+        for run_id, key in outcome.links:
+            try:
+                self._log.link_episode(run_id, key)
+            except Exception:  # noqa: BLE001
+                pass
+        self._append(episode)
+
+    def _append(self, episode: Any) -> None:
+        self._done.add(episode.key)
+        self.results.append(episode)
+        self.finished += 1
+        self.progress.advance(episode)
+
+    def _write_files(self, outcome: _Outcome) -> dict[str, str]:
+        """Write the episode's files where a local run puts them; returns worker path -> driver path."""
+        from sandbox.hostfiles import write_confined
+
+        moved: dict[str, str] = {}
+        for area, rel, data in outcome.files:
+            if area not in ("artifacts", "work"):
+                continue
+            root = self.results.path / area
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                target = write_confined(root, rel, data)
+            except Exception:  # noqa: BLE001 - a name that cannot be written here: skip the file
+                continue
+            moved[str(Path(outcome.scratch) / area / rel)] = str(target)
+        return moved
+
+
+def _relocate(event: Any, moved: dict[str, str]) -> Any:
+    """The event with its result's artifact paths pointing at the driver's copies."""
+    result = getattr(event, "result", None)
+    if result is None or not getattr(result, "artifacts", None):
+        return event
+    artifacts = [Path(moved.get(str(p), str(p))) for p in result.artifacts]
+    return dataclasses.replace(event, result=dataclasses.replace(result, artifacts=artifacts))
+
+
+#: Seconds to wait for a head node's port to answer before saying it does not (Ray itself retries for minutes).
+CONNECT_PROBE_TIMEOUT = 10.0
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``HOST:PORT`` address; None for ``auto``, ``local`` and ``ray://`` addresses.
+
+    Raises:
+        BenchError: neither.
+    """
+    address = address.strip()
+    if address in ("auto", "local") or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BenchError(f"the Ray address {address!r} is not HOST:PORT (nor auto or local); "
+                         "give e.g. --ray 10.0.0.2:6379, the address `ray start --head` printed")
+    return host.strip("[]"), int(port)
+
+
+def _check_reachable(address: str) -> None:
+    """A ``HOST:PORT`` address whose port does not answer fails now, not after Ray's minutes of retries."""
+    target = _host_port(address)
+    if target is None:
+        return
+    try:
+        socket.create_connection(target, timeout=CONNECT_PROBE_TIMEOUT).close()
+    except OSError as exc:
+        raise BenchError(f"nothing answers at the Ray address {address} ({exc.strerror or type(exc).__name__}); "
+                         "is the head node started (`ray start --head --port PORT`) and is the port open "
+                         "from here?") from None
+
+
+def _is_lost(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError",
+                         "LocalRayletDiedError", "TaskUnschedulableError", "OutOfMemoryError"})
+
+
+def _absolute_suite(spec: str) -> str:
+    """A suite file named relative to the driver's directory, as an absolute path (workers have another cwd)."""
+    target, sep, function = spec.partition(":")
+    if function and not function.isidentifier():
+        target, sep, function = spec, "", ""
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        return str(Path(target).expanduser().resolve()) + sep + function
+    return spec

@@ -1,0 +1,494 @@
+"""The bench runner: agents x tasks x repeats, N workers, a pool of sandboxes, resumable.
+
+Each episode gets fresh tools (the task's factory, its own working
+directory), a model (the oracle, or the one shared endpoint), an agent and,
+for CodeAct on Docker, a fresh started sandbox from a
+:class:`sandbox.SandboxPool`. ReAct episodes need no sandbox. An episode
+runs on its own thread under a wall-clock limit: a stalled model or tool
+costs that episode (recorded as ``timeout``), never the run. Whatever goes
+wrong inside an episode (a tool factory that raises, a broken oracle, a
+crashed sandbox) is recorded as that episode's error. Finished episodes are
+appended to ``episodes.jsonl`` as they finish; a run restarted on the same
+directory skips them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import queue
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import BenchError
+from ..events import ErrorEvent, RunFinished, RunResult, RunStarted, ToolCall
+from ..prompts import load_prompt
+from ..react import AGENT_KINDS
+from ..values import preview
+from ._checkers import CheckContext, CheckResult, run_check
+from ._oracle import ORACLE, OracleModel
+from ._progress import Progress, default_progress
+from ._ray import RayOptions
+from ._report import Report, build_report, write_report
+from ._store import Episode, ResultsDir, episode_key
+from ._suites import load_suites
+from ._task import Task, TaskContext
+
+BACKENDS = ("docker", "local", "restricted")
+#: CodeAct with a fixed tool disclosure (see codeact.catalog); plain "codeact" uses the agent's default, auto.
+CODEACT_VARIANTS = {"codeact-all": "all", "codeact-on-demand": "on_demand"}
+
+
+def agent_base(kind: str) -> str:
+    """The agent a kind runs: ``codeact`` for CodeAct's disclosure variants, else the kind itself."""
+    return "codeact" if kind in CODEACT_VARIANTS else kind
+
+#: A model for every episode, or a factory ``(task, agent kind, context) -> model``.
+ModelSpec = Any
+
+
+@dataclass
+class BenchConfig:
+    """What to run. Only ``suites`` is required; see ``codeact bench run --help`` for each option.
+
+    Example::
+
+        config = BenchConfig(suites=["tool-chains"], agents=["codeact", "react-json"], model="oracle",
+                             concurrency=4, out="results/")
+        run = run_bench(config)
+        print(run.report.overall["codeact"].success_rate.mean)
+    """
+
+    suites: Sequence[str]
+    agents: Sequence[str] = AGENT_KINDS
+    model: str = ORACLE
+    base_url: str | None = None
+    api_key: str | None = None  # never written to the results
+    temperature: float = 0.0
+    seed: int = 0
+    repeats: int = 1
+    concurrency: int = 4
+    backend: str = "docker"
+    out: str | os.PathLike[str] = "results"
+    tasks: Sequence[str] = ()  # glob patterns over task ids or suite/id keys
+    max_turns: int | None = None  # overrides every task's turn limit
+    episode_timeout: float = 600.0
+    model_timeout: float = 120.0
+    execution_timeout: float = 60.0
+    price_in: float | None = None  # USD per million prompt tokens
+    price_out: float | None = None  # USD per million completion tokens
+    retry_errors: bool = False
+    stream: bool = False
+    #: Run the episodes as Ray tasks across a cluster: a :class:`RayOptions`, or just its address
+    #: (``"auto"``, ``"host:port"``, ``"local"``). ``None`` runs them on threads here.
+    ray: RayOptions | str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ray, str):
+            self.ray = RayOptions(address=self.ray)
+
+    def validate(self) -> None:
+        """Raises :class:`BenchError` for an option that cannot work, saying which and why."""
+        unknown = [a for a in self.agents if a not in AGENT_KINDS and a not in CODEACT_VARIANTS]
+        if unknown or not self.agents:
+            raise BenchError(f"unknown agent(s) {', '.join(unknown) or '(none given)'}; "
+                             f"choose from {', '.join([*AGENT_KINDS, *CODEACT_VARIANTS])}")
+        if len(set(self.agents)) != len(self.agents):
+            raise BenchError("an agent is listed twice in --agents")
+        if self.backend not in BACKENDS:
+            raise BenchError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        for name in ("repeats", "concurrency"):
+            if int(getattr(self, name)) < 1:
+                raise BenchError(f"{name} must be at least 1")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise BenchError("max_turns must be at least 1")
+        for name in ("episode_timeout", "model_timeout", "execution_timeout"):
+            if float(getattr(self, name)) <= 0:
+                raise BenchError(f"{name} must be > 0 seconds")
+        if (self.price_in is None) != (self.price_out is None):
+            raise BenchError("give both prices (prompt and completion, USD per million tokens) or neither")
+        if not str(self.model).strip():
+            raise BenchError("no model: give --model NAME (or --model oracle to replay the reference solutions)")
+        if self.ray is not None:
+            if not isinstance(self.ray, RayOptions):
+                raise BenchError(f"ray must be RayOptions(...) or an address string, not {type(self.ray).__name__}")
+            self.ray.validate()
+            from ._ray import import_ray
+
+            import_ray()  # fail now, before anything is written, when ray is not installed
+
+
+@dataclass
+class BenchRun:
+    """What :func:`run_bench` did: every finished episode in the directory, the report, the files written."""
+
+    results: ResultsDir
+    episodes: list[Episode]
+    ran: int
+    skipped: int
+    wall_time: float
+    report: Report
+    written: list[Path] = field(default_factory=list)
+
+
+@dataclass
+class _Spec:
+    task: Task
+    agent: str
+    repeat: int
+
+    @property
+    def key(self) -> str:
+        return episode_key(self.task.suite, self.task.id, self.agent, self.repeat)
+
+
+def select_tasks(tasks: Sequence[Task], patterns: Sequence[str]) -> list[Task]:
+    """The tasks whose id or ``suite/id`` matches one of the glob ``patterns`` (all when none)."""
+    if not patterns:
+        return list(tasks)
+    return [t for t in tasks if any(fnmatch.fnmatchcase(t.id, p) or fnmatch.fnmatchcase(t.key, p) for p in patterns)]
+
+
+def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progress | None = None,
+              report: bool = True, plots: bool = True) -> BenchRun:
+    """Run (or resume) a benchmark; write its episodes, run log and report under ``config.out``.
+
+    Args:
+        config: what to run.
+        model: instead of ``config.model``: a model object shared by every
+            episode (recorded under its ``name``), or a factory
+            ``(task, agent_kind, context) -> model`` (recorded as ``config.model``).
+        progress: where progress goes (default: a bar on a terminal's stderr).
+        report, plots: write the report files (and the PNG plots) at the end.
+
+    Raises:
+        BenchError: bad options, suites that do not load, a results directory
+            of another run, Docker not ready for CodeAct episodes.
+        KeyboardInterrupt: Ctrl-C; finished episodes are saved, running ones
+            are cancelled and will run again on resume.
+    """
+    config.validate()
+    suites = load_suites(config.suites)
+    tasks = select_tasks([t for s in suites for t in s.tasks], config.tasks)
+    if not tasks:
+        raise BenchError(f"no task matches {', '.join(config.tasks)}; `codeact bench list --suite NAME` lists them")
+    results = ResultsDir(config.out)
+    model_name = getattr(model, "name", None) if model is not None and not _is_factory(model) else None
+    settings = {
+        "model": model_name or config.model,  # a factory of models is labelled by config.model
+        "base_url": config.base_url if model is None and config.model != ORACLE else None,
+        "temperature": config.temperature,
+        "seed": config.seed,
+        "backend": config.backend,
+        "suites": [s.name for s in suites],
+        "agents": list(config.agents),
+        "repeats": config.repeats,
+        "concurrency": config.concurrency,
+        "tasks": list(config.tasks),
+        "max_turns": config.max_turns,
+        "prices": {"prompt": config.price_in, "completion": config.price_out} if config.price_in is not None else None,
+        "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "codeact": _version(),
+    }
+    settings = results.open_run(settings)
+    done = {e.key: e for e in results.episodes()}
+    specs = [_Spec(t, a, r) for r in range(config.repeats) for t in tasks for a in config.agents]
+    todo = [s for s in specs if s.key not in done or (config.retry_errors and done[s.key].status in ("error", "timeout"))]
+    from ._executors import make_executor
+
+    runner = make_executor(config, results, model, progress if progress is not None else default_progress())
+    started = time.perf_counter()
+    try:
+        runner.run(todo, already=len(specs) - len(todo))
+    finally:
+        runner.close()
+    wall = time.perf_counter() - started
+    episodes = results.episodes()
+    rep = build_report(episodes, settings)
+    written = write_report(results, rep, plots=plots) if report else []
+    return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
+                    wall_time=wall, report=rep, written=written)
+
+
+def _close_quietly(sandbox: Any) -> None:
+    try:
+        sandbox.close()
+    except Exception:  # noqa: BLE001 - the episode's outcome is recorded already
+        pass
+
+
+def _on_demand(kind: str, tools: Sequence[Any]) -> bool:
+    """Whether a CodeAct kind will show its tools on demand (``auto`` decides by the stubs' size)."""
+    mode = CODEACT_VARIANTS.get(kind, "auto")
+    if mode != "auto" or not tools:
+        return mode == "on_demand"
+    from ..catalog import DEFAULT_TOOL_BUDGET, ToolCatalog, resolve_disclosure
+
+    return resolve_disclosure("auto", ToolCatalog(list(tools)).stubs(), DEFAULT_TOOL_BUDGET) == "on_demand"
+
+
+def _is_factory(model: Any) -> bool:
+    return callable(model) and not hasattr(model, "complete")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+class _Runner:
+    def __init__(self, config: BenchConfig, results: ResultsDir, model: ModelSpec, progress: Progress,
+                 log: Any = None) -> None:
+        from ..runlog import RunLog
+
+        self.config = config
+        self.results = results
+        self.progress = progress
+        # A Ray worker passes a log that keeps the events for the driver (it must not write the results).
+        self.log = log if log is not None else RunLog(results.runlog_path)
+        self.model_spec = model
+        self._shared_model: Any = None
+        self.pool: Any = None
+        self.stop = threading.Event()
+        self.finished = 0
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[_Spec] = queue.Queue()
+        # Closing a container takes a few hundred ms: done off the workers' path.
+        self._closer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bench-close")
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def run(self, specs: list[_Spec], already: int) -> None:
+        if not specs:
+            return
+        codeact = sum(1 for s in specs if agent_base(s.agent) == "codeact")
+        if codeact and self.config.backend == "docker":
+            self._open_pool(min(self.config.concurrency, codeact))
+        for spec in specs:
+            self._queue.put(spec)
+        self.progress.start(total=len(specs) + already, done=already)
+        workers = [threading.Thread(target=self._work, name=f"bench-worker-{i}", daemon=True)
+                   for i in range(min(self.config.concurrency, len(specs)))]
+        for w in workers:
+            w.start()
+        try:
+            while any(w.is_alive() for w in workers):
+                for w in workers:
+                    w.join(0.2)
+        except KeyboardInterrupt:
+            # Running episodes are cancelled (they run again on resume); finished ones are saved.
+            self.stop.set()
+            deadline = time.monotonic() + 20
+            while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+                for w in workers:
+                    w.join(0.2)
+            raise
+        finally:
+            self.progress.stop()
+
+    def close(self) -> None:
+        self._closer.shutdown(wait=True)
+        if self.pool is not None:
+            try:
+                self.pool.close()
+            except Exception:  # noqa: BLE001 - closing must not hide the run's outcome
+                pass
+        if self._shared_model is not None and hasattr(self._shared_model, "close"):
+            self._shared_model.close()
+        self.log.close()
+
+    def _open_pool(self, size: int) -> None:
+        from sandbox import docker_available
+
+        reason = docker_available()
+        if reason is not None:
+            raise BenchError(f"CodeAct episodes need the Docker sandbox, which is not ready: {reason}; "
+                             "`codeact doctor` shows what to fix (or choose --backend local knowingly)")
+        from sandbox import DockerSandbox, SandboxPool
+
+        timeout = self.config.execution_timeout
+        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout), size=size)
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            try:
+                spec = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            episode = self._attempt(spec)
+            if episode is None:
+                continue  # cancelled by Ctrl-C: not finished, runs again on resume
+            self.results.append(episode)
+            with self._lock:
+                self.finished += 1
+            self.progress.advance(episode)
+
+    def _attempt(self, spec: _Spec) -> Episode | None:
+        """Run one episode on its own thread, under the episode time limit."""
+        cancel = threading.Event()
+        box: dict[str, Episode] = {}
+        thread = threading.Thread(target=lambda: box.setdefault("episode", self._episode(spec, cancel)),
+                                  name=f"bench-{spec.key}", daemon=True)
+        started = time.monotonic()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            if self.stop.is_set():
+                cancel.set()
+            if time.monotonic() - started > self.config.episode_timeout:
+                cancel.set()
+                thread.join(2.0)  # a cooperative stop (between steps) ends it now
+                if "episode" in box and box["episode"].status != "cancelled":
+                    return box["episode"]
+                return self._timed_out(spec, time.monotonic() - started)
+        episode = box.get("episode")
+        if episode is None or (self.stop.is_set() and episode.status == "cancelled"):
+            return None
+        return episode
+
+    def _timed_out(self, spec: _Spec, seconds: float) -> Episode:
+        task = spec.task
+        return Episode(key=spec.key, suite=task.suite, task=task.id, agent=spec.agent, repeat=spec.repeat,
+                       status="timeout", check="did not finish",
+                       error=f"the episode did not finish within {self.config.episode_timeout:g} s (a stalled model "
+                             "or tool?); it was abandoned",
+                       turn_limit=self._turn_limit(task), wall_time=seconds, model=self._model_name(),
+                       temperature=self.config.temperature, seed=self.config.seed, tags=list(task.tags),
+                       started=time.time() - seconds, finished=time.time(), expected=preview(task.expected))
+
+    # --- one episode --------------------------------------------------------------------------
+
+    def _turn_limit(self, task: Task) -> int:
+        return self.config.max_turns or task.max_turns
+
+    def _model_name(self) -> str:
+        spec = self.model_spec
+        if spec is None or _is_factory(spec):
+            return self.config.model
+        return getattr(spec, "name", None) or self.config.model
+
+    def _model(self, task: Task, kind: str, ctx: TaskContext, tools: Sequence[Any] = ()) -> Any:
+        spec = self.model_spec
+        if spec is not None:
+            return spec(task, kind, ctx) if _is_factory(spec) else spec
+        if self.config.model == ORACLE:
+            if agent_base(kind) == "codeact" and _on_demand(kind, tools):
+                # Tools found on demand: the oracle must search for them as a model would.
+                from .suites.many_tools_oracle import SearchingOracle
+
+                return SearchingOracle(task)
+            return OracleModel(task, agent_base(kind), context=ctx)
+        with self._lock:
+            if self._shared_model is None:
+                from ..models import OpenAIModel
+
+                self._shared_model = OpenAIModel(self.config.model, base_url=self.config.base_url,
+                                                 api_key=self.config.api_key, temperature=self.config.temperature,
+                                                 seed=self.config.seed, timeout=self.config.model_timeout)
+            return self._shared_model
+
+    def _episode(self, spec: _Spec, cancel: threading.Event) -> Episode:
+        t0 = time.perf_counter()
+        task, kind = spec.task, spec.agent
+        limit = self._turn_limit(task)
+        episode = Episode(key=spec.key, suite=task.suite, task=task.id, agent=kind, repeat=spec.repeat,
+                          turn_limit=limit, model=self._model_name(), temperature=self.config.temperature,
+                          seed=self.config.seed, tags=list(task.tags), started=time.time(),
+                          expected=preview(task.expected))
+        workdir = self.results.path / "work" / spec.key.replace("/", "__")
+        shutil.rmtree(workdir, ignore_errors=True)  # left by an attempt that did not finish
+        workdir.mkdir(parents=True, exist_ok=True)
+        ctx = TaskContext(task_id=task.id, workdir=workdir, files={f.name: f for f in task.files},
+                          repeat=spec.repeat, seed=self.config.seed)
+        result: RunResult | None = None
+        sandbox: Any = None
+        try:
+            tools = task.build_tools(ctx)
+            model = self._model(task, kind, ctx, tools)
+            if agent_base(kind) == "codeact" and self.pool is not None:
+                waited = time.perf_counter()
+                sandbox = self.pool.acquire()
+                episode.setup_time = time.perf_counter() - waited
+            agent = self._agent(kind, model, tools, limit, sandbox)
+            episode.prompt, episode.prompt_version = agent.prompt.name, agent.prompt.version
+            for event in agent.stream(task.instruction, files=task.files, cancel=cancel):
+                if isinstance(event, RunStarted):
+                    episode.run_id = event.run_id
+                elif isinstance(event, ToolCall):
+                    episode.tool_calls += 1
+                    episode.tool_errors += int(event.error is not None)
+                    episode.tool_time += event.duration
+                elif isinstance(event, ErrorEvent) and event.kind in ("parse", "action"):
+                    episode.invalid_actions += 1
+                elif isinstance(event, RunFinished):
+                    result = event.result
+        except Exception as exc:  # a broken task, tool factory, oracle or sandbox: this episode's error
+            episode.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            if sandbox is not None:
+                try:
+                    self._closer.submit(_close_quietly, sandbox)
+                except RuntimeError:  # an abandoned episode ending after the run closed its closer
+                    _close_quietly(sandbox)
+        self._settle(episode, task, result, workdir)
+        if episode.run_id:
+            try:
+                self.log.link_episode(episode.run_id, episode.key)
+            except Exception:  # noqa: BLE001 - the link is a convenience
+                pass
+        episode.finished = time.time()
+        episode.wall_time = time.perf_counter() - t0
+        episode.harness_time = max(0.0, episode.wall_time - episode.run_time - episode.setup_time)
+        return episode
+
+    def _agent(self, kind: str, model: Any, tools: list[Any], limit: int, sandbox: Any) -> Any:
+        if agent_base(kind) == "codeact":
+            from ..agent import CodeActAgent
+
+            # A sandbox from the pool is started and ours to close; without a pool the agent opens one.
+            return CodeActAgent(model, tools, sandbox=sandbox if sandbox is not None else self.config.backend,
+                                max_steps=limit, log=self.log,
+                                output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
+                                execution_timeout=self.config.execution_timeout,
+                                tool_disclosure=CODEACT_VARIANTS.get(kind, "auto"))  # type: ignore[arg-type]
+        from ..react import ReActAgent
+
+        return ReActAgent(model, tools, format=kind, max_steps=limit, log=self.log, stream_model=self.config.stream)
+
+    def _settle(self, episode: Episode, task: Task, result: RunResult | None, workdir: Path) -> None:
+        """Fill in the outcome, the costs and the checker's verdict from the run's result."""
+        if result is not None:
+            episode.status = result.status
+            episode.turns = len(result.steps)
+            episode.model_calls = result.usage.requests
+            episode.input_tokens = result.usage.input_tokens
+            episode.output_tokens = result.usage.output_tokens
+            episode.run_time = result.duration
+            episode.model_time = sum(s.model_time for s in result.steps)
+            episode.sandbox_time = sum(s.sandbox_time for s in result.steps)
+            episode.answer = preview(result.answer)
+            if result.error and not episode.error:
+                episode.error = result.error
+        elif episode.error is None:
+            episode.error = "the run ended without a result"
+        files = [p for p in workdir.rglob("*") if p.is_file()]
+        artifacts = [Path(p) for p in (result.artifacts if result is not None else [])] + files
+        episode.artifacts = [p.name for p in artifacts]
+        if result is not None and result.status == "success":
+            ctx = CheckContext(task_id=task.id, artifacts=tuple(artifacts), workdir=workdir, result=result)
+            verdict = run_check(task.checker(), result.answer, task.expected, ctx)
+        elif result is not None and result.status == "max_steps":
+            verdict = CheckResult(False, f"the turn limit ({episode.turn_limit}) was reached without an answer")
+        else:
+            verdict = CheckResult(False, f"the run ended with status {episode.status}: {episode.error}")
+        episode.success, episode.check = verdict.ok, verdict.detail
+        if self.config.price_in is not None and self.config.price_out is not None:
+            episode.cost = (episode.input_tokens * self.config.price_in
+                            + episode.output_tokens * self.config.price_out) / 1_000_000

@@ -1,0 +1,152 @@
+"""The task-suite format: a :class:`Task` says what to do, with which tools and files, and how to check it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence, Union
+
+from ..errors import BenchError
+from ..tools import Tool, ensure_tools
+from ._checkers import CheckSpec, resolve_checker
+from ._plan import Plan, plan_code
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+#: Default turn limit of a task: model calls before an episode stops (and counts as failed).
+DEFAULT_MAX_TURNS = 20
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What a tool factory gets for one episode: build fresh tools around it.
+
+    Attributes:
+        task_id: the task's id.
+        workdir: a fresh, empty directory on the host for this episode (tools
+            may write there; a checker sees the files it holds).
+        files: the task's files by name, as host paths (read-only inputs).
+        repeat: which repetition of the task this is (0-based).
+        seed: the run's seed, for tools that draw random numbers.
+    """
+
+    task_id: str
+    workdir: Path
+    files: dict[str, Path] = field(default_factory=dict)
+    repeat: int = 0
+    seed: int = 0
+
+
+ToolFactory = Callable[[TaskContext], Sequence[Union[Tool[Any, Any], Callable[..., Any]]]]
+ToolsSpec = Union[Sequence[Union[Tool[Any, Any], Callable[..., Any]]], ToolFactory]
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """A task's reference solution in both styles.
+
+    ``plan`` is a generator function (see :mod:`codeact.bench._plan`): the
+    tool-call sequence, turn by turn, and the answer; ReAct oracles replay it.
+    ``code`` is the CodeAct code action; by default it is derived from the plan.
+    """
+
+    plan: Plan
+    code: str | None = None
+
+    def code_action(self) -> str:
+        return self.code if self.code is not None else plan_code(self.plan)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One benchmark task.
+
+    Attributes:
+        id: unique within its suite (letters, digits, ``_.-``).
+        instruction: what the agent is asked.
+        tools: the tools it may use, or a factory ``(TaskContext) -> tools``
+            that builds fresh ones per episode (tools can be stateful).
+        expected: the expected answer, handed to the checker.
+        check: a checker name (``exact``, ``numeric``, ``unordered``,
+            ``artifact``) or a callable; see :mod:`codeact.bench._checkers`.
+        files: input files, uploaded to the sandbox for CodeAct and described
+            to ReAct agents (whose tools read them on the host). Relative
+            paths are relative to the suite's directory.
+        max_turns: model calls allowed before the episode stops (a failure;
+            counted at this limit).
+        tags: free-form labels (domain, skill) for filtering and reports.
+        oracle: the reference solution (needed for ``--model oracle``).
+        suite: the suite's name (filled in when the suite loads).
+
+    Example::
+
+        Task(
+            id="weather-warmest",
+            instruction="Which of Oslo, Rome and Cairo is warmest tomorrow? Answer with the city.",
+            tools=[get_weather],
+            expected="Cairo",
+            oracle=Oracle(plan=warmest_plan),
+        )
+    """
+
+    id: str
+    instruction: str
+    tools: ToolsSpec = ()
+    expected: Any = None
+    check: CheckSpec = "exact"
+    files: tuple[Path, ...] = ()
+    max_turns: int = DEFAULT_MAX_TURNS
+    tags: tuple[str, ...] = ()
+    oracle: Oracle | None = None
+    suite: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not _ID.match(self.id):
+            raise BenchError(f"task id {self.id!r} must be 1-100 letters, digits, '_', '.' or '-'")
+        if not isinstance(self.instruction, str) or not self.instruction.strip():
+            raise BenchError(f"task {self.id}: the instruction is empty")
+        if not isinstance(self.max_turns, int) or self.max_turns < 1:
+            raise BenchError(f"task {self.id}: max_turns must be a positive integer, got {self.max_turns!r}")
+        object.__setattr__(self, "files", tuple(Path(f) for f in self.files))
+        object.__setattr__(self, "tags", tuple(self.tags))
+        resolve_checker(self.check)  # fail at load time, not in the middle of a run
+
+    @property
+    def key(self) -> str:
+        """``suite/id``: unique across the suites of a run."""
+        return f"{self.suite}/{self.id}" if self.suite else self.id
+
+    def build_tools(self, ctx: TaskContext) -> list[Tool[Any, Any]]:
+        """Fresh tools for one episode (the factory's, or the listed ones).
+
+        Raises:
+            BenchError: the factory failed or returned something that is not a list of tools.
+        """
+        spec = self.tools
+        try:
+            items = spec(ctx) if callable(spec) and not isinstance(spec, (Tool, list, tuple)) else spec
+            return ensure_tools(items)
+        except BenchError:
+            raise
+        except Exception as exc:
+            raise BenchError(f"task {self.key}: building its tools failed: {type(exc).__name__}: {exc}") from exc
+
+    def checker(self) -> Any:
+        return resolve_checker(self.check)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named list of tasks (see :func:`codeact.bench.load_suite` for where suites come from)."""
+
+    name: str
+    tasks: tuple[Task, ...]
+    description: str = ""
+    source: str = ""  # where it was loaded from
+
+    def task(self, task_id: str) -> Task:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        raise BenchError(f"suite {self.name} has no task {task_id!r}")

@@ -1,0 +1,180 @@
+"""The run log's SQLite schema and its migrations, one per version (kept in ``PRAGMA user_version``).
+
+``runs``
+    one row per run: task, model, backend, tools/files (JSON), status,
+    answer (JSON: the codec preview) and its original Python type name,
+    error, timestamps, duration, token usage totals, step count; who runs it
+    (host, pid, process start: to find runs whose process died); which agent
+    and prompt (name, version) produced it, and its bench episode.
+``steps``
+    one row per (run, step): model output, prompt size, model time, code,
+    observation, stdout, stderr, error, sandbox time, truncation flag,
+    tokens, start time, duration, and the live output so far.
+``tool_calls``
+    host tool calls made by a step: name, arguments/result (JSON previews),
+    error, duration, time.
+``artifacts``
+    file references (path, guessed MIME type, size when the file exists);
+    step 0 holds the run's final artifacts from :class:`RunResult`.
+``images``
+    PNG bytes displayed by a step, so a notebook export works even after
+    the artifact files are gone.
+``events``
+    the raw event log (type, step, time, JSON payload) in arrival order;
+    image bytes and the full RunResult steps are summarised there because
+    ``images`` and ``steps`` already hold them. ``TextDelta`` and
+    ``CodeOutput`` events are streaming noise and are not stored there.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import RunLogError
+
+#: Current schema version, stored in ``PRAGMA user_version``.
+SCHEMA_VERSION = 3
+
+# One entry per version: MIGRATIONS[i] upgrades a database from version i to
+# i + 1. Each is a tuple of single statements (not a script) because
+# executescript() would commit the surrounding transaction.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE IF NOT EXISTS runs (
+            id TEXT PRIMARY KEY,
+            task TEXT NOT NULL DEFAULT '',
+            model TEXT,
+            backend TEXT,
+            tools TEXT,            -- JSON list
+            files TEXT,            -- JSON list
+            status TEXT NOT NULL DEFAULT 'running',
+            answer TEXT,           -- JSON
+            answer_type TEXT,
+            error TEXT,
+            started REAL,
+            finished REAL,
+            duration REAL,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            requests INTEGER NOT NULL DEFAULT 0,
+            steps INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS runs_started ON runs (started)",
+        "CREATE INDEX IF NOT EXISTS runs_status ON runs (status)",
+        """CREATE TABLE IF NOT EXISTS steps (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            model_output TEXT,
+            input_messages INTEGER NOT NULL DEFAULT 0,
+            input_chars INTEGER NOT NULL DEFAULT 0,
+            model_time REAL NOT NULL DEFAULT 0,
+            code TEXT,
+            observation TEXT,
+            stdout TEXT,
+            stderr TEXT,
+            error TEXT,
+            sandbox_time REAL NOT NULL DEFAULT 0,
+            truncated INTEGER NOT NULL DEFAULT 0,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            requests INTEGER NOT NULL DEFAULT 0,
+            started REAL,
+            duration REAL NOT NULL DEFAULT 0,
+            PRIMARY KEY (run_id, step)
+        )""",
+        """CREATE TABLE IF NOT EXISTS tool_calls (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            arguments TEXT,        -- JSON
+            result TEXT,           -- JSON
+            error TEXT,
+            duration REAL NOT NULL DEFAULT 0,
+            time REAL
+        )""",
+        "CREATE INDEX IF NOT EXISTS tool_calls_run ON tool_calls (run_id, step)",
+        """CREATE TABLE IF NOT EXISTS artifacts (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            path TEXT NOT NULL,
+            mime TEXT,
+            size INTEGER,
+            UNIQUE (run_id, step, path)
+        )""",
+        """CREATE TABLE IF NOT EXISTS images (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            mime TEXT NOT NULL DEFAULT 'image/png',
+            png BLOB NOT NULL,
+            PRIMARY KEY (run_id, step, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS events (
+            run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            step INTEGER NOT NULL DEFAULT 0,
+            time REAL,
+            payload TEXT,          -- JSON
+            PRIMARY KEY (run_id, seq)
+        )""",
+    ),
+    (
+        # Version 2: who runs a run (to mark it interrupted when that process died), and the
+        # output a step had produced so far (kept if its process dies before the observation).
+        "ALTER TABLE runs ADD COLUMN owner_host TEXT",
+        "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_start TEXT",
+        "ALTER TABLE steps ADD COLUMN partial_output TEXT",
+    ),
+    (
+        # Version 3: which agent (codeact, react-fc, react-json, react-text) and which prompt
+        # (name, version) produced a run, and the benchmark episode it was.
+        "ALTER TABLE runs ADD COLUMN agent TEXT",
+        "ALTER TABLE runs ADD COLUMN prompt TEXT",
+        "ALTER TABLE runs ADD COLUMN prompt_version TEXT",
+        "ALTER TABLE runs ADD COLUMN bench_episode TEXT",
+        "CREATE INDEX IF NOT EXISTS runs_bench_episode ON runs (bench_episode)",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+def migrate(conn: sqlite3.Connection, where: str, retry: Callable[[Callable[[], Any]], Any]) -> None:
+    """Bring the database on ``conn`` to :data:`SCHEMA_VERSION` (one transaction; safe against races).
+
+    Raises:
+        RunLogError: the database was written by a newer codeact.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        from ._db import DB_ENV_VAR
+
+        raise RunLogError(
+            f"The run log {where} has schema version {version}, newer than this codeact "
+            f"understands ({SCHEMA_VERSION}). Upgrade codeact or set {DB_ENV_VAR} to another file."
+        )
+
+    def upgrade() -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read inside the write lock: another process may have migrated meanwhile.
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            for step in range(current, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement)
+            if current < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    retry(upgrade)
