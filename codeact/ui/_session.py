@@ -1,0 +1,468 @@
+"""One tab of the web UI: a chat session, the events it produced, its approvals and files.
+
+A :class:`UISession` wraps a :class:`~codeact.agent.ChatSession`. A turn runs
+on a thread of its own and every event it yields is turned into page JSON
+(:mod:`._wire`), numbered and kept in a bounded buffer, so that a page that
+reloads or loses its connection replays what it missed from any number on.
+Approvals block the agent's worker thread until the page decides (or the
+turn is stopped, the session closed, or nobody answers within the idle
+timeout: then the call is denied and the model reads that as an error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.hostfiles import UnsafePath, check_relative_path, read_confined
+
+from ..errors import CodeActError, SessionBusy, SessionNotFound, UIError
+from ..events import CodeAction, CodeOutput, Observation, RunStarted
+from ._wire import dumps, event_wire, shown
+
+#: Builds the agent of one UI session; it must pass ``approve`` on to :class:`CodeActAgent`.
+AgentFactory = Callable[[Callable[[Any], bool]], Any]
+
+
+@dataclass(frozen=True)
+class UIOptions:
+    """Limits and behaviour of the web UI's sessions.
+
+    Example::
+
+        UIOptions(max_sessions=2, idle_timeout=600, upload_limit=10 * 2**20)
+    """
+
+    #: Sessions (tabs) open at once, each with its own sandbox.
+    max_sessions: int = 4
+    #: Seconds without a request or a running turn after which a session's sandbox is closed.
+    idle_timeout: float = 30 * 60
+    #: Bytes of one uploaded file.
+    upload_limit: int = 100 * 1024 * 1024
+    #: Approve every call of tools that require approval (``--yes``); the page shows each.
+    auto_approve: bool = False
+    #: Host files copied into every session with its first message (``--file``).
+    files: tuple[Path, ...] = ()
+    #: Where the agent writes artifacts (``<output_root>/<run id>/``), for downloads.
+    output_root: Path = field(default_factory=lambda: Path("artifacts"))
+    #: Bytes of page events a session keeps for replay; older ones are dropped (History has them).
+    event_buffer_bytes: int = 32 * 1024 * 1024
+    #: Bytes of images (plots, SVG) a session keeps for the page.
+    blob_bytes: int = 256 * 1024 * 1024
+    #: Characters of live output per step sent to the page (the observation still has the rest).
+    live_output_chars: int = 1_000_000
+    #: Bytes of one file downloaded through the page.
+    download_limit: int = 256 * 1024 * 1024
+
+
+@dataclass
+class _Approval:
+    request: Any
+    decided: threading.Event = field(default_factory=threading.Event)
+    allowed: bool = False
+
+
+class UISession:
+    """One conversation in the web UI (see the module docstring)."""
+
+    def __init__(self, sid: str, title: str, factory: AgentFactory, options: UIOptions) -> None:
+        self.id = sid
+        self.title = title
+        self.created = time.time()
+        self._factory = factory
+        self._options = options
+        self._lock = threading.RLock()
+        self._chat: Any = None
+        self._sandbox_freed = False
+        self._busy = False
+        self._cancel: threading.Event | None = None
+        self._turn: threading.Thread | None = None
+        self._in_code = False
+        self._approvals: dict[str, _Approval] = {}
+        self._pending_files = list(options.files)
+        self._run_ids: list[str] = []
+        self._last_listing: list[dict[str, Any]] = []
+        self.closed = False
+        self.last_active = time.monotonic()
+        # The replay buffer and the waiters of open event streams.
+        self._events_lock = threading.Lock()
+        self._events: deque[tuple[int, str]] = deque()
+        self._events_bytes = 0
+        self._seq = 0
+        self._dropped_upto = 0
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
+        self._blobs: OrderedDict[int, tuple[str, bytes]] = OrderedDict()
+        self._blob_bytes = 0
+        self._blob_seq = 0
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def touch(self) -> None:
+        self.last_active = time.monotonic()
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "busy": self._busy, "created": self.created,
+                "sandbox_open": self._chat is not None and not self._sandbox_freed,
+                "pending_approvals": len(self._approvals)}
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise SessionNotFound(f"session {self.id} is closed; open a new one (+)")
+
+    # --- events ----------------------------------------------------------------------------
+
+    def publish(self, payload: dict[str, Any]) -> int:
+        """Number ``payload``, keep it for replay and wake the streams. Returns its number."""
+        with self._events_lock:
+            self._seq += 1
+            payload["seq"] = self._seq
+            data = dumps(payload)
+            self._events.append((self._seq, data))
+            self._events_bytes += len(data)
+            while self._events_bytes > self._options.event_buffer_bytes and len(self._events) > 1:
+                seq, old = self._events.popleft()
+                self._events_bytes -= len(old)
+                self._dropped_upto = seq
+            waiters = list(self._waiters)
+            seq = self._seq
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # that stream's loop is gone
+                pass
+        return seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+    def events_after(self, after: int) -> tuple[int, list[tuple[int, str]]]:
+        """(events lost to the buffer cap after ``after``, the kept events numbered above ``after``)."""
+        with self._events_lock:
+            lost = max(0, self._dropped_upto - after)
+            return lost, [(s, d) for s, d in self._events if s > after]
+
+    def add_waiter(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        with self._events_lock:
+            self._waiters.add((loop, event))
+
+    def remove_waiter(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        with self._events_lock:
+            self._waiters.discard((loop, event))
+
+    def wake_all(self) -> None:
+        with self._events_lock:
+            waiters = list(self._waiters)
+        for loop, event in waiters:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass
+
+    # --- blobs (images for <img>) --------------------------------------------------------------
+
+    def store_blob(self, mime: str, data: bytes) -> str:
+        """Keep ``data`` for the page; returns the URL it is served at."""
+        with self._events_lock:
+            self._blob_seq += 1
+            self._blobs[self._blob_seq] = (mime, data)
+            self._blob_bytes += len(data)
+            while self._blob_bytes > self._options.blob_bytes and len(self._blobs) > 1:
+                _, (_, old) = self._blobs.popitem(last=False)
+                self._blob_bytes -= len(old)
+            return f"/api/sessions/{self.id}/blobs/{self._blob_seq}"
+
+    def blob(self, number: int) -> tuple[str, bytes]:
+        with self._events_lock:
+            found = self._blobs.get(number)
+        if found is None:
+            raise UIError("this image is no longer kept (the session's image memory is full); "
+                          "History has the run's images")
+        return found
+
+    # --- turns -----------------------------------------------------------------------------
+
+    def send(self, text: str) -> None:
+        """Start a turn on ``text`` (on a thread of its own); its events follow on the stream."""
+        if not text.strip():
+            raise UIError("the message is empty")
+        with self._lock:
+            self._check_open()
+            if self._busy:
+                raise SessionBusy("a turn is running in this session; wait for it to end or press Stop")
+            self._busy = True
+            self.touch()
+            cancel = threading.Event()
+            self._cancel = cancel
+            files, self._pending_files = self._pending_files, []
+            if self.title.startswith("Session ") and not self._run_ids:
+                self.title = " ".join(text.split())[:40] or self.title
+            self._turn = threading.Thread(target=self._run_turn, args=(text, files, cancel), daemon=True,
+                                          name=f"codeact-ui-{self.id}")
+            self._turn.start()
+
+    def _open_chat(self) -> Any:
+        """The chat session, opened on first use (and again after the idle timeout freed it)."""
+        if self._chat is None:
+            self._chat = self._factory(self._approve).session()
+            if self._sandbox_freed:
+                self._sandbox_freed = False
+                self.publish({"type": "Notice", "message": "A new sandbox was started: variables, files and "
+                                                           "history from before the idle timeout are gone."})
+        return self._chat
+
+    def _run_turn(self, text: str, files: list[Path], cancel: threading.Event) -> None:
+        live_chars: dict[int, int] = {}
+        try:
+            with self._lock:
+                chat = self._open_chat()
+            for event in chat.stream(text, files=files, cancel=cancel):
+                self.touch()
+                if isinstance(event, RunStarted):
+                    self._run_ids.append(event.run_id)
+                elif isinstance(event, CodeAction):
+                    self._in_code = True
+                elif isinstance(event, Observation):
+                    self._in_code = False
+                elif isinstance(event, CodeOutput):
+                    used = live_chars.get(event.step, 0)
+                    live_chars[event.step] = used + len(event.text)
+                    limit = self._options.live_output_chars
+                    if used >= limit:
+                        continue
+                    if used + len(event.text) > limit:
+                        self.publish({"type": "Notice", "run_id": event.run_id, "step": event.step,
+                                      "message": f"Live output of step {event.step} passed {limit:,} characters; "
+                                                 "the rest is not streamed (the observation keeps its head and "
+                                                 "tail)."})
+                        continue
+                self.publish(event_wire(event, self.store_blob))
+        except Exception as exc:  # noqa: BLE001 - the page must learn why the turn ended
+            self.publish({"type": "ErrorEvent", "message": _message(exc), "kind": "ui", "fatal": True,
+                          "step": 0, "run_id": self._run_ids[-1] if self._run_ids else ""})
+        finally:
+            with self._lock:
+                self._busy = False
+                self._in_code = False
+                self._cancel = None
+                self._turn = None
+            self.touch()
+            self.publish({"type": "Idle"})
+
+    def stop(self) -> bool:
+        """Stop the running turn: interrupt its code (the kernel keeps its variables), end the turn.
+
+        Returns False when no turn runs.
+        """
+        with self._lock:
+            self._check_open()
+            if not self._busy or self._cancel is None:
+                return False
+            self._cancel.set()
+            chat = self._chat
+        self.touch()
+        self.publish({"type": "Notice", "message": "Stopping: the running code is interrupted; "
+                                                   "the session keeps its variables."})
+        if chat is not None:
+            chat.interrupt()
+            threading.Thread(target=self._interrupt_again, args=(chat,), daemon=True).start()
+        return True
+
+    def _interrupt_again(self, chat: Any) -> None:
+        """Code that started just after Stop missed the first interrupt: send it again (a few times)."""
+        for _ in range(5):
+            time.sleep(1.0)
+            with self._lock:
+                if not self._busy or not self._in_code or self._chat is not chat:
+                    return
+            chat.interrupt()
+
+    # --- approvals ---------------------------------------------------------------------------
+
+    def _approve(self, request: Any) -> bool:
+        """The agent's approver: ask the page and wait for its answer (on the agent's worker thread)."""
+        aid = uuid.uuid4().hex[:12]
+        call = {"id": aid, "run_id": request.run_id, "step": request.step, "tool": request.tool,
+                "arguments": {str(k): shown(v, 2000) for k, v in request.arguments.items()}}
+        if self._options.auto_approve:
+            self.publish({"type": "ApprovalResolved", **call, "allowed": True,
+                          "reason": "approved automatically (--yes)"})
+            return True
+        approval = _Approval(request)
+        with self._lock:
+            self._approvals[aid] = approval
+            cancel = self._cancel
+        self.publish({"type": "ApprovalRequested", **call})
+        deadline = time.monotonic() + self._options.idle_timeout
+        reason = None
+        while not approval.decided.wait(0.2):
+            if self.closed:
+                reason = "denied: the session was closed"
+            elif cancel is not None and cancel.is_set():
+                reason = "denied: the turn was stopped"
+            elif time.monotonic() > deadline:
+                reason = f"denied: no answer within {self._options.idle_timeout / 60:g} minutes"
+            if reason:
+                break
+        with self._lock:
+            self._approvals.pop(aid, None)
+        allowed = approval.allowed if reason is None else False
+        self.touch()
+        self.publish({"type": "ApprovalResolved", **call, "allowed": allowed,
+                      "reason": reason or ("approved" if allowed else "denied")})
+        return allowed
+
+    def decide(self, aid: str, allow: bool) -> None:
+        """The page's answer to an approval request."""
+        with self._lock:
+            self._check_open()
+            approval = self._approvals.get(aid)
+            if approval is None or approval.decided.is_set():
+                raise SessionBusy("this approval is no longer open (already answered, stopped or timed out)")
+            approval.allowed = bool(allow)
+            approval.decided.set()
+        self.touch()
+
+    # --- files ------------------------------------------------------------------------------
+
+    def upload(self, name: str, source: Path) -> dict[str, Any]:
+        """Copy an uploaded file (a host temp file) into the sandbox's working directory."""
+        with self._lock:
+            self._check_open()
+            if self._busy:
+                raise SessionBusy("a turn is running; upload when it has ended (or press Stop)")
+            self.touch()
+            chat = self._open_chat()
+            where = chat.upload(source, name)
+            size = source.stat().st_size
+        self.publish({"type": "FileUploaded", "name": name, "size": size, "path": str(where)})
+        return {"name": name, "size": size, "path": str(where)}
+
+    def files(self) -> dict[str, Any]:
+        """The working directory's files (the last listing while a turn runs) and the runs' artifacts."""
+        with self._lock:
+            self._check_open()
+            busy = self._busy
+            if not busy and self._chat is not None:
+                try:
+                    listing = self._chat.list_files()
+                    self._last_listing = [{"path": f.path, "size": f.size, "mtime": f.mtime}
+                                          for f in listing[:2000]]
+                except Exception:  # noqa: BLE001 - a listing failure leaves the last one shown
+                    pass
+            workspace = list(self._last_listing) if self._chat is not None else []
+            run_ids = list(self._run_ids)
+        return {"workspace": workspace, "stale": busy, "artifacts": self._artifacts(run_ids),
+                "pending": [p.name for p in self._pending_files]}
+
+    def _artifacts(self, run_ids: list[str]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for rid in run_ids:
+            root = self._options.output_root / rid
+            if not root.is_dir():
+                continue
+            for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not follow links
+                for filename in sorted(filenames):
+                    full = Path(dirpath) / filename
+                    if full.is_symlink() or not full.is_file():
+                        continue
+                    found.append({"run_id": rid, "path": full.relative_to(root).as_posix(),
+                                  "size": full.stat().st_size})
+                    if len(found) >= 1000:
+                        return found
+        return found
+
+    def download(self, path: str) -> bytes:
+        """A file from the sandbox's working directory."""
+        try:
+            check_relative_path(path)
+        except UnsafePath as exc:
+            raise UIError(f"not a file name in the working directory: {exc}") from None
+        with self._lock:
+            self._check_open()
+            if self._busy:
+                raise SessionBusy("a turn is running; download when it has ended (artifacts can be "
+                                  "downloaded at any time)")
+            if self._chat is None:
+                raise SessionNotFound(f"no such file: {path} (this session has no sandbox yet)")
+            self.touch()
+            return self._chat.download(path)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def free_if_idle(self, now: float) -> bool:
+        """Close the sandbox when nothing happened for the idle timeout; the tab stays, with its events."""
+        with self._lock:
+            if self.closed or self._busy or self._chat is None or now - self.last_active < self._options.idle_timeout:
+                return False
+            chat, self._chat = self._chat, None
+            self._sandbox_freed = True
+        try:
+            chat.close()
+        finally:
+            minutes = self._options.idle_timeout / 60
+            self.publish({"type": "SandboxFreed",
+                          "message": f"Idle for {minutes:g} minutes: this session's sandbox was closed to free "
+                                     "resources. The next message starts a new one (variables, files and the "
+                                     "conversation so far are gone; History keeps the runs)."})
+        return True
+
+    def close(self, reason: str = "closed") -> None:
+        """End the session: stop its turn, close its sandbox, end its event streams. Idempotent."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self._cancel is not None:
+                self._cancel.set()
+            chat, turn = self._chat, self._turn
+        self.publish({"type": "SessionClosed", "message": reason})
+        if chat is not None:
+            chat.interrupt()
+        if turn is not None:
+            turn.join(30)
+        if chat is not None:
+            chat.close()
+        self._chat = None
+        self.wake_all()
+
+    def artifact(self, run_id: str, path: str) -> bytes:
+        return read_artifact(self._options.output_root, run_id, path, self._options.download_limit)
+
+
+def read_artifact(output_root: Path, run_id: str, path: str, limit: int) -> bytes:
+    """A file a run saved (``<output_root>/<run id>/<path>``), read without following links."""
+    try:
+        check_relative_path(run_id)
+        check_relative_path(path)
+    except UnsafePath as exc:
+        raise UIError(f"not an artifact name: {exc}") from None
+    if "/" in run_id:
+        raise UIError("not a run id")
+    root = output_root / run_id
+    if not root.is_dir():
+        raise SessionNotFound(f"run {run_id} has no artifacts here")
+    try:
+        return read_confined(root, path, max_bytes=limit)
+    except CodeActError:
+        raise
+    except Exception as exc:  # FileTransferError and OSError: say which file
+        raise SessionNotFound(f"no artifact {path} in run {run_id}: {exc}") from None
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, CodeActError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,152 @@
+"""Agent events as the JSON the page renders.
+
+The page consumes the same :mod:`codeact.events` the terminal renders; this
+module turns each into a flat JSON object (``{"type": "Observation", ...}``).
+Everything in it may come from the sandbox and is treated as hostile by the
+page (set as text, or sanitised); here it is only bounded and made JSON-safe.
+Bytes never go into the stream: images are handed to a store that keeps them
+and returns the URL they are served at (``{"src": "/api/.../blobs/3"}``), which
+the page uses as an ``<img>`` source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sandbox.result import strip_ansi
+
+from ..events import (
+    CodeAction,
+    CodeOutput,
+    ErrorEvent,
+    Event,
+    FinalAnswer,
+    ModelOutput,
+    Observation,
+    RunFinished,
+    RunStarted,
+    TextDelta,
+    ToolCall,
+)
+from ..parsing import parse_reply
+from ..values import preview, show
+
+#: Characters of one value (a tool argument, a result, an answer) shown on the page.
+VALUE_LIMIT = 20_000
+#: MIME types the page renders; others are shown as their text/plain.
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml")
+#: Rows of a DataFrame answer rendered as a table.
+ANSWER_ROWS = 200
+
+#: Keeps bytes for the page and returns the URL they are served at: ``store(mime, data) -> url``.
+StoreBlob = Callable[[str, bytes], str]
+
+
+def dumps(payload: dict[str, Any]) -> str:
+    """Compact JSON on one line (SSE data), valid even when text holds lone surrogates."""
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), default=str)
+    # A lone surrogate (undecodable bytes from the sandbox) cannot be UTF-8 encoded; as a
+    # \\uXXXX escape it is valid JSON.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shown(value: Any, limit: int = VALUE_LIMIT) -> str:
+    """A value preview (:mod:`codeact.values`) as readable text, bounded."""
+    return show(value, limit)
+
+
+def _base(event: Event) -> dict[str, Any]:
+    return {"type": type(event).__name__, "run_id": event.run_id, "step": event.step, "time": event.time}
+
+
+def _traceback_of(text: str) -> str:
+    """The traceback part of an observation ("Error:" section), '' when it has none."""
+    marker = text.rfind("Error:\n")
+    while marker > 0 and text[marker - 1] != "\n":  # "ValueError:\n" is not the section header
+        marker = text.rfind("Error:\n", 0, marker)
+    return text[marker + len("Error:\n"):] if marker >= 0 else ""
+
+
+def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[str, Any]]:
+    """Rich outputs for the page: an image (by blob number), HTML (to sanitise) or text."""
+    items: list[dict[str, Any]] = []
+    for bundle in bundles:
+        if not isinstance(bundle, dict):
+            continue
+        text = bundle.get("text/plain")
+        text = text if isinstance(text, str) else None
+        image = next((m for m in IMAGE_MIMES if m in bundle), None)
+        if image is not None:
+            data = bundle[image]
+            if isinstance(data, str):  # SVG is text
+                data = data.encode("utf-8", "replace")
+            if isinstance(data, bytes):
+                items.append({"kind": "image", "mime": image, "src": store(image, data), "alt": text or ""})
+                continue
+        html = bundle.get("text/html")
+        if isinstance(html, str):
+            items.append({"kind": "html", "html": html, "text": text or ""})
+        elif isinstance(bundle.get("text/markdown"), str):
+            items.append({"kind": "text", "text": bundle["text/markdown"]})
+        elif text is not None:
+            items.append({"kind": "text", "text": text})
+    return items
+
+
+def answer_wire(answer: Any) -> dict[str, Any]:
+    """The final answer: its text, and an HTML table when it is a DataFrame (escaped by pandas)."""
+    out: dict[str, Any] = {"text": "" if answer is None else shown(preview(answer))}
+    if isinstance(answer, str):
+        out["text"] = answer[:VALUE_LIMIT * 5]
+    to_html = getattr(answer, "to_html", None)
+    if callable(to_html) and type(answer).__module__.startswith("pandas"):
+        try:
+            out["html"] = to_html(max_rows=ANSWER_ROWS, escape=True)
+        except Exception:  # noqa: BLE001 - the text form is enough
+            pass
+    return out
+
+
+def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
+    """One agent event as the page's JSON."""
+    out = _base(event)
+    if isinstance(event, RunStarted):
+        out.update(task=event.task, model=event.model, backend=event.backend, tools=list(event.tools),
+                   files=[str(f) for f in event.files])
+    elif isinstance(event, TextDelta):
+        out.update(text=event.text)
+    elif isinstance(event, ModelOutput):
+        out.update(text=event.text, prose=parse_reply(event.text).prose, duration=event.duration,
+                   input_tokens=event.usage.input_tokens, output_tokens=event.usage.output_tokens)
+    elif isinstance(event, CodeAction):
+        out.update(code=event.code)
+    elif isinstance(event, CodeOutput):
+        out.update(stream="stderr" if event.stream == "stderr" else "stdout", text=strip_ansi(event.text))
+    elif isinstance(event, ToolCall):
+        out.update(name=event.name, arguments={str(k): shown(v, 2000) for k, v in event.arguments.items()},
+                   result=None if event.error else shown(event.result), error=event.error,
+                   duration=event.duration)
+    elif isinstance(event, Observation):
+        out.update(text=event.text, stdout=strip_ansi(event.stdout), stderr=strip_ansi(event.stderr),
+                   error=event.error,
+                   traceback=_traceback_of(event.text) if event.error else "", duration=event.duration,
+                   truncated=event.truncated, artifacts=list(event.artifacts),
+                   outputs=output_items(list(getattr(event, "outputs", []) or []), store))
+        if not out["outputs"] and event.images:  # an agent that does not fill `outputs`
+            out["outputs"] = [{"kind": "image", "mime": "image/png", "src": store("image/png", png), "alt": ""}
+                              for png in event.images]
+    elif isinstance(event, FinalAnswer):
+        out.update(status=event.status, answer=answer_wire(event.answer))
+    elif isinstance(event, ErrorEvent):
+        out.update(message=event.message, kind=event.kind, fatal=event.fatal)
+    elif isinstance(event, RunFinished):
+        r = event.result
+        out.update(status=r.status, error=r.error, duration=r.duration, steps=len(r.steps),
+                   input_tokens=r.usage.input_tokens, output_tokens=r.usage.output_tokens,
+                   artifacts=[p.name for p in r.artifacts])
+    else:  # an event type this UI does not know yet: its name is enough
+        out["unknown"] = True
+    return out
+

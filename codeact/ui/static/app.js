@@ -1,0 +1,972 @@
+// codeact web UI: renders the agent's event stream (server-sent events) as a conversation.
+//
+// Everything in an event may come from the sandbox and is hostile: text is only ever set
+// with textContent, HTML outputs go through DOMPurify (no scripts, styles, forms or frames)
+// and are inserted as a DOM fragment, images are <img> elements (an SVG in an <img> runs no
+// script). The server's Content-Security-Policy forbids inline script as a second line.
+'use strict';
+
+(() => {
+  const TOKEN = document.querySelector('meta[name="codeact-token"]').content;
+  const TOKEN_HEADER = document.querySelector('meta[name="codeact-token-header"]').content;
+  const LIVE_OUTPUT_CHARS = 300000; // characters of live output one step shows on the page
+  const $ = (id) => document.getElementById(id);
+
+  // Numbers a benchmark or a test can read; nothing depends on them.
+  // events: handled; handleMs/flushMs: main-thread time spent on them; last: when each type last arrived.
+  const stats = window.codeactStats = { events: 0, handleMs: 0, maxHandleMs: 0, flushMs: 0, maxFlushMs: 0, last: {} };
+
+  const follow = { on: true, programmatic: false };
+  window.addEventListener('scroll', () => {
+    if (follow.programmatic) { follow.programmatic = false; return; }
+    const s = document.scrollingElement;
+    follow.on = s.scrollHeight - s.scrollTop - s.clientHeight < 120;
+  }, { passive: true });
+
+  const state = {
+    settings: {},
+    sessions: new Map(), // id -> {id, title, busy, view, el, lastSeq}
+    current: null,
+    source: null,
+    historyRun: null,
+  };
+
+  // --------------------------------------------------------------------------- small helpers
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function fmtBytes(n) {
+    if (n === null || n === undefined) return '';
+    if (n < 1024) return `${n} B`;
+    const units = ['kB', 'MB', 'GB'];
+    let v = n / 1024, i = 0;
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+    return `${v.toFixed(1)} ${units[i]}`;
+  }
+
+  function fmtSeconds(s) {
+    if (s === null || s === undefined) return '';
+    if (s < 1) return `${Math.round(s * 1000)} ms`;
+    if (s < 60) return `${s.toFixed(1)} s`;
+    return `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s`;
+  }
+
+  function fmtTime(t) {
+    if (!t) return '';
+    const d = new Date(t * 1000);
+    return d.toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+  }
+
+  function encodePath(path) {
+    return String(path).split('/').map(encodeURIComponent).join('/');
+  }
+
+  async function api(path, { method = 'GET', json, body, headers = {} } = {}) {
+    const init = { method, headers: { [TOKEN_HEADER]: TOKEN, ...headers }, credentials: 'same-origin' };
+    if (json !== undefined) {
+      init.body = JSON.stringify(json);
+      init.headers['Content-Type'] = 'application/json';
+    } else if (body !== undefined) {
+      init.body = body;
+    }
+    const response = await fetch(path, init);
+    const type = response.headers.get('content-type') || '';
+    const data = type.includes('application/json') ? await response.json() : await response.text();
+    if (!response.ok) {
+      const message = (data && data.error) || (typeof data === 'string' ? data : `HTTP ${response.status}`);
+      const error = new Error(message);
+      error.status = response.status;
+      throw error;
+    }
+    return data;
+  }
+
+  let bannerTimer = null;
+  function banner(message, kind = 'error') {
+    const b = $('banner');
+    b.textContent = message;
+    b.className = `banner ${kind}`;
+    b.hidden = false;
+    clearTimeout(bannerTimer);
+    bannerTimer = setTimeout(() => { b.hidden = true; }, kind === 'error' ? 12000 : 5000);
+  }
+
+  const PURIFY = {
+    FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame',
+      'frameset', 'object', 'embed', 'link', 'meta', 'base', 'svg', 'math', 'dialog', 'template'],
+    FORBID_ATTR: ['style', 'srcset', 'action', 'formaction', 'background', 'ping'],
+    ALLOW_DATA_ATTR: false,
+    RETURN_DOM_FRAGMENT: true,
+  };
+  let purifyReady = false;
+  function sanitizedFragment(html) {
+    if (!window.DOMPurify || !window.DOMPurify.isSupported) return null; // never insert unsanitised HTML
+    if (!purifyReady) {
+      window.DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+        if (node.tagName === 'A') {
+          node.setAttribute('target', '_blank');
+          node.setAttribute('rel', 'noopener noreferrer');
+        }
+      });
+      purifyReady = true;
+    }
+    return window.DOMPurify.sanitize(String(html), PURIFY);
+  }
+
+  function highlight(codeEl) {
+    if (window.Prism && window.Prism.languages && window.Prism.languages.python) {
+      window.Prism.highlightElement(codeEl);
+    }
+  }
+
+  // Split streamed model text into prose and fenced code (an open fence runs to the end).
+  function segments(text) {
+    const parts = [];
+    const fence = /^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$/gm;
+    let pos = 0, open = null, m;
+    while ((m = fence.exec(text)) !== null) {
+      if (open === null) {
+        if (m.index > pos) parts.push({ kind: 'prose', text: text.slice(pos, m.index) });
+        open = { ticks: m[1], lang: (m[2] || '').toLowerCase(), start: m.index + m[0].length + 1 };
+      } else if (m[1].startsWith(open.ticks[0]) && m[1].length >= open.ticks.length && !m[2]) {
+        parts.push({ kind: 'code', lang: open.lang, text: text.slice(open.start, m.index).replace(/\n$/, '') });
+        pos = m.index + m[0].length + 1;
+        open = null;
+      }
+    }
+    if (open !== null) parts.push({ kind: 'code', lang: open.lang, text: text.slice(open.start) });
+    else if (pos < text.length) parts.push({ kind: 'prose', text: text.slice(pos) });
+    return parts;
+  }
+
+  function codeBlock(code, lang = 'python') {
+    const pre = el('pre', 'code');
+    const c = el('code', `language-${['python', 'py', 'python3', 'ipython', ''].includes(lang) ? 'python' : 'none'}`);
+    c.textContent = code;
+    pre.appendChild(c);
+    highlight(c);
+    return pre;
+  }
+
+  // --------------------------------------------------------------------------- a conversation view
+
+  class View {
+    constructor(root, { readOnly = false, sessionId = null } = {}) {
+      this.root = root;
+      this.readOnly = readOnly;
+      this.sessionId = sessionId;
+      this.turns = new Map();
+      this.approvals = new Map();
+      this.dirty = new Set();
+      this.frame = null;
+      this.lastTurn = null;
+    }
+
+    clear() {
+      this.root.textContent = '';
+      this.turns.clear();
+      this.approvals.clear();
+      this.dirty.clear();
+      this.lastTurn = null;
+    }
+
+    // The page follows new output while the reader is at the bottom; scrolling up stops that.
+    nearBottom() { return follow.on; }
+
+    scrollDown() {
+      if (this.root.offsetParent === null) return; // hidden (another tab)
+      follow.programmatic = true;
+      document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+    }
+
+    turn(runId) {
+      let t = this.turns.get(runId);
+      if (!t) {
+        const node = el('article', 'turn');
+        node.dataset.run = runId || '';
+        this.root.appendChild(node);
+        t = { el: node, steps: new Map(), runId };
+        this.turns.set(runId, t);
+      }
+      this.lastTurn = t;
+      return t;
+    }
+
+    step(ev) {
+      const t = this.turn(ev.run_id);
+      let s = t.steps.get(ev.step);
+      if (!s) {
+        const node = el('section', 'step');
+        node.dataset.step = ev.step;
+        const head = el('div', 'step-head');
+        head.appendChild(el('span', 'step-label', `Step ${ev.step}`));
+        s = { el: node, head, meta: el('span', 'step-meta'), raw: '', model: null, streaming: null,
+          code: null, tools: null, output: null, outputChars: 0, outputCut: false, pending: [],
+          sawLive: false, prose: null };
+        head.appendChild(s.meta);
+        node.appendChild(head);
+        const answer = t.el.querySelector(':scope > .answer, :scope > .run-status');
+        t.el.insertBefore(node, answer);
+        t.steps.set(ev.step, s);
+      }
+      return s;
+    }
+
+    part(s, key, tag, cls) {
+      if (!s[key]) {
+        s[key] = el(tag, cls);
+        s.el.appendChild(s[key]);
+      }
+      return s[key];
+    }
+
+    schedule(s) {
+      this.dirty.add(s);
+      if (this.frame === null) this.frame = requestAnimationFrame(() => this.flush());
+    }
+
+    // Streamed text and live output are applied once per frame, however many events arrived.
+    flush() {
+      const started = performance.now();
+      const stick = this.nearBottom();
+      this.frame = null;
+      for (const s of this.dirty) {
+        if (s.streaming !== null) this.renderStreaming(s);
+        if (s.pending.length) this.appendOutput(s);
+      }
+      this.dirty.clear();
+      if (stick) this.scrollDown();
+      const spent = performance.now() - started;
+      stats.flushMs += spent;
+      stats.maxFlushMs = Math.max(stats.maxFlushMs, spent);
+    }
+
+    renderStreaming(s) {
+      const box = s.streaming;
+      box.textContent = '';
+      for (const part of segments(s.raw)) {
+        if (part.kind === 'prose') {
+          if (part.text.trim()) box.appendChild(el('div', 'prose', part.text.trim()));
+        } else {
+          box.appendChild(codeBlock(part.text, part.lang));
+        }
+      }
+    }
+
+    appendOutput(s) {
+      const pre = this.part(s, 'output', 'pre', 'live-output');
+      for (const [stream, text] of s.pending) {
+        if (s.outputCut) break;
+        let chunk = text;
+        if (s.outputChars + chunk.length > LIVE_OUTPUT_CHARS) {
+          chunk = chunk.slice(0, Math.max(0, LIVE_OUTPUT_CHARS - s.outputChars));
+          s.outputCut = true;
+        }
+        s.outputChars += chunk.length;
+        const last = pre.lastChild;
+        if (last && last.dataset && last.dataset.stream === stream) {
+          last.firstChild.appendData(chunk);
+        } else {
+          const span = el('span', stream, chunk);
+          span.dataset.stream = stream;
+          pre.appendChild(span);
+        }
+      }
+      if (s.outputCut && !s.el.querySelector('.output-cut')) {
+        s.el.insertBefore(el('div', 'note output-cut',
+          `Output shown up to ${LIVE_OUTPUT_CHARS.toLocaleString()} characters; "What the model saw" keeps its head and tail.`),
+        pre.nextSibling);
+      }
+      s.pending = [];
+    }
+
+    handle(ev) {
+      const started = performance.now();
+      const stick = this.nearBottom();
+      const method = this[`on${ev.type}`];
+      if (method) method.call(this, ev);
+      if (stick) this.scrollDown();
+      const spent = performance.now() - started;
+      stats.events += 1;
+      stats.last[ev.type] = started;
+      stats.handleMs += spent;
+      stats.maxHandleMs = Math.max(stats.maxHandleMs, spent);
+    }
+
+    note(text, cls = 'note') {
+      const target = this.lastTurn ? this.lastTurn.el : this.root;
+      target.appendChild(el('div', cls, text));
+    }
+
+    // --- agent events
+
+    onRunStarted(ev) {
+      const t = this.turn(ev.run_id);
+      const user = el('div', 'user-msg');
+      user.appendChild(el('div', 'who', 'You'));
+      user.appendChild(el('div', 'text', ev.task));
+      if (ev.files && ev.files.length) user.appendChild(el('div', 'files-note', `Files: ${ev.files.join(', ')}`));
+      t.el.appendChild(user);
+      t.el.appendChild(el('div', 'turn-meta', `${ev.model} · ${ev.backend} · run ${ev.run_id}`));
+      if (!this.readOnly) setBusy(this.sessionId, true);
+    }
+
+    onTextDelta(ev) {
+      const s = this.step(ev);
+      if (s.streaming === null) {
+        s.model = this.part(s, 'model', 'div', 'model');
+        s.streaming = el('div', 'streaming');
+        s.model.appendChild(s.streaming);
+      }
+      s.raw += ev.text;
+      this.schedule(s);
+    }
+
+    onModelOutput(ev) {
+      const s = this.step(ev);
+      const model = this.part(s, 'model', 'div', 'model');
+      model.textContent = '';
+      s.streaming = null;
+      s.raw = ev.text;
+      if (ev.prose && ev.prose.trim()) {
+        s.prose = el('div', 'prose', ev.prose.trim());
+        model.appendChild(s.prose);
+      }
+      const tokens = ev.output_tokens ? ` · ${ev.input_tokens} in / ${ev.output_tokens} out tokens` : '';
+      s.meta.textContent = `model ${fmtSeconds(ev.duration)}${tokens}`;
+    }
+
+    onCodeAction(ev) {
+      const s = this.step(ev);
+      if (s.code) s.code.remove();
+      s.code = codeBlock(ev.code);
+      s.code.classList.add('action', 'running');
+      s.el.appendChild(s.code);
+    }
+
+    onCodeOutput(ev) {
+      const s = this.step(ev);
+      s.sawLive = true;
+      s.pending.push([ev.stream, ev.text]);
+      this.schedule(s);
+    }
+
+    toolCard(ev) {
+      const card = el('div', 'tool-call');
+      const call = el('div', 'call');
+      call.appendChild(el('span', 'tool-name', ev.tool || ev.name));
+      const args = Object.entries(ev.arguments || {}).map(([k, v]) => `${k}=${v}`).join(', ');
+      call.appendChild(el('span', 'tool-args', `(${args})`));
+      card.appendChild(call);
+      return card;
+    }
+
+    onToolCall(ev) {
+      const s = this.step(ev);
+      const box = this.part(s, 'tools', 'div', 'tools');
+      const card = this.toolCard(ev);
+      if (ev.error) {
+        card.classList.add('failed');
+        card.appendChild(el('div', 'tool-error', `✗ ${ev.error}`));
+      } else {
+        card.appendChild(el('div', 'tool-result', `→ ${ev.result}`));
+      }
+      card.appendChild(el('span', 'duration', fmtSeconds(ev.duration)));
+      box.appendChild(card);
+    }
+
+    onApprovalRequested(ev) {
+      const s = this.step(ev);
+      const box = this.part(s, 'tools', 'div', 'tools');
+      const card = this.toolCard(ev);
+      card.classList.add('approval', 'pending');
+      card.dataset.approval = ev.id;
+      card.insertBefore(el('div', 'approval-title', 'This tool call needs your approval'), card.firstChild);
+      const buttons = el('div', 'approval-buttons');
+      const yes = el('button', 'approve primary', 'Approve');
+      const no = el('button', 'deny danger', 'Deny');
+      yes.type = no.type = 'button';
+      const decide = async (allow) => {
+        yes.disabled = no.disabled = true;
+        try {
+          await api(`/api/sessions/${this.sessionId}/approvals/${encodeURIComponent(ev.id)}`,
+            { method: 'POST', json: { allow } });
+        } catch (err) {
+          banner(err.message);
+        }
+      };
+      yes.addEventListener('click', () => decide(true));
+      no.addEventListener('click', () => decide(false));
+      buttons.append(yes, no);
+      if (this.readOnly) buttons.hidden = true;
+      card.appendChild(buttons);
+      box.appendChild(card);
+      this.approvals.set(ev.id, card);
+    }
+
+    onApprovalResolved(ev) {
+      let card = this.approvals.get(ev.id);
+      if (!card) {
+        const s = this.step(ev);
+        card = this.toolCard(ev);
+        card.classList.add('approval');
+        this.part(s, 'tools', 'div', 'tools').appendChild(card);
+      }
+      card.classList.remove('pending');
+      card.classList.add(ev.allowed ? 'approved' : 'denied');
+      const buttons = card.querySelector('.approval-buttons');
+      if (buttons) buttons.remove();
+      const title = card.querySelector('.approval-title');
+      if (title) title.remove();
+      card.appendChild(el('div', 'approval-result', ev.allowed ? `✓ ${ev.reason}` : `✗ ${ev.reason}`));
+    }
+
+    onObservation(ev) {
+      const s = this.step(ev);
+      if (s.pending.length) this.appendOutput(s);
+      if (s.code) s.code.classList.remove('running');
+      if (!s.sawLive && (ev.stdout || ev.stderr)) {
+        if (ev.stdout) s.pending.push(['stdout', ev.stdout]);
+        if (ev.stderr) s.pending.push(['stderr', ev.stderr]);
+        this.appendOutput(s);
+      }
+      const outputs = ev.outputs || [];
+      if (outputs.length) {
+        const box = el('div', 'outputs');
+        for (const item of outputs) box.appendChild(this.richOutput(item));
+        s.el.appendChild(box);
+      }
+      if (ev.error) {
+        const details = el('details', 'error');
+        details.appendChild(el('summary', null, ev.error));
+        if (ev.traceback) details.appendChild(el('pre', 'traceback', ev.traceback));
+        s.el.appendChild(details);
+      }
+      if (ev.artifacts && ev.artifacts.length) {
+        const list = el('div', 'artifacts');
+        list.appendChild(el('span', 'label', 'Saved: '));
+        for (const name of ev.artifacts) {
+          const a = el('a', 'artifact', name);
+          a.href = `/api/runs/${encodeURIComponent(ev.run_id)}/artifacts/${encodePath(name)}`;
+          a.setAttribute('download', '');
+          list.appendChild(a);
+        }
+        s.el.appendChild(list);
+      }
+      const seen = el('details', 'observation');
+      seen.appendChild(el('summary', null, `What the model saw (${ev.text.length.toLocaleString()} characters${ev.truncated ? ', cut' : ''}) · ran ${fmtSeconds(ev.duration)}`));
+      seen.appendChild(el('pre', null, ev.text));
+      s.el.appendChild(seen);
+    }
+
+    richOutput(item) {
+      if (item.kind === 'image') {
+        const fig = el('figure', 'figure');
+        const img = el('img', item.mime === 'image/svg+xml' ? 'plot svg' : 'plot');
+        img.alt = item.alt || 'plot';
+        img.decoding = 'async';
+        img.addEventListener('load', () => { if (follow.on && !this.readOnly) this.scrollDown(); });
+        img.src = item.src;
+        fig.appendChild(img);
+        return fig;
+      }
+      if (item.kind === 'html') {
+        const box = el('div', 'html-output');
+        const fragment = sanitizedFragment(item.html);
+        if (fragment) {
+          box.appendChild(fragment);
+        } else {
+          box.appendChild(el('pre', null, item.text || item.html));
+        }
+        return box;
+      }
+      return el('pre', 'text-output', item.text);
+    }
+
+    onFinalAnswer(ev) {
+      const t = this.turn(ev.run_id);
+      const box = el('div', 'answer');
+      box.appendChild(el('div', 'who', ev.status === 'success' ? 'Answer' : 'Best answer (step limit reached)'));
+      const answer = ev.answer || {};
+      const fragment = answer.html ? sanitizedFragment(answer.html) : null;
+      if (fragment) {
+        const table = el('div', 'html-output');
+        table.appendChild(fragment);
+        box.appendChild(table);
+      } else {
+        box.appendChild(el('div', 'text', answer.text));
+      }
+      // A reply without code is the answer itself: do not show it twice.
+      const last = [...t.steps.values()].pop();
+      if (last && !last.code && !last.tools && last.prose && last.prose.textContent === (answer.text || '').trim()) {
+        last.el.remove();
+      }
+      t.el.appendChild(box);
+    }
+
+    onErrorEvent(ev) {
+      const target = ev.step ? this.step(ev).el : this.turn(ev.run_id).el;
+      const box = el('div', ev.fatal ? 'error-event fatal' : 'error-event', ev.message);
+      target.appendChild(box);
+    }
+
+    onRunFinished(ev) {
+      const t = this.turn(ev.run_id);
+      for (const s of t.steps.values()) if (s.code) s.code.classList.remove('running');
+      const line = el('div', `run-status ${ev.status}`);
+      const icon = { success: '✔', max_steps: '●', cancelled: '■', error: '✘' }[ev.status] || '…';
+      const tokens = ev.output_tokens ? ` · ${ev.input_tokens} in / ${ev.output_tokens} out tokens` : '';
+      line.appendChild(el('span', null,
+        `${icon} ${ev.status} · ${ev.steps} step${ev.steps === 1 ? '' : 's'} · ${fmtSeconds(ev.duration)}${tokens}`));
+      if (ev.error && ev.status !== 'success') line.appendChild(el('span', 'run-error', ` — ${ev.error}`));
+      if (state.settings.history && ev.run_id && !this.readOnly) {
+        const open = el('button', 'link', 'Open in History');
+        open.type = 'button';
+        open.addEventListener('click', () => openRun(ev.run_id));
+        line.appendChild(open);
+      }
+      t.el.appendChild(line);
+    }
+
+    // --- UI events
+
+    onIdle() {
+      if (!this.readOnly) {
+        setBusy(this.sessionId, false);
+        refreshFiles();
+      }
+    }
+
+    onNotice(ev) { this.note(ev.message); }
+
+    onFileUploaded(ev) {
+      this.note(`Uploaded ${ev.name} (${fmtBytes(ev.size)}) to ${ev.path}`, 'note upload');
+      refreshFiles();
+    }
+
+    onSandboxFreed(ev) { this.note(ev.message, 'note warning'); refreshFiles(); }
+
+    onSessionClosed(ev) { this.note(`Session closed: ${ev.message}`, 'note warning'); }
+
+    onGap(ev) { this.root.insertBefore(el('div', 'note warning', ev.message), this.root.firstChild); }
+  }
+
+  // --------------------------------------------------------------------------- sessions and the stream
+
+  function setBusy(sid, busy) {
+    const s = state.sessions.get(sid);
+    if (s) s.busy = busy;
+    if (sid === state.current) {
+      $('send').disabled = busy;
+      $('stop').disabled = !busy;
+    }
+    renderTabs();
+  }
+
+  function renderTabs() {
+    const tabs = $('tabs');
+    tabs.textContent = '';
+    for (const s of state.sessions.values()) {
+      const tab = el('div', `tab${s.id === state.current ? ' active' : ''}${s.busy ? ' busy' : ''}`);
+      tab.setAttribute('role', 'tab');
+      tab.dataset.session = s.id;
+      const label = el('button', 'tab-label', s.title);
+      label.type = 'button';
+      label.addEventListener('click', () => selectSession(s.id));
+      const close = el('button', 'tab-close', '×');
+      close.type = 'button';
+      close.title = 'Close this session (frees its sandbox)';
+      close.addEventListener('click', (e) => { e.stopPropagation(); closeSession(s.id); });
+      tab.append(label, close);
+      tabs.appendChild(tab);
+    }
+  }
+
+  function ensureLocal(summary) {
+    let s = state.sessions.get(summary.id);
+    if (!s) {
+      const root = el('div', 'conversation');
+      root.dataset.session = summary.id;
+      root.hidden = true;
+      $('conversations').appendChild(root);
+      s = { id: summary.id, title: summary.title, busy: summary.busy, el: root, lastSeq: 0 };
+      s.view = new View(root, { sessionId: summary.id });
+      state.sessions.set(summary.id, s);
+    } else {
+      s.title = summary.title;
+      s.busy = summary.busy;
+    }
+    return s;
+  }
+
+  async function loadSessions() {
+    const data = await api('/api/sessions');
+    const seen = new Set();
+    for (const summary of data.sessions) {
+      ensureLocal(summary);
+      seen.add(summary.id);
+    }
+    for (const [id, s] of state.sessions) {
+      if (!seen.has(id)) {
+        s.el.remove();
+        state.sessions.delete(id);
+      }
+    }
+    renderTabs();
+    return data.sessions;
+  }
+
+  function connect(s) {
+    if (state.source) state.source.close();
+    const source = new EventSource(`/api/sessions/${s.id}/events?after=${s.lastSeq}`);
+    state.source = source;
+    const indicator = $('connection');
+    source.onopen = () => { indicator.textContent = ''; indicator.className = 'connection'; };
+    source.onmessage = (message) => {
+      let ev;
+      try { ev = JSON.parse(message.data); } catch (err) { return; }
+      if (typeof ev.seq === 'number') {
+        if (ev.seq <= s.lastSeq) return; // already shown (a replay after reconnecting)
+        s.lastSeq = ev.seq;
+      }
+      s.view.handle(ev);
+    };
+    source.onerror = () => {
+      if (source.readyState === EventSource.CLOSED) {
+        indicator.textContent = 'disconnected';
+        indicator.className = 'connection lost';
+        setTimeout(() => { if (state.source === source) reconnect(); }, 2000);
+      } else {
+        indicator.textContent = 'reconnecting…';
+        indicator.className = 'connection lost';
+      }
+    };
+  }
+
+  async function reconnect() {
+    try {
+      await loadSessions();
+    } catch (err) {
+      setTimeout(reconnect, 3000);
+      return;
+    }
+    if (state.current && state.sessions.has(state.current)) {
+      connect(state.sessions.get(state.current));
+    } else {
+      await pickSession();
+    }
+  }
+
+  function selectSession(sid) {
+    const s = state.sessions.get(sid);
+    if (!s) return;
+    showHistoryView(false);
+    for (const other of state.sessions.values()) other.el.hidden = other.id !== sid;
+    state.current = sid;
+    if (location.hash !== `#${sid}`) history.replaceState(null, '', `#${sid}`);
+    $('send').disabled = s.busy;
+    $('stop').disabled = !s.busy;
+    renderTabs();
+    connect(s);
+    refreshFiles();
+  }
+
+  async function createSession() {
+    try {
+      const summary = await api('/api/sessions', { method: 'POST' });
+      ensureLocal(summary);
+      selectSession(summary.id);
+      $('message').focus();
+    } catch (err) {
+      banner(err.message);
+    }
+  }
+
+  async function closeSession(sid) {
+    try {
+      await api(`/api/sessions/${sid}`, { method: 'DELETE' });
+    } catch (err) {
+      banner(err.message);
+    }
+    const s = state.sessions.get(sid);
+    if (s) {
+      s.el.remove();
+      state.sessions.delete(sid);
+    }
+    if (state.current === sid) {
+      if (state.source) state.source.close();
+      state.current = null;
+      await pickSession();
+    } else {
+      renderTabs();
+    }
+  }
+
+  async function pickSession() {
+    const sessions = await loadSessions();
+    const wanted = location.hash.slice(1);
+    if (wanted && state.sessions.has(wanted)) return selectSession(wanted);
+    if (sessions.length) return selectSession(sessions[0].id);
+    return createSession();
+  }
+
+  async function send() {
+    const box = $('message');
+    const text = box.value;
+    if (!text.trim() || !state.current) return;
+    const sid = state.current;
+    $('send').disabled = true;
+    try {
+      await api(`/api/sessions/${sid}/messages`, { method: 'POST', json: { text } });
+      // Busy comes from the stream (RunStarted, then Idle): a short turn may be over already.
+      box.value = '';
+      loadSessions().catch(() => {});
+    } catch (err) {
+      banner(err.message);
+      $('send').disabled = false;
+    }
+  }
+
+  async function stop() {
+    if (!state.current) return;
+    try {
+      await api(`/api/sessions/${state.current}/stop`, { method: 'POST' });
+    } catch (err) {
+      banner(err.message);
+    }
+  }
+
+  // --------------------------------------------------------------------------- files
+
+  let filesRequest = 0;
+  async function refreshFiles() {
+    const sid = state.current;
+    if (!sid) return;
+    const mine = ++filesRequest;
+    let data;
+    try {
+      data = await api(`/api/sessions/${sid}/files`);
+    } catch (err) {
+      return;
+    }
+    if (mine !== filesRequest || sid !== state.current) return;
+    const ws = $('workspace-files');
+    ws.textContent = '';
+    for (const f of data.workspace) {
+      ws.appendChild(fileItem(f.path, f.size, `/api/sessions/${sid}/files/${encodePath(f.path)}`));
+    }
+    for (const name of data.pending) {
+      const li = el('li', 'pending', name);
+      li.title = 'Copied into the sandbox with the first message';
+      ws.appendChild(li);
+    }
+    const note = $('workspace-note');
+    note.hidden = !(data.stale || (!data.workspace.length && !data.pending.length));
+    note.textContent = data.stale ? 'Code is running: this list is from before the turn.'
+      : 'Empty. Drop files here, or the sandbox opens with the first message.';
+    const art = $('artifact-files');
+    art.textContent = '';
+    for (const f of data.artifacts) {
+      art.appendChild(fileItem(f.path, f.size,
+        `/api/runs/${encodeURIComponent(f.run_id)}/artifacts/${encodePath(f.path)}`, f.run_id));
+    }
+    if (!data.artifacts.length) art.appendChild(el('li', 'hint', 'None yet.'));
+  }
+
+  function fileItem(path, size, href, runId) {
+    const li = el('li');
+    const a = el('a', 'download', path);
+    a.href = href;
+    a.setAttribute('download', '');
+    a.title = runId ? `Run ${runId}` : 'Download';
+    li.append(a, el('span', 'size', fmtBytes(size)));
+    return li;
+  }
+
+  async function upload(files) {
+    const sid = state.current;
+    if (!sid) return;
+    const limit = state.settings.upload_limit || Infinity;
+    for (const file of files) {
+      if (file.size > limit) {
+        banner(`${file.name} is ${fmtBytes(file.size)}; the upload limit is ${fmtBytes(limit)}.`);
+        continue;
+      }
+      banner(`Uploading ${file.name}…`, 'info');
+      try {
+        await api(`/api/sessions/${sid}/files/${encodeURIComponent(file.name)}`,
+          { method: 'PUT', body: file, headers: { 'Content-Type': 'application/octet-stream' } });
+        $('banner').hidden = true;
+      } catch (err) {
+        banner(err.message);
+      }
+    }
+    refreshFiles();
+  }
+
+  function setUpDrop() {
+    const overlay = $('drop-overlay');
+    let depth = 0;
+    const hasFiles = (e) => e.dataTransfer && [...e.dataTransfer.types].includes('Files');
+    window.addEventListener('dragenter', (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      depth += 1;
+      overlay.hidden = false;
+    });
+    window.addEventListener('dragover', (e) => { if (hasFiles(e)) e.preventDefault(); });
+    window.addEventListener('dragleave', () => {
+      depth = Math.max(0, depth - 1);
+      if (!depth) overlay.hidden = true;
+    });
+    window.addEventListener('drop', (e) => {
+      if (!hasFiles(e)) return;
+      e.preventDefault();
+      depth = 0;
+      overlay.hidden = true;
+      upload([...e.dataTransfer.files]);
+    });
+    $('file-input').addEventListener('change', (e) => {
+      upload([...e.target.files]);
+      e.target.value = '';
+    });
+  }
+
+  // --------------------------------------------------------------------------- history and settings
+
+  function showHistoryView(show) {
+    $('history-view').hidden = !show;
+    $('conversations').hidden = show;
+    $('composer').hidden = show;
+  }
+
+  async function openHistory() {
+    const dialog = $('history-dialog');
+    const table = $('history-list');
+    table.textContent = '';
+    let data;
+    try {
+      data = await api('/api/runs');
+    } catch (err) {
+      banner(err.message);
+      return;
+    }
+    const empty = $('history-empty');
+    empty.hidden = data.enabled && data.runs.length > 0;
+    empty.textContent = data.enabled ? 'No runs recorded yet.' : 'The run log is off (--no-log): there is no history.';
+    const head = el('tr');
+    for (const h of ['Started', 'Task', 'Status', 'Steps', 'Model']) head.appendChild(el('th', null, h));
+    if (data.runs.length) table.appendChild(head);
+    for (const run of data.runs) {
+      const row = el('tr', `run ${run.status}`);
+      row.dataset.run = run.id;
+      row.append(el('td', null, fmtTime(run.started)), el('td', 'task', run.task), el('td', 'status', run.status),
+        el('td', null, run.steps), el('td', null, run.model || ''));
+      row.addEventListener('click', () => { dialog.close(); openRun(run.id); });
+      table.appendChild(row);
+    }
+    dialog.showModal();
+  }
+
+  async function openRun(runId) {
+    let data;
+    try {
+      data = await api(`/api/runs/${encodeURIComponent(runId)}`);
+    } catch (err) {
+      banner(err.message);
+      return;
+    }
+    state.historyRun = data.run.id;
+    const root = $('history-events');
+    const view = new View(root, { readOnly: true });
+    view.clear();
+    $('history-title').textContent = `Run ${data.run.id} · ${data.run.status} · read-only`;
+    $('history-notebook').href = `/api/runs/${encodeURIComponent(data.run.id)}/notebook`;
+    $('history-script').href = `/api/runs/${encodeURIComponent(data.run.id)}/script?download=1`;
+    showHistoryView(true);
+    for (const ev of data.events) view.handle(ev);
+    view.flush();
+    document.scrollingElement.scrollTop = 0;
+  }
+
+  async function copyRunCode() {
+    if (!state.historyRun) return;
+    try {
+      const text = await api(`/api/runs/${encodeURIComponent(state.historyRun)}/script`);
+      await navigator.clipboard.writeText(text);
+      banner('The run\'s code is on the clipboard.', 'info');
+    } catch (err) {
+      banner(`Could not copy: ${err.message}. Use "Download .py" instead.`);
+    }
+  }
+
+  async function openSettings() {
+    const s = state.settings;
+    const table = $('settings-table');
+    table.textContent = '';
+    const row = (key, value) => {
+      const tr = el('tr');
+      tr.append(el('th', null, key), el('td', null, value));
+      table.appendChild(tr);
+    };
+    row('Model', s.model || '?');
+    row('Endpoint', s.base_url || '—');
+    row('Sandbox backend', s.backend || '?');
+    const tools = (s.tools || []).map((t) => `${t.name}${t.requires_approval ? ' (asks for approval)' : ''}`);
+    row('Tools', tools.length ? tools.join(', ') : 'none');
+    const mcp = s.mcp_servers || [];
+    row('MCP servers', mcp.length ? mcp.join(', ') : 'none');
+    row('Max steps per turn', s.max_steps ?? '');
+    row('Time limit per code action', s.timeout ? `${s.timeout} s` : '');
+    row('Approvals', s.auto_approve ? 'every call approved automatically (--yes)' : 'asked on the page');
+    row('Upload limit', fmtBytes(s.upload_limit));
+    row('Sessions at once', s.max_sessions ?? '');
+    row('Idle timeout', s.idle_timeout ? `${(s.idle_timeout / 60).toFixed(0)} min (then the sandbox is freed)` : '');
+    row('Run log', s.db || 'off');
+    row('Artifacts', s.output_dir || '');
+    $('settings-dialog').showModal();
+  }
+
+  // --------------------------------------------------------------------------- start
+
+  async function start() {
+    for (const d of document.querySelectorAll('dialog')) {
+      d.addEventListener('click', (e) => { if (e.target.matches('[data-close]')) d.close(); });
+    }
+    $('send').addEventListener('click', send);
+    $('stop').addEventListener('click', stop);
+    $('new-session').addEventListener('click', createSession);
+    $('show-history').addEventListener('click', openHistory);
+    $('show-settings').addEventListener('click', openSettings);
+    $('refresh-files').addEventListener('click', refreshFiles);
+    $('history-back').addEventListener('click', () => showHistoryView(false));
+    $('history-copy').addEventListener('click', copyRunCode);
+    $('message').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        if (!$('send').disabled) send();
+      }
+    });
+    setUpDrop();
+    try {
+      state.settings = await api('/api/settings');
+    } catch (err) {
+      banner(err.message);
+    }
+    $('upload-hint').textContent =
+      `Drop files anywhere on the page to upload them to /workspace (at most ${fmtBytes(state.settings.upload_limit)} each).`;
+    try {
+      await pickSession();
+    } catch (err) {
+      banner(err.message);
+    }
+    document.body.dataset.ready = 'true';
+  }
+
+  start();
+})();

@@ -1,0 +1,565 @@
+"""The web UI in a real browser: Playwright driving Debian's Chromium against a real server.
+
+The model's replies come from the local OpenAI-compatible test server through
+the real ``openai`` client (streamed); the code runs in real sandboxes (Docker
+for the main data-analysis test, Stop and session isolation; the local backend
+where isolation is not what a test is about). One browser is shared by every
+test; each test gets its own context (fresh cookies) and its own UI server.
+
+Needs ``/usr/bin/chromium`` (``apt-get install chromium``; override the path
+with ``CODEACT_CHROMIUM``) and the ``playwright`` package: skipped with a reason
+on a developer machine without them, failing in CI (``CI=true``).
+
+``CODEACT_UI_SCREENSHOT=docs/web-ui.png`` makes the data-analysis test save the
+screenshot the documentation shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from codeact.agent import CodeActAgent
+from codeact.models import OpenAIModel
+from codeact.runlog import RunLog
+from codeact.tools import tool
+from codeact.ui import UIOptions, UIServer
+from tests.openai_server import OpenAITestServer, openai_server  # noqa: F401 - fixture
+
+CHROMIUM = os.environ.get("CODEACT_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+TIMEOUT_MS = 60_000
+
+SALES_CSV = "month,region,revenue\n" + "".join(
+    f"2024-{m:02d},{region},{base + m * step}\n"
+    for m in range(1, 7) for region, base, step in (("North", 120, 9), ("South", 100, 4), ("West", 80, 6)))
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def _unavailable(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"browser tests must run in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the whole session."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@contextmanager
+def ui_server(tmp_path: Path, llm: OpenAITestServer, *, sandbox: str = "local", tools: tuple[Any, ...] = (),
+              options: UIOptions | None = None, api_key: str = "test-key") -> Iterator[UIServer]:
+    """A UI server whose sessions talk to ``llm`` through the real OpenAI client."""
+    log = RunLog(tmp_path / "runs.db")
+    out = tmp_path / "artifacts"
+    model = OpenAIModel("test-model", base_url=llm.base_url, api_key=api_key)
+
+    def factory(approve: Any) -> CodeActAgent:
+        return CodeActAgent(model, list(tools), sandbox=sandbox, approve=approve, log=log, output_dir=out,
+                            stream_model=True, execution_timeout=60)
+
+    settings = {"model": model.name, "base_url": model.base_url, "backend": sandbox,
+                "tools": [{"name": t.name, "requires_approval": t.requires_approval} for t in tools],
+                "mcp_servers": [], "max_steps": 10, "timeout": 60, "db": str(log.path), "output_dir": str(out)}
+    server = UIServer(factory, log=log, options=replace(options or UIOptions(), output_root=out), settings=settings)
+    try:
+        with server:
+            yield server
+    finally:
+        log.close()
+
+
+@contextmanager
+def open_page(browser: Any, url: str, **context_options: Any) -> Iterator[Any]:
+    """A page in a fresh browser context, loaded and ready; fails the test on any script error."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True, **context_options)
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(url)
+        page.wait_for_selector("body[data-ready=true]")
+        yield page
+        assert not errors, errors
+    finally:
+        context.close()
+
+
+def send(page: Any, text: str) -> None:
+    page.fill("#message", text)
+    page.click("#send")
+
+
+def turn(page: Any, n: int) -> Any:
+    """The n-th turn (1-based) of the visible conversation."""
+    return page.locator(".conversation:not([hidden]) article.turn").nth(n - 1)
+
+
+def wait_turn_done(page: Any, n: int) -> Any:
+    t = turn(page, n)
+    t.locator(".run-status").wait_for()
+    page.wait_for_function("() => !document.getElementById('send').disabled")
+    return t
+
+
+def drop_file(page: Any, name: str, data: bytes) -> None:
+    """Drag and drop a file onto the page, as a user does."""
+    page.evaluate("""([name, b64]) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File([bytes], name, { type: 'application/octet-stream' }));
+        for (const type of ['dragenter', 'dragover', 'drop']) {
+            document.body.dispatchEvent(new DragEvent(type, { dataTransfer: dt, bubbles: true, cancelable: true }));
+        }
+    }""", [name, base64.b64encode(data).decode()])
+
+
+def images_loaded(scope: Any) -> list[int]:
+    """naturalWidth of every plot image under ``scope`` once each has loaded."""
+    scope.locator("img.plot").first.wait_for()
+    return scope.evaluate("""async (root) => {
+        const imgs = [...root.querySelectorAll('img.plot')];
+        await Promise.all(imgs.map((img) => img.complete ? null : new Promise((ok) => {
+            img.addEventListener('load', ok); img.addEventListener('error', ok); })));
+        return imgs.map((img) => img.naturalWidth);
+    }""")
+
+
+def download(page: Any, link: Any) -> bytes:
+    with page.expect_download() as info:
+        link.click()
+    return Path(info.value.path()).read_bytes()
+
+
+def code_reply(code: str, prose: str = "") -> str:
+    return f"{prose}\n```python\n{code}\n```" if prose else f"```python\n{code}\n```"
+
+
+# --------------------------------------------------------------------------- the main flow
+
+
+@pytest.mark.docker
+def test_data_analysis_end_to_end_on_docker(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    """Upload a CSV, ask, see the table and the plot, download the artifact (Docker sandbox)."""
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply(
+        "import pandas as pd\nimport matplotlib.pyplot as plt\n"
+        "df = pd.read_csv('sales.csv')\n"
+        "by_region = df.groupby('region', as_index=False)['revenue'].sum()\n"
+        "display(by_region)\n"
+        "ax = by_region.plot.bar(x='region', y='revenue', legend=False, title='Revenue by region', figsize=(6, 3))\n"
+        "ax.set_ylabel('revenue')\nplt.tight_layout()\nplt.savefig('revenue_by_region.png')\nplt.show()\n"
+        "print(f'{len(df)} rows, {df.month.nunique()} months')",
+        prose="I'll load sales.csv, total the revenue by region and plot it."))
+    openai_server.plan_text("North had the highest revenue over the six months (909), then South (684) "
+                            "and West (606). The chart is saved as revenue_by_region.png.")
+    with ui_server(tmp_path, openai_server, sandbox="docker") as server, open_page(browser, server.url) as page:
+        expect(page.locator("#upload-hint")).to_contain_text("100.0 MB")
+        drop_file(page, "sales.csv", SALES_CSV.encode())
+        expect(page.locator("#workspace-files")).to_contain_text("sales.csv")
+        send(page, "Which region sold most? Plot revenue by region.")
+        t = wait_turn_done(page, 1)
+
+        # The model's request carried the uploaded file, read by the real OpenAI client.
+        system = openai_server.chat_requests[0].messages[0]["content"]
+        assert "sales.csv" in system and "header: month,region,revenue" in system
+        assert openai_server.chat_requests[0].stream
+
+        step = t.locator("section.step").first
+        expect(step.locator("pre.code")).to_contain_text("groupby('region'")
+        assert step.locator("pre.code .token.keyword").count() > 0  # highlighted
+        expect(step.locator(".live-output")).to_contain_text("18 rows, 6 months")
+        table = step.locator(".html-output table")
+        expect(table).to_contain_text("North")
+        expect(table).to_contain_text("909")
+        assert images_loaded(step) and all(w > 0 for w in images_loaded(step))
+        expect(t.locator(".answer")).to_contain_text("North had the highest revenue")
+        expect(t.locator(".run-status")).to_contain_text("success")
+
+        # The artifact: listed, downloaded, byte for byte the file the code wrote.
+        run_id = server.workspace.sessions()[0]._run_ids[0]
+        on_host = (tmp_path / "artifacts" / run_id / "revenue_by_region.png").read_bytes()
+        assert on_host.startswith(b"\x89PNG")
+        link = page.locator("#artifact-files a", has_text="revenue_by_region.png")
+        assert download(page, link) == on_host
+        in_sandbox = page.locator("#workspace-files a", has_text="revenue_by_region.png")
+        assert download(page, in_sandbox) == on_host
+        assert download(page, step.locator(".artifacts a", has_text="step1_figure1.png")).startswith(b"\x89PNG")
+
+        shot = os.environ.get("CODEACT_UI_SCREENSHOT")
+        if shot:
+            page.set_viewport_size({"width": 1280, "height": 1180})
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=shot)
+
+
+def test_approve_and_deny_a_tool_call(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    sent: list[str] = []
+
+    @tool(requires_approval=True)
+    def send_report(to: str, subject: str) -> str:
+        """Email the report."""
+        sent.append(to)
+        return f"sent to {to}"
+
+    code = code_reply("try:\n    print(send_report('boss@example.com', 'Q3 numbers'))\n"
+                      "except Exception as exc:\n    print('not sent:', exc)")
+    for _ in range(2):
+        openai_server.plan_text(code)
+        openai_server.plan_text("Done.")
+    with ui_server(tmp_path, openai_server, tools=(send_report,)) as server, open_page(browser, server.url) as page:
+        send(page, "Email the Q3 report to my boss")
+        card = page.locator(".approval.pending")
+        expect(card).to_contain_text("send_report")
+        expect(card).to_contain_text("to=boss@example.com")
+        time.sleep(0.5)
+        assert sent == [] and server.workspace.sessions()[0].busy  # the agent waits for the page
+        card.locator("button.approve").click()
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".approval.approved")).to_contain_text("approved")
+        expect(t.locator(".tool-call:not(.approval)")).to_contain_text("sent to boss@example.com")
+        expect(t.locator(".live-output")).to_contain_text("sent to boss@example.com")
+
+        send(page, "Send it again")
+        page.locator(".approval.pending button.deny").click()
+        t = wait_turn_done(page, 2)
+        expect(t.locator(".approval.denied")).to_contain_text("denied")
+        expect(t.locator(".tool-call.failed")).to_contain_text("ApprovalDenied")
+        expect(t.locator(".live-output")).to_contain_text("the user did not allow this call to send_report")
+        assert sent == ["boss@example.com"]
+        # The model read the denial as an error in its observation.
+        observation = openai_server.chat_requests[3].messages[-1]["content"]
+        assert "not sent:" in observation and "the user did not allow this call to send_report" in observation
+
+
+@pytest.mark.docker
+def test_stop_interrupts_the_code_and_the_session_keeps_its_variables(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("x = 41\nprint('spinning', flush=True)\nwhile True:\n    pass"))
+    openai_server.plan_text(code_reply("print(x + 1)"))
+    openai_server.plan_text("x + 1 is 42.")
+    with ui_server(tmp_path, openai_server, sandbox="docker") as server, open_page(browser, server.url) as page:
+        send(page, "Spin forever")
+        t = turn(page, 1)
+        expect(t.locator(".live-output")).to_contain_text("spinning")
+        expect(page.locator("#stop")).to_be_enabled()
+        page.click("#stop")
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".run-status")).to_contain_text("cancelled")
+        expect(t.locator("details.error summary")).to_contain_text("KeyboardInterrupt")
+
+        send(page, "What is x + 1?")
+        t = wait_turn_done(page, 2)
+        expect(t.locator(".live-output")).to_have_text("42\n")
+        expect(t.locator(".run-status")).to_contain_text("success")
+        assert len(openai_server.chat_requests) == 3  # the stopped turn asked the model nothing more
+
+
+def test_reload_and_a_dropped_connection_replay_every_event(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    ticks = code_reply("import time\nfor i in range(8):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.4)")
+    for _ in range(2):
+        openai_server.plan_text(ticks)
+        openai_server.plan_text("Ticked.")
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        send(page, "Tick")
+        expect(turn(page, 1).locator(".live-output")).to_contain_text("tick 1")
+        page.reload()  # mid-run
+        page.wait_for_selector("body[data-ready=true]")
+        t = wait_turn_done(page, 1)
+        session = server.workspace.sessions()[0]
+        assert page.evaluate("window.codeactStats.events") == session.last_seq  # every event, once
+        assert t.locator(".live-output").inner_text().split() == " ".join(f"tick {i}" for i in range(8)).split()
+        expect(t.locator(".user-msg")).to_contain_text("Tick")
+        expect(t.locator(".answer")).to_contain_text("Ticked.")
+
+        send(page, "Tick again")
+        t = turn(page, 2)
+        expect(t.locator(".live-output")).to_contain_text("tick 1")
+        before = page.evaluate("window.codeactStats.events")
+        for protocol in list(server._server.server_state.connections):  # the network drops every connection
+            protocol.loop.call_soon_threadsafe(protocol.transport.abort)
+        t = wait_turn_done(page, 2)
+        assert t.locator(".live-output").inner_text().split() == " ".join(f"tick {i}" for i in range(8)).split()
+        assert page.evaluate("window.codeactStats.events") == session.last_seq > before
+
+
+@pytest.mark.docker
+def test_sessions_are_isolated_and_capped(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("secret = 'only in A'\nprint(secret)"))
+    openai_server.plan_text("Stored.")
+    openai_server.plan_text(code_reply("import os\nprint('secret' in globals(), sorted(os.listdir('.')))"))
+    openai_server.plan_text("Nothing here.")
+    with ui_server(tmp_path, openai_server, sandbox="docker", options=UIOptions(max_sessions=2)) as server, \
+            open_page(browser, server.url) as page:
+        drop_file(page, "a_only.csv", b"a\n1\n")
+        expect(page.locator("#workspace-files")).to_contain_text("a_only.csv")
+        send(page, "Remember a secret")
+        wait_turn_done(page, 1)
+
+        page.click("#new-session")
+        expect(page.locator(".tab")).to_have_count(2)
+        send(page, "What do you see?")
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".live-output")).to_have_text("False []\n")
+        expect(page.locator("#workspace-files")).not_to_contain_text("a_only.csv")
+
+        page.click("#new-session")  # a third one: over the cap
+        expect(page.locator("#banner")).to_contain_text("close one")
+        expect(page.locator(".tab")).to_have_count(2)
+
+        page.locator(".tab.active .tab-close").click()  # close B: its sandbox is freed
+        expect(page.locator(".tab")).to_have_count(1)
+        expect(turn(page, 1).locator(".live-output")).to_have_text("only in A\n")  # back in A, state intact
+        assert len(server.workspace.sessions()) == 1
+
+
+def test_the_page_is_refused_without_the_token(browser: Any, openai_server: OpenAITestServer,
+                                               tmp_path: Path) -> None:
+    with ui_server(tmp_path, openai_server) as server:
+        context = browser.new_context()
+        try:
+            page = context.new_page()
+            response = page.goto(server.base_url + "/")
+            assert response.status == 403
+            assert "needs the token" in page.inner_text("body")
+            assert page.goto(server.base_url + "/?token=not-it").status == 403
+            # With the token, the page's own requests carry it; a forged request from the page without it fails.
+            page.goto(server.url)
+            page.wait_for_selector("body[data-ready=true]")
+            status = page.evaluate("""async () => (await fetch('/api/sessions', {method: 'POST'})).status""")
+            assert status == 403
+        finally:
+            context.close()
+
+
+def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    @tool
+    def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    hostile_name = '<img src=x onerror="window.__pwned=\'name\'">.csv'
+    openai_server.plan_text(code_reply(
+        "from IPython.display import HTML, SVG, display\nimport pandas as pd\n"
+        "display(HTML('<img src=x onerror=\"window.__pwned=\\'html\\'\"><script>window.__pwned=\"script\"</script>'"
+        "'<a href=\"javascript:window.__pwned=1\">link</a><b>bold survives</b>'))\n"
+        "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"40\" height=\"40\" "
+        "onload=\"window.__pwned=\\'svg-onload\\'\"><script>window.__pwned=\"svg\"</script>"
+        "<rect width=\"40\" height=\"40\" fill=\"red\"/></svg>'))\n"
+        "display(pd.DataFrame({'cell': ['<img src=x onerror=\"window.__pwned=\\'cell\\'\">', "
+        "'<script>window.__pwned=\"cell-script\"</script>']}))\n"
+        f"open({hostile_name!r}, 'w').write('a\\n1\\n')\n"
+        "print('<img src=x onerror=\"window.__pwned=\\'stdout\\'\">')\n"
+        "echo('<img src=x onerror=\"window.__pwned=\\'tool\\'\">')\n"
+        "final_answer('<img src=x onerror=\"window.__pwned=\\'answer\\'\">')"))
+    with ui_server(tmp_path, openai_server, tools=(echo,)) as server, open_page(browser, server.url) as page:
+        # CSP violations, as a second line: the sanitiser's own inert parse trips it (harmless), nothing else may.
+        violations: list[str] = []
+        page.on("console", lambda m: violations.append(m.text) if m.text.startswith("CSP ") else None)
+        page.evaluate("""document.addEventListener('securitypolicyviolation', (e) => console.log('CSP ' +
+            e.violatedDirective + ' ' + (e.sourceFile || e.documentURI) + ' ' + e.sample))""")
+        send(page, "Show me something")
+        t = wait_turn_done(page, 1)
+        images_loaded(t)
+        page.wait_for_timeout(500)  # give any handler a chance to fire
+        assert page.evaluate("window.__pwned") is None
+        # Shown as text where it is text, and kept as harmless markup where it is HTML.
+        expect(t.locator(".html-output b")).to_have_text("bold survives")
+        expect(t.locator(".html-output table")).to_contain_text('<img src=x onerror="window.__pwned=')
+        expect(t.locator(".live-output")).to_contain_text("<img src=x onerror=")
+        expect(t.locator(".tool-call")).to_contain_text("<img src=x onerror=")
+        expect(t.locator(".answer")).to_contain_text("<img src=x onerror=")
+        expect(page.locator("#workspace-files")).to_contain_text(hostile_name)
+        expect(page.locator("#artifact-files")).to_contain_text(hostile_name)
+        # No handler attribute, javascript: URL or script element came from the sandbox.
+        assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
+            [...el.attributes].some((a) => a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))).length""") == 0
+        assert page.evaluate("document.scripts.length") == 4  # the page's own
+        assert page.locator("img.plot.svg").count() == 1  # the SVG is an image: its script cannot run
+        # Opened on its own, the SVG still runs nothing (served with a sandbox CSP).
+        svg_url = page.locator("img.plot.svg").get_attribute("src")
+        svg_page = page.context.new_page()
+        svg_page.goto(server.base_url + svg_url)
+        svg_page.wait_for_timeout(300)
+        assert svg_page.evaluate("window.__pwned") is None
+        svg_page.close()
+        assert not [v for v in violations if v.startswith("CSP script") and "/vendor/purify.min.js" not in v], violations
+
+
+def test_a_big_step_renders_without_freezing(browser: Any, openai_server: OpenAITestServer,
+                                             tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply(
+        "import matplotlib.pyplot as plt\n"
+        "for i in range(1000):\n    print(f'line {i:04d} ' + 'x' * 60)\n"
+        "for k in range(5):\n    plt.figure(figsize=(4, 3))\n    plt.plot(range(20), [j * (k + 1) for j in range(20)])\n"
+        "    plt.title(f'plot {k}')\n    plt.show()"))
+    openai_server.plan_text("Printed and plotted.")
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        send(page, "Print a lot and plot five charts")
+        t = wait_turn_done(page, 1)
+        lines = t.locator(".live-output").inner_text().splitlines()
+        assert len(lines) == 1000 and lines[0].startswith("line 0000") and lines[-1].startswith("line 0999")
+        widths = images_loaded(t)
+        assert len(widths) == 5 and all(w > 0 for w in widths)
+        # Still responsive: typing works, folded details open.
+        page.fill("#message", "still here")
+        expect(page.locator("#message")).to_have_value("still here")
+        t.locator("details.observation summary").click()
+        expect(t.locator("details.observation pre")).to_be_visible()
+
+
+def test_quick_turns_leave_the_page_ready(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    """A turn can end before the Send request returns: the page must still be ready for the next."""
+    from playwright.sync_api import expect
+
+    for answer in ("One.", "Two.", "Three."):
+        openai_server.plan_text(answer)
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        for n, answer in enumerate(("One.", "Two.", "Three."), 1):
+            send(page, f"question {n}")
+            t = wait_turn_done(page, n)
+            expect(t.locator(".answer")).to_contain_text(answer)
+            expect(page.locator("#stop")).to_be_disabled()
+        page.fill("#message", "   ")
+        page.click("#send")  # nothing to send: nothing happens
+        expect(page.locator("article.turn")).to_have_count(3)
+
+
+# --------------------------------------------------------------------------- history and settings
+
+
+def test_history_opens_a_run_read_only_and_exports_it(browser: Any, openai_server: OpenAITestServer,
+                                                      tmp_path: Path) -> None:
+    import nbformat
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("import pandas as pd\nimport matplotlib.pyplot as plt\n"
+                                       "df = pd.DataFrame({'k': ['a', 'b'], 'v': [1, 2]})\ndisplay(df)\n"
+                                       "df.plot(x='k', y='v')\nplt.show()"))
+    openai_server.plan_text(code_reply("print(df.v.sum())"))
+    openai_server.plan_text("The sum is 3.")
+    with ui_server(tmp_path, openai_server) as server, \
+            open_page(browser, server.url, permissions=["clipboard-read", "clipboard-write"]) as page:
+        send(page, "Make a frame and sum it")
+        wait_turn_done(page, 1)
+        page.click("#show-history")
+        row = page.locator("#history-list tr.run").first
+        expect(row).to_contain_text("Make a frame and sum it")
+        row.click()
+        view = page.locator("#history-events")
+        expect(page.locator("#history-view")).to_be_visible()
+        expect(page.locator("#composer")).to_be_hidden()  # read-only
+        expect(view.locator("pre.code").first).to_contain_text("pd.DataFrame")
+        expect(view.locator(".html-output table")).to_contain_text("b")
+        assert all(w > 0 for w in images_loaded(view))
+        expect(view.locator(".answer")).to_contain_text("The sum is 3.")
+
+        notebook = nbformat.reads(download(page, page.locator("#history-notebook")).decode(), as_version=4)
+        nbformat.validate(notebook)
+        code_cells = [c.source for c in notebook.cells if c.cell_type == "code"]
+        first = ("import pandas as pd\nimport matplotlib.pyplot as plt\n"
+                 "df = pd.DataFrame({'k': ['a', 'b'], 'v': [1, 2]})\ndisplay(df)\ndf.plot(x='k', y='v')\nplt.show()")
+        assert code_cells == [first, "print(df.v.sum())"]
+        script = download(page, page.locator("#history-script")).decode()
+        assert "# --- step 2 ---\nprint(df.v.sum())" in script
+        page.click("#history-copy")
+        expect(page.locator("#banner")).to_contain_text("clipboard")
+        assert page.evaluate("navigator.clipboard.readText()") == script
+        compile(script, "run.py", "exec")  # one runnable Python script
+
+        page.click("#history-back")
+        expect(page.locator("#composer")).to_be_visible()
+
+
+def test_codeact_ui_command_serves_the_page_and_hides_the_key(browser: Any, openai_server: OpenAITestServer,
+                                                              tmp_path: Path) -> None:
+    """`codeact ui` as a user runs it: settings show the model and endpoint, never the key."""
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("print(6 * 7)"))
+    openai_server.plan_text("It is 42.")
+    secret = "sk-never-show-this-key-123"
+    env = {**os.environ, "CODEACT_DB": str(tmp_path / "runs.db"), "CODEACT_OUTPUT_DIR": str(tmp_path / "out")}
+    env.pop("CODEACT_SCRIPTED_REPLIES", None)
+    proc = subprocess.Popen([sys.executable, "-m", "codeact.cli", "ui", "--no-browser", "--port", "0",
+                             "--backend", "local", "-m", "test-model", "--base-url", openai_server.base_url,
+                             "--api-key", secret], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        url = None
+        while url is None and time.monotonic() < deadline and proc.poll() is None:
+            url = next((m.group(0) for line in lines if (m := re.search(r"http://\S+\?token=\S+", line))), None)
+            time.sleep(0.1)
+        assert url, "".join(lines)
+        with open_page(browser, url) as page:
+            send(page, "six times seven?")
+            t = wait_turn_done(page, 1)
+            expect(t.locator(".live-output")).to_have_text("42\n")
+            page.click("#show-settings")
+            table = page.locator("#settings-table")
+            expect(table).to_contain_text("test-model")
+            expect(table).to_contain_text(openai_server.base_url)
+            expect(table).to_contain_text("local")
+            assert secret not in page.content()
+            settings = page.evaluate("""async () => (await fetch('/api/settings')).text()""")
+            assert secret not in settings and json.loads(settings)["model"] == "test-model"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (0, 130), "".join(lines)
+    assert secret not in "".join(lines)
