@@ -1,0 +1,213 @@
+"""Skills in a session: ``save_skill(func)`` and the ``skills`` module, backed by a :class:`SkillStore`.
+
+Two host functions, each with a small face in the kernel (standard library only):
+
+* ``save_skill(func, name=None)`` reads the function's source in the kernel
+  (IPython keeps every cell's source, so ``inspect.getsource`` works for
+  functions defined in code actions), adds the imports it uses, and sends the
+  text to the host, which checks and stores it. Nothing is run on the host.
+* ``skills`` is a module in the kernel: ``from skills import name`` (or
+  ``skills.name``) asks the host for the source, runs it in a fresh module
+  ``skills.<name>`` *in the sandbox*, and returns the function; the session's
+  tools are visible to it. A skill that fails to import raises ImportError
+  with the reason; nothing else breaks. ``dir(skills)`` lists them.
+
+Everything the sandbox sends (names, sources) is checked by the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox.functions import HostFunction
+
+from ..errors import SkillError
+from ._store import SkillStore, check_name
+
+SAVE_SKILL = "save_skill"
+SKILLS = "skills"
+#: Names the skills take in the sandbox; a tool cannot have them.
+SKILL_NAMES = (SAVE_SKILL, SKILLS)
+
+#: How the prompt shows save_skill.
+SAVE_SKILL_STUB = '''def save_skill(func, name: str | None = None) -> None:
+    """Save a function you wrote (and checked) for later sessions: they import it with
+    `from skills import <name>`. Give it a docstring: its first line is what later sessions see."""'''
+
+_SAVE_WRAPPER = r'''
+def save_skill(func, name=None):
+    """Save a function you wrote for later sessions: ``save_skill(summarize)``.
+
+    Later sessions import it with ``from skills import summarize``. The function's source
+    (with the imports it uses) is stored; give it a docstring whose first line says what it does.
+    """
+    import inspect
+    import sys
+    import textwrap
+    import types
+
+    if not isinstance(func, types.FunctionType):
+        raise TypeError("save_skill(func): give a function defined with def in this session")
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+    except (OSError, TypeError):
+        raise ValueError("save_skill: the source of %s() cannot be found; define it with def in a code "
+                         "action (not with exec or lambda) and save it again" % func.__name__) from None
+    lines, left_out = _context_of(func, sys)
+    header = "\n".join(lines)
+    message = __host__(name or func.__name__, (header + "\n\n\n" if header else "") + source)
+    if left_out:
+        message += (" Not saved with it (define them inside the function if it needs them): "
+                    + ", ".join(sorted(left_out)) + ".")
+    print(message)
+
+
+def _global_names(code, seen=None):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _global_names(const)
+    return names
+
+
+def _context_of(func, sys):
+    """Import lines (and helper functions of the session) the function's global names need."""
+    import inspect
+    import textwrap
+    import types
+
+    lines, constants, helpers, left_out = [], [], [], set()
+    glb = func.__globals__
+    for n in sorted(_global_names(func.__code__)):
+        if n not in glb or n == func.__name__:
+            continue
+        v = glb[n]
+        if isinstance(v, types.ModuleType):
+            mod = v.__name__
+            if getattr(v, "__sandbox_namespace__", False) or mod == "skills":
+                continue  # tools and skills are there in every session
+            lines.append("import %s" % mod if mod == n else "import %s as %s" % (mod, n))
+        elif getattr(v, "__wrapped_host_function__", False):
+            module = getattr(v, "__module__", "")
+            if module.startswith("tools."):
+                lines.append("from %s import %s as %s" % (module, v.__name__, n) if v.__name__ != n
+                             else "from %s import %s" % (module, n))
+        elif isinstance(v, (types.FunctionType, type)) and getattr(v, "__module__", None) == "__main__":
+            try:
+                helpers.append(textwrap.dedent(inspect.getsource(v)))
+            except (OSError, TypeError):
+                left_out.add(n)
+        elif getattr(v, "__module__", None) and getattr(v, "__qualname__", None) and \
+                getattr(sys.modules.get(v.__module__), v.__qualname__, None) is v:
+            q = v.__qualname__
+            lines.append("from %s import %s" % (v.__module__, q) if q == n
+                         else "from %s import %s as %s" % (v.__module__, q, n))
+        elif isinstance(v, (int, float, str, bool, type(None))) and len(repr(v)) <= 200:
+            constants.append("%s = %r" % (n, v))
+        else:
+            left_out.add(n)
+    return lines + constants + [h.rstrip() for h in helpers], left_out
+'''
+
+_SKILLS_WRAPPER = r'''
+import sys as _sys
+import types as _types
+
+
+class _Skills(_types.ModuleType):
+    """Functions saved in earlier sessions (save_skill): ``from skills import name``; dir(skills) lists them."""
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _load(self, name)
+
+    def __dir__(self):
+        try:
+            listed = [s["name"] for s in __host__("list") if isinstance(s, dict)]
+        except Exception:
+            listed = []
+        return sorted(set(listed) | {n for n in vars(self) if not n.startswith("_")})
+
+
+def _load(module, name):
+    import linecache
+
+    try:
+        source = __host__("source", name)
+    except LookupError as exc:
+        raise ImportError(str(exc), name="skills." + name) from None
+    filename = "<skill %s>" % name
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    skill = _types.ModuleType("skills." + name)
+    skill.__file__ = filename
+    main = _sys.modules.get("__main__")
+    for key, value in list(vars(main).items()) if main is not None else ():
+        if getattr(value, "__wrapped_host_function__", False) and not key.startswith("_"):
+            skill.__dict__[key] = value  # the session's tools, as the code sees them
+    if "tools" in _sys.modules:
+        skill.__dict__["tools"] = _sys.modules["tools"]
+    try:
+        exec(compile(source, filename, "exec"), skill.__dict__)
+        value = skill.__dict__[name]
+    except BaseException as exc:
+        raise ImportError("skill %r failed to import: %s: %s" % (name, type(exc).__name__, exc),
+                          name="skills." + name) from exc
+    _sys.modules["skills." + name] = skill
+    setattr(module, name, value)
+    return value
+
+
+skills = _Skills("skills")
+skills.__path__ = []
+_sys.modules["skills"] = skills
+'''
+
+
+def skill_functions(store: SkillStore) -> list[HostFunction]:
+    """``save_skill`` and the ``skills`` module for a session over ``store``."""
+
+    def save_skill(name: str, source: str) -> str:
+        try:
+            skill = store.save(check_name(name), source)
+        except SkillError as exc:
+            raise ValueError(str(exc)) from None
+        lines = skill.source.count("\n") + 1
+        return (f"Saved skill {skill.name!r} ({lines} lines). Later sessions use it with "
+                f"`from skills import {skill.name}`.")
+
+    def skills(action: str, name: str = "") -> Any:
+        if action == "list":
+            return [{"name": s.name, "summary": s.summary, "signature": s.signature}
+                    for s in store.list() if s.error is None]
+        if action == "source":
+            try:
+                skill = store.get(check_name(name))
+            except SkillError:  # the message without the host's directory
+                known = [s.name for s in store.list() if s.error is None]
+                hint = f"; the skills are: {', '.join(known[:30])}" if known else "; no skills are saved yet"
+                raise LookupError(f"no skill named {str(name)[:80]!r}{hint}") from None
+            if skill.error is not None:
+                raise LookupError(f"skill {name!r} cannot be used: {skill.error}")
+            return skill.source
+        raise ValueError("skills(action): 'list' or 'source'")
+
+    return [
+        HostFunction(save_skill, name=SAVE_SKILL, doc="Save a function for later sessions.")
+        .place(wrapper=_SAVE_WRAPPER),
+        HostFunction(skills, name=SKILLS, doc="The skills saved in earlier sessions.").place(wrapper=_SKILLS_WRAPPER),
+    ]
+
+
+def skills_section(store: SkillStore, limit: int = 50) -> str:
+    """The prompt's lines about skills: the saved ones (name, parameters, summary) and how to save more."""
+    usable = [s for s in store.list() if s.error is None]
+    lines = []
+    if usable:
+        lines.append("Skills saved in earlier sessions (import them: `from skills import name`):")
+        for s in usable[:limit]:
+            lines.append(f"- {s.name}{s.signature}" + (f": {s.summary}" if s.summary else ""))
+        if len(usable) > limit:
+            lines.append(f"- ... and {len(usable) - limit} more (dir(skills) lists them)")
+    lines.append("When a function you wrote works and would help in later tasks, keep it with save_skill(func).")
+    return "\n".join(lines)
