@@ -32,6 +32,8 @@ _EXPORTS = {
     "CodeActAgent": ".agent",
     "ChatSession": ".agent",
     "ApprovalRequest": ".agent",
+    "ReActAgent": ".react",
+    "ReActSession": ".react",
     "tool": ".tools",
     "Tool": ".tools",
     "RunContext": ".tools",
@@ -59,6 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .events import RunResult, Step
     from .messages import Message, ModelResponse, Usage
     from .models import Model, OpenAIModel, ScriptedModel
+    from .react import ReActAgent, ReActSession
     from .runlog import RunLog
     from .tools import RunContext, Tool, load_tools, tool
 

@@ -18,60 +18,59 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from sandbox.errors import SandboxError
-from sandbox.functions import HostFunction, current_call
+from sandbox.functions import HostFunction
 from sandbox.hostfiles import UnsafePath, check_relative_path, write_confined
 from sandbox.result import ExecutionResult
 
-from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
+from ._run import (
+    AgentRuns,
+    ApprovalRequest,
+    Approvals,
+    Approver,
+    elide_history,
+    invoke_tool,
+    model_turn,
+    open_log,
+    recorder,
+)
+from ._run import result_of as _result_of
+from .errors import CodeActError, ModelError, RunCancelled
 from .events import (
     CodeAction,
     CodeOutput,
     ErrorEvent,
     Event,
     FinalAnswer,
-    ModelOutput,
     Observation,
     RunFinished,
     RunResult,
     RunStarted,
     Step,
-    TextDelta,
     ToolCall,
 )
-from .messages import Message, ModelResponse
+from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
-from .tools import RunContext, Tool, ensure_tools
+from .prompts import Prompt, load_prompt
+from .events import PackageInstall, ToolProgress
+from .tools import Tool, ensure_tools
+from .tools._context import RunHooks, run_hooks
+from .catalog import DEFAULT_TOOL_BUDGET, Disclosure, ToolSurface, check_disclosure
 from .values import preview
 
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
-
-
-@dataclass(frozen=True)
-class ApprovalRequest:
-    """A tool call waiting for a human's yes or no."""
-
-    tool: str
-    arguments: dict[str, Any]
-    run_id: str
-    step: int
-
-
-Approver = Callable[[ApprovalRequest], bool]
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,32 @@ class RunLimits:
     max_artifact_bytes_per_step: int = 50 * 1024 * 1024
     max_artifact_files_per_run: int = 200
     max_artifact_bytes_per_run: int = 200 * 1024 * 1024
+
+
+#: Characters of text (HTML, SVG, Markdown...) the rich outputs of one Observation event carry;
+#: beyond it an output is replaced by a one-line note, so events and the run log stay small.
+MAX_OUTPUT_TEXT = 2_000_000
+
+
+def _output_bundles(outputs: Sequence[Any], limit: int = MAX_OUTPUT_TEXT) -> list[dict[str, str | bytes]]:
+    """The code's rich outputs as MIME bundles for :class:`Observation`, their text within ``limit``.
+
+    Image bytes are kept as they are: the sandbox's output limits already bound them.
+    """
+    bundles: list[dict[str, str | bytes]] = []
+    room = limit
+    for out in outputs:
+        size = sum(len(v) for v in out.data.values() if isinstance(v, str))
+        if size <= room:
+            room -= size
+            bundles.append(dict(out.data))
+        else:
+            bundles.append({"text/plain": f"[{out.mime} output of {size:,} characters not kept for display]"})
+    return bundles
+
+
+#: Tools of several threads may save artifacts at once; the budget and the names are shared.
+_ARTIFACT_LOCK = threading.Lock()
 
 
 def _default_output_root() -> Path:
@@ -105,13 +130,19 @@ class _RunState:
     answered: bool = False
     #: Where tool-call events go as calls complete (set for the duration of a code action).
     tool_events: "queue.Queue[Any] | None" = None
+    #: Where tools' binary results go (RunContext.add_artifact), within the run's artifact budget.
+    output_dir: Path | None = None
+    budget: Any = None
+    result: Any = None
+    #: Names of the artifacts tools saved during the current step (for its Observation).
+    tool_artifacts: list[str] = field(default_factory=list)
 
     def report(self, event: ToolCall) -> None:
         if self.tool_events is not None:
             self.tool_events.put(event)
 
 
-class CodeActAgent:
+class CodeActAgent(AgentRuns):
     """A CodeAct agent over a model, tools and a sandbox.
 
     Args:
@@ -119,8 +150,10 @@ class CodeActAgent:
         tools: :class:`Tool` objects or plain functions (converted with ``@tool``).
         sandbox: ``"docker"`` (the default: isolated; an error with what to do
             when Docker is not ready, never a silent fallback), ``"local"`` or
-            ``"restricted"`` (not isolated: explicit choices that warn), or a
-            started sandbox object you own (reused across runs, not closed).
+            ``"restricted"`` (not isolated: explicit choices that warn), a
+            started sandbox object you own (reused across runs, not closed),
+            or a session source such as :class:`sandbox.EnginePool` (each run
+            or chat gets a session on the engine with the most room).
         sandbox_options: keyword options for the sandbox backend (``timeout``, ``memory``...).
         max_steps: model turns per run before it ends with status ``max_steps``.
         approve: called before each call of a ``requires_approval`` tool; return
@@ -135,6 +168,27 @@ class CodeActAgent:
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
         limits: artifact caps per step and per run (:class:`RunLimits`).
+        packages: Python packages to install before the first step (e.g.
+            ``["scikit-learn", "seaborn>=0.13"]``): resolved and fetched by the
+            host, materialised once and shared read-only (docker and local
+            backends; see :mod:`sandbox.packages`). The code can also call
+            ``install("name")`` or ``%pip install name``; the system prompt says so.
+        package_policy: a :class:`sandbox.packages.PackagePolicy` (allow/deny
+            lists, size cap, index or offline wheelhouse, approval hook).
+        approve_installs: installs the code asks for go through ``approve`` first
+            (an :class:`ApprovalRequest` for the tool ``"install"``), as tools that
+            require approval do; without ``approve`` they are denied.
+        tool_disclosure: what the prompt says about the tools (see :mod:`codeact.catalog`):
+            ``"all"`` every stub; ``"on_demand"`` a catalogue of the namespaces
+            (``tools.<server>``, ``tools.<group>``) and ``search_tools``/``describe``;
+            ``"auto"`` (default) ``all`` while the stubs fit ``tool_budget`` tokens.
+        tool_budget: tokens of stubs ``auto`` still puts in the prompt (default 2,000).
+        skills: skills kept across sessions (:mod:`codeact.skills`): a
+            :class:`~codeact.skills.SkillStore`, a directory, ``True`` for the
+            user's (``<user data dir>/codeact/skills``), or None (default: off).
+            The code gets ``save_skill(func)`` and ``from skills import name``.
+        privacy: a :class:`codeact.privacy.PrivacyFilter`: values it names reach the
+            model (and the run log) as placeholders such as ``<EMAIL_1>``.
     """
 
     def __init__(
@@ -155,11 +209,31 @@ class CodeActAgent:
         system_prompt: str | None = None,
         execution_timeout: float = 60.0,
         limits: RunLimits | None = None,
+        packages: Sequence[str] = (),
+        package_policy: Any = None,
+        approve_installs: bool = False,
+        tool_disclosure: Disclosure = "auto",
+        tool_budget: int = DEFAULT_TOOL_BUDGET,
+        skills: Any = None,
+        privacy: Any = None,
     ) -> None:
         self.model = model
         self.tools = ensure_tools(tools)
         if any(t.name == FINAL_ANSWER for t in self.tools):
             raise CodeActError(f"a tool may not be named {FINAL_ANSWER!r}; the agent defines it")
+        check_disclosure(tool_disclosure, tool_budget)
+        self.tool_disclosure: Disclosure = tool_disclosure
+        self.tool_budget = tool_budget
+        self.skills = _skill_store(skills)
+        if self.skills is not None:
+            from .skills import SKILL_NAMES
+
+            taken = sorted({t.name for t in self.tools} & set(SKILL_NAMES))
+            if taken:
+                raise CodeActError(f"a tool is named {taken[0]!r}, which skills need; rename it or leave skills off")
+            if sandbox == "restricted":
+                raise CodeActError("skills need the docker or local backend (they are modules the code imports)")
+        self.privacy = privacy
         self.sandbox = sandbox
         self.sandbox_options = dict(sandbox_options or {})
         self.max_steps = max_steps
@@ -170,63 +244,20 @@ class CodeActAgent:
         self.observation_limit = observation_limit
         self.history_budget = history_budget
         self.system_prompt = system_prompt
+        #: The system prompt's recorded name and version (codeact.prompts).
+        self.prompt = load_prompt("codeact") if system_prompt is None else Prompt.custom(system_prompt)
         self.execution_timeout = execution_timeout
         self.limits = limits or RunLimits()
+        self.packages = [packages] if isinstance(packages, str) else list(packages)
+        self.package_policy = package_policy
+        self.approve_installs = approve_installs
+        if self.packages and sandbox == "restricted":
+            raise CodeActError("the restricted backend cannot install packages; use the docker backend "
+                               "(or local) with packages=")
         self._log_spec = log
         self._log: Any = None
 
     # --- public API -------------------------------------------------------------------------
-
-    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-            cancel: threading.Event | None = None) -> RunResult:
-        """Run ``task`` to the end and return the result (never raises for model or code errors)."""
-        return _result_of(self.stream(task, files=files, cancel=cancel))
-
-    def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Run ``task``, yielding every event as it happens; the last is :class:`RunFinished`.
-
-        Closing the generator early (``break``) cancels the run; it is logged as ``cancelled``.
-        """
-        with self.session() as chat:
-            yield from chat.stream(task, files=files, cancel=cancel)
-
-    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> RunResult:
-        """Async :meth:`run`; cancelling the awaiting task cancels the run."""
-        result: RunResult | None = None
-        async for event in self.astream(task, files=files):
-            if isinstance(event, RunFinished):
-                result = event.result
-        assert result is not None
-        return result
-
-    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> AsyncIterator[Event]:
-        """Async :meth:`stream`. The loop runs on a worker thread; events arrive as they happen."""
-        cancel = threading.Event()
-        events: queue.Queue[Event | BaseException | None] = queue.Queue()
-
-        def work() -> None:
-            try:
-                for event in self.stream(task, files=files, cancel=cancel):
-                    events.put(event)
-            except BaseException as exc:  # surfaced in the awaiting task
-                events.put(exc)
-            finally:
-                events.put(None)
-
-        worker = threading.Thread(target=work, daemon=True, name="codeact-run")
-        worker.start()
-        try:
-            while True:
-                item = await asyncio.to_thread(events.get)
-                if item is None:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            cancel.set()
-            await asyncio.to_thread(worker.join)
 
     def session(self) -> "ChatSession":
         """A multi-turn conversation: history and kernel state survive between turns."""
@@ -235,24 +266,26 @@ class CodeActAgent:
     # --- shared pieces --------------------------------------------------------------------
 
     def _runlog(self) -> Any:
-        if self._log is None and self._log_spec not in (None, False):
-            from .runlog import RunLog
-
-            spec = self._log_spec
-            self._log = spec if not isinstance(spec, (bool, str, os.PathLike)) else RunLog(
-                None if spec is True else spec
-            )
+        if self._log is None:
+            self._log = open_log(self._log_spec)
         return self._log
 
-    def _open_sandbox(self, functions: list[HostFunction]) -> tuple[Any, bool]:
+    def _open_sandbox(self, functions: list[HostFunction], package_policy: Any = None) -> tuple[Any, bool]:
         """(sandbox, owned): a new session we must close, or the user's own."""
-        if not isinstance(self.sandbox, str):
+        from sandbox import SessionSource, open_sandbox
+
+        source = isinstance(self.sandbox, SessionSource)
+        if not isinstance(self.sandbox, str) and not source:
             self.sandbox.register(*functions)
             return self.sandbox, False
-        from sandbox import open_sandbox
-
         options = {"timeout": self.execution_timeout, **self.sandbox_options}
-        sb = open_sandbox(self.sandbox, functions=functions, **options)
+        if self.sandbox != "restricted" and (self.packages or package_policy is not None):
+            options.setdefault("packages", self.packages)
+            options.setdefault("package_policy", package_policy)
+        if source:  # an engine pool: the session lands on the engine with the most room
+            sb = self.sandbox.sandbox(functions, **options)
+        else:
+            sb = open_sandbox(self.sandbox, functions=functions, **options)
         if hasattr(sb, "start"):
             sb.start()
         elif hasattr(sb, "__enter__"):
@@ -277,8 +310,14 @@ class ChatSession:
         self._owned = False
         self._state: _RunState | None = None
         self._files: list[FileDescription] = []
+        self._uploaded: list[FileDescription] = []  # put in by upload(); the next task names them
         self._closed = False
-        self._approval = threading.Lock()  # one approval open at a time
+        self._approvals = Approvals(agent.approve)
+        self._installs_seen: set[int] = set()  # package install records already reported as events
+        #: The privacy filter's placeholders of this session (host side only), or None.
+        self._redactor = agent.privacy.session() if agent.privacy is not None else None
+        #: How the tools appear in the sandbox and the prompt (set when the sandbox opens).
+        self._surface: ToolSurface | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -292,6 +331,9 @@ class ChatSession:
         if self._closed:
             return
         self._closed = True
+        listeners = getattr(getattr(self._sandbox, "packages", None), "listeners", None)
+        if listeners is not None and self._on_install in listeners:  # a sandbox the caller owns outlives us
+            listeners.remove(self._on_install)
         if self._sandbox is not None and self._owned:
             self._sandbox.close()
         self._sandbox = None
@@ -305,6 +347,41 @@ class ChatSession:
         interrupt = getattr(self._sandbox, "interrupt", None)
         if interrupt is not None:
             interrupt()
+
+    # --- files in the sandbox's working directory -------------------------------------------
+
+    def upload(self, source: str | os.PathLike[str], name: str | None = None) -> str:
+        """Copy a host file into the working directory now (opening the sandbox if needed).
+
+        The model is told about it with the next task, as with ``send(files=...)``.
+        Returns the path in the sandbox. Not while a turn runs (the sandbox runs one thing at a time).
+
+        Example::
+
+            chat.upload("sales.csv")
+            chat.send("Plot revenue by month from sales.csv")
+        """
+        if self._closed:
+            raise CodeActError("this chat session is closed; start a new one with agent.session()")
+        path = Path(source)
+        if not path.is_file():
+            raise CodeActError(f"file not found: {path}")
+        self._ensure_sandbox()
+        where = self._sandbox.upload(path, name)
+        self._uploaded.append(FileDescription.of(path, name))
+        return where
+
+    def list_files(self) -> list[Any]:
+        """The files in the working directory (``sandbox.result.FileInfo``); none before the sandbox opens."""
+        if self._closed or self._sandbox is None:
+            return []
+        return self._sandbox.list_files()
+
+    def download(self, path: str) -> bytes:
+        """A file from the working directory (a relative path, as :meth:`list_files` names it)."""
+        if self._closed or self._sandbox is None:
+            raise CodeActError(f"no such file in the sandbox: {path} (no sandbox is open)")
+        return self._sandbox.download(path)
 
     # --- turns ------------------------------------------------------------------------------
 
@@ -329,40 +406,37 @@ class ChatSession:
         output_dir = (agent.output_root or _default_output_root()) / run_id
         file_paths = [Path(f) for f in files]
 
-        def emit(event: Event) -> Event:
-            if log is not None:
-                try:
-                    log.record(event)
-                except Exception:  # the log must never break a run
-                    pass
-            return event
-
+        emit = recorder(log, self._log_transform())
         missing = [str(p) for p in file_paths if not p.is_file()]
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"),
                               backend=self._backend_name(), tools=[t.name for t in agent.tools],
-                              files=[p.name for p in file_paths]))
+                              files=[p.name for p in file_paths], agent="codeact",
+                              prompt=agent.prompt.name, prompt_version=agent.prompt.version))
         try:
             if missing:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
             self._ensure_sandbox()
+            for install in self._package_events(state):  # packages= installed as the sandbox opened
+                yield emit(install)
+            announced, self._uploaded = self._uploaded, []
             for path in file_paths:
                 self._sandbox.upload(path)
-                self._files.append(FileDescription.of(path))
+                announced.append(FileDescription.of(path))
+            self._files.extend(announced)
             if not self.messages:
-                system = render_system_prompt(agent.tools, files=self._files,
-                                              workdir=self._sandbox.workdir, template=agent.system_prompt)
-                self.messages.append(Message("system", system))
+                self.messages.append(Message("system", self._system_prompt()))
                 self.messages.append(Message("user", task))
             else:
                 extra = ""
-                if file_paths:
+                if announced:
                     extra = "\n\nNew files in the working directory:\n" + "\n".join(
-                        FileDescription.of(p).render() for p in file_paths)
+                        f.render() for f in announced)
                 self.messages.append(Message("user", task + extra))
             snapshot = self._file_snapshot()
             budget = _ArtifactBudget(agent.limits)
+            state.output_dir, state.budget, state.result = output_dir, budget, result
             for index in range(1, agent.max_steps + 1):
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled(f"cancelled before step {index}")
@@ -383,19 +457,21 @@ class ChatSession:
                         step.duration = time.perf_counter() - step_started
                         continue
                     # A reply without code is the final answer.
-                    result.answer, result.status = step.model_output.strip(), "success"
+                    result.answer, result.status = self._restored(step.model_output.strip()), "success"
                     self.messages.append(Message("assistant", step.model_output))
                     step.duration = time.perf_counter() - step_started
                     break
                 step.code = parsed.code
                 yield emit(CodeAction(run_id=run_id, step=index, code=parsed.code))
+                if cancel is not None and cancel.is_set():  # stopped while the model wrote it: do not run it
+                    raise RunCancelled(f"cancelled before the code of step {index} ran")
                 exec_started = time.perf_counter()
                 exec_result: ExecutionResult | None = None
                 for item in self._run_code(parsed.code, state):
                     if isinstance(item, ToolCall):
                         step.tool_calls.append(item)
                         yield emit(item)
-                    elif isinstance(item, CodeOutput):
+                    elif isinstance(item, (CodeOutput, ToolProgress, PackageInstall)):
                         yield emit(item)
                     else:
                         exec_result = item
@@ -403,24 +479,31 @@ class ChatSession:
                 step.sandbox_time = time.perf_counter() - exec_started
                 parts, images = self._collect_artifacts(exec_result, index, output_dir, snapshot, result, budget)
                 full_text = format_observation(exec_result, parts, limit=None)
+                if self._redactor is not None:  # the model sees placeholders; the sandbox keeps the values
+                    full_text = self._redactor.redact(full_text)
                 text = truncate_middle(full_text, agent.observation_limit)
+                tool_changes = self._tool_changes()  # an MCP server added or removed tools
+                if tool_changes:
+                    text += "\n\n" + tool_changes
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
                 yield emit(Observation(run_id=run_id, step=index, text=text, stdout=exec_result.stdout,
                                        stderr=exec_result.stderr, error=step.error,
                                        duration=exec_result.duration,
                                        truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
-                                       artifacts=parts.artifacts + [p for p, _ in parts.changed_files],
-                                       images=images))
+                                       artifacts=parts.artifacts + [p for p, _ in parts.changed_files]
+                                       + state.tool_artifacts,
+                                       images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
                 self.messages.append(Message("user", f"Observation:\n{text}"))
                 step.duration = time.perf_counter() - step_started
+                state.tool_artifacts = []
                 if state.answered:
-                    result.answer, result.status = state.answer, "success"
+                    result.answer, result.status = self._restored(state.answer), "success"
                     break
             else:
                 result.status = "max_steps"
-                result.answer = self._best_answer(result)
+                result.answer = self._restored(self._best_answer(result))
         except RunCancelled as exc:
             result.status, result.error = "cancelled", str(exc)
         except (GeneratorExit, KeyboardInterrupt) as exc:
@@ -452,10 +535,60 @@ class ChatSession:
 
     def _ensure_sandbox(self) -> None:
         if self._sandbox is None:
-            functions = [t.host_function(self._invoker(t)) for t in self.agent.tools]
+            self._surface = self._make_surface()
+            functions = self._surface.host_functions(self.agent.tools, self._invoker)
             functions.append(HostFunction(self._final_answer, name=FINAL_ANSWER,
                                           doc="Finish the task and return `answer` to the user."))
-            self._sandbox, self._owned = self.agent._open_sandbox(functions)
+            self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy())
+            packages = getattr(self._sandbox, "packages", None)
+            if packages is not None and hasattr(packages, "listeners"):
+                packages.listeners.append(self._on_install)
+            self._tools_now = {t.name: t for t in self.agent.tools}
+            self._sources = {id(t.toolset): (t.toolset, t.toolset.version) for t in self.agent.tools
+                             if getattr(t, "toolset", None) is not None}
+
+    # --- packages ---------------------------------------------------------------------------
+
+    def _package_policy(self) -> Any:
+        """The agent's package policy, with installs the code asks for routed through ``approve``."""
+        policy = self.agent.package_policy
+        if self.agent.approve_installs and getattr(policy, "approve", None) is None:
+            from dataclasses import replace
+
+            from sandbox.packages import PackagePolicy
+
+            policy = replace(policy or PackagePolicy(), approve=self._approve_install)
+        return policy
+
+    def _approve_install(self, request: Any) -> bool:
+        state = self._state
+        approval = ApprovalRequest("install", {"packages": request.summary(),
+                                               "requirements": list(request.requirements)},
+                                   state.run_id if state else "", state.step if state else 0)
+        approver = self.agent.approve
+        with self._approvals._one_at_a_time:  # one question to the human at a time, tools' included
+            return approver is not None and bool(approver(approval))
+
+    def _on_install(self, record: Any) -> None:
+        """A package install the code asked for (a worker thread): an event among the step's tool calls."""
+        state = self._state
+        if state is not None and record.source == "runtime":
+            self._installs_seen.add(id(record))
+            state.report(_install_event(record, state.run_id, state.step))  # type: ignore[arg-type]
+
+    def _package_events(self, state: _RunState) -> list[PackageInstall]:
+        """Installs not yet reported (those of ``packages=``, made while the sandbox opened)."""
+        records = getattr(getattr(self._sandbox, "packages", None), "records", None) or []
+        fresh = [r for r in list(records) if id(r) not in self._installs_seen]
+        self._installs_seen.update(id(r) for r in fresh)
+        return [_install_event(r, state.run_id, 0) for r in fresh]
+
+    def _packages_text(self) -> str:
+        packages = getattr(self._sandbox, "packages", None)
+        try:
+            return packages.describe() if packages is not None and hasattr(packages, "describe") else ""
+        except Exception:  # noqa: BLE001 - the prompt goes without the list; installs still report errors
+            return ""
 
     def _final_answer(self, answer: Any) -> None:
         assert self._state is not None
@@ -467,47 +600,148 @@ class ChatSession:
         def invoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             state = self._state
             assert state is not None
-            started = time.perf_counter()
-            arguments: dict[str, Any] = {}
             try:
                 arguments = tool.bind(args, kwargs)
-                if tool.requires_approval:
-                    self._ask_approval(tool, arguments, state)
-                ctx = RunContext(run_id=state.run_id, step=state.step, deps=self.agent.deps)
-                value = tool.call(arguments, ctx)
+                if self._redactor is not None:  # placeholders the model wrote become the values again
+                    arguments = self._redactor.restore(arguments)
             except Exception as exc:
-                shown = arguments or {"args": list(args), **kwargs}
+                shown = {"args": list(args), **kwargs}
                 state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
                                       arguments={k: preview(v) for k, v in shown.items()},
-                                      error=f"{type(exc).__name__}: {exc}", duration=time.perf_counter() - started))
+                                      error=f"{type(exc).__name__}: {exc}"))
                 raise
-            state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
-                                  arguments={k: preview(v) for k, v in arguments.items()}, result=preview(value),
-                                  duration=time.perf_counter() - started))
+            with run_hooks(self._run_hooks(state, tool)):
+                value = invoke_tool(tool, arguments, run_id=state.run_id, step=state.step, deps=self.agent.deps,
+                                    approvals=self._approvals, report=state.report)
+            if self._redactor is not None:
+                self._redactor.learn(tool.name, value)
             if tool.return_direct:
                 state.answer, state.answered = value, True
             return value
 
         return invoke
 
-    def _ask_approval(self, tool: Tool[Any, Any], arguments: dict[str, Any], state: _RunState) -> None:
-        """Ask the approver; raise :class:`ApprovalDenied` unless it says yes.
+    # --- what a running tool may do: artifacts, progress; tools that come and go ----------
 
-        One approval is open at a time, and the time a human takes (waiting for
-        the turn included) counts against neither the call's timeout nor the
-        code's time limit. A call the sandbox was already told had failed is
-        never run after a late yes.
-        """
-        call = current_call()
-        request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, state.run_id, state.step)
-        approver = self.agent.approve
-        with call.paused() if call is not None else contextlib.nullcontext(), self._approval:
-            allowed = approver is not None and approver(request)
-        if call is not None:
-            call.checkpoint()
-        if not allowed:
-            raise ApprovalDenied(f"the user did not allow this call to {tool.name}; "
-                                 "do not retry it, find another way or explain in the final answer")
+    def _run_hooks(self, state: _RunState, tool: Tool[Any, Any]) -> RunHooks:
+        """``RunContext.add_artifact`` and ``report_progress`` for a call of ``tool`` in this run."""
+
+        def add_artifact(name: str, data: bytes, mime: str) -> str:
+            check_relative_path(name)
+            if state.output_dir is None or state.result is None:
+                raise CodeActError("no run is in progress to keep the artifact")
+            with _ARTIFACT_LOCK:
+                if state.budget is not None and not state.budget.take(len(data), state.step):
+                    raise CodeActError(state.budget.reason(len(data)))
+                state.output_dir.mkdir(parents=True, exist_ok=True)
+                path = write_confined(state.output_dir, name, bytes(data))
+                state.tool_artifacts.append(name)
+                state.result.artifacts.append(path)
+            return name
+
+        def report_progress(progress: float, total: float | None = None, message: str | None = None) -> None:
+            state.report(ToolProgress(run_id=state.run_id, step=state.step, name=tool.name, progress=float(progress),
+                                      total=None if total is None else float(total),
+                                      message=None if message is None else str(message)[:500]))
+
+        return RunHooks(add_artifact=add_artifact, report_progress=report_progress)
+
+    def _tool_changes(self) -> str:
+        """Offer the tools a live source (an MCP server) added or changed since the last look, withdraw
+        the ones it removed, and return a note for the model ("" when nothing changed)."""
+        sources = getattr(self, "_sources", {})
+        changed = [src for src, seen in sources.values() if getattr(src, "version", seen) != seen]
+        if not changed or self._sandbox is None:
+            return ""
+        added: list[Tool[Any, Any]] = []
+        removed: list[str] = []
+        for src in changed:
+            sources[id(src)] = (src, src.version)
+            now = {t.name: t for t in list(src)}
+            before = {n: t for n, t in self._tools_now.items() if getattr(t, "toolset", None) is src}
+            removed.extend(n for n in before if n not in now)
+            added.extend(t for n, t in now.items() if before.get(n) is not t
+                         and getattr(self._tools_now.get(n), "toolset", src) is src)
+        try:
+            if removed:
+                self._sandbox.unregister(*removed)
+            if added:
+                surface = self._surface
+                self._sandbox.register(*[surface.host_function(t, self._invoker) if surface is not None
+                                         else t.host_function(self._invoker(t)) for t in added])
+        except Exception as exc:  # noqa: BLE001 - the model hears about it; the run goes on
+            return f"Note: the tools changed but the sandbox could not be updated: {exc}"
+        for name in removed:
+            self._tools_now.pop(name, None)
+        for t in added:
+            self._tools_now[t.name] = t
+        note = self._catalog_changed(added, removed)
+        if note is not None:
+            return note
+        lines = ["Note: an MCP server changed its tools."]
+        if added:
+            stubs = "\n\n".join(t.python_stub() for t in added)
+            lines.append("New or changed tools (call them like the others):\n" + truncate_middle(stubs, 4000))
+        if removed:
+            lines.append("Removed tools (no longer callable): " + ", ".join(removed))
+        return "\n".join(lines)
+
+    # --- the tools as the code and the model meet them (codeact.catalog), privacy --------------
+
+    def _make_surface(self) -> ToolSurface:
+        agent = self.agent
+        sandbox = agent.sandbox
+        restricted = (sandbox == "restricted") if isinstance(sandbox, str) else \
+            getattr(sandbox, "backend", "") == "restricted"
+        from .privacy import PROMPT_NOTE
+
+        return ToolSurface(agent.tools, disclosure=agent.tool_disclosure, budget=agent.tool_budget,
+                           descriptions=self._group_descriptions(agent.tools), skills=agent.skills,
+                           namespaces=not restricted, privacy_note=PROMPT_NOTE if self._redactor is not None else "")
+
+    @staticmethod
+    def _group_descriptions(tools: Sequence[Tool[Any, Any]]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for source in {id(t.toolset): t.toolset for t in tools if getattr(t, "toolset", None) is not None}.values():
+            out.update(getattr(source, "group_descriptions", None) or {})
+        return out
+
+    def _system_prompt(self) -> str:
+        agent = self.agent
+        tools = list(getattr(self, "_tools_now", {}).values()) or agent.tools
+        shown, extra, catalog = (self._surface.prompt_parts(tools) if self._surface is not None
+                                 else (tools, "", ""))
+        return render_system_prompt(shown, files=self._files, workdir=self._sandbox.workdir,
+                                    template=agent.prompt.text, packages=self._packages_text(),
+                                    extra_stubs=extra, catalog=catalog)
+
+    def _catalog_changed(self, added: list[Tool[Any, Any]], removed: list[str]) -> str | None:
+        """Bring the catalogue (and the system prompt, whose catalogue it is) up to date with the tools.
+
+        Returns the on-demand note for the observation, or None to use the note with stubs."""
+        surface = self._surface
+        if surface is None:
+            return None
+        tools = list(self._tools_now.values())
+        surface.update(tools, self._group_descriptions(tools))
+        if surface.mode == "on_demand" and self.messages and self.messages[0].role == "system":
+            self.messages[0] = Message("system", self._system_prompt())  # the next prompt's catalogue
+        return surface.change_note(added, removed)
+
+    def _log_transform(self) -> Callable[[Event], Event] | None:
+        """What the run log records instead of each event: placeholders for hidden values (privacy)."""
+        redactor = self._redactor
+        if redactor is None or self.agent.privacy.log_real_values:
+            return None
+        from .privacy import redact_event
+
+        return lambda event: redact_event(event, redactor)
+
+    def _restored(self, answer: Any) -> Any:
+        """The model's answer for the caller: placeholders it wrote become the values (privacy)."""
+        if self._redactor is None or not self.agent.privacy.restore_answers:
+            return answer
+        return self._redactor.restore(answer)
 
     def _run_code(self, code: str, state: _RunState) -> Iterator[ToolCall | CodeOutput | ExecutionResult]:
         """Run a code action, yielding its output and each tool call as they come, then the result.
@@ -554,45 +788,19 @@ class ChatSession:
         yield outcome["result"]
 
     def _model_turn(self, step: Step, cancel: threading.Event | None, state: _RunState) -> Iterator[Event]:
-        agent = self.agent
-        messages = self._context_messages()
-        started = time.perf_counter()
-        response: ModelResponse | None = None
-        if agent.stream_model:
-            for piece in agent.model.stream(messages):
-                if isinstance(piece, str):
-                    if cancel is not None and cancel.is_set():
-                        raise RunCancelled(f"cancelled during step {step.index}")
-                    yield TextDelta(run_id=state.run_id, step=step.index, text=piece)
-                else:
-                    response = piece
-        else:
-            response = agent.model.complete(messages)
-        if response is None:
-            raise ModelError("the model's stream ended without a final response")
-        step.model_time = time.perf_counter() - started
-        step.model_output = response.text or ""
-        step.usage = response.usage if response.usage.requests else replace(response.usage, requests=1)
-        yield ModelOutput(run_id=state.run_id, step=step.index, text=step.model_output, usage=step.usage,
-                          duration=step.model_time, input_messages=len(messages),
-                          input_chars=sum(len(m.content) for m in messages))
+        yield from model_turn(self.agent.model, self._context_messages(), step, run_id=state.run_id,
+                              stream=self.agent.stream_model, cancel=cancel)
 
     def _context_messages(self) -> list[Message]:
         """The history, with older observations elided when it outgrows the token budget."""
-        budget_chars = self.agent.history_budget * 4
-        messages = list(self.messages)
-        total = sum(len(m.content) for m in messages)
-        # Keep the system prompt, the first task and the last two exchanges intact.
-        protected = {0, 1, *range(max(len(messages) - 4, 0), len(messages))}
-        for i, m in enumerate(messages):
-            if total <= budget_chars:
-                break
-            if i in protected or m.role != "user" or not m.content.startswith("Observation:"):
-                continue
-            short = f"Observation: [elided to fit the context: {len(m.content)} characters]"
-            total -= len(m.content) - len(short)
-            messages[i] = Message("user", short)
-        return messages
+        messages = elide_history(self.messages, self.agent.history_budget, _elide_observation)
+        redactor = self._redactor
+        if redactor is None:
+            return messages
+        # The user's own words (the task, notes about files) reach the model with placeholders too;
+        # observations already have them (redacting twice changes nothing).
+        return [replace(m, content=redactor.redact(m.content)) if m.role == "user" and isinstance(m.content, str)
+                else m for m in messages]
 
     def _no_code_feedback(self, other_blocks: tuple[str, ...], text: str) -> str:
         if not text.strip():
@@ -704,14 +912,33 @@ class _ArtifactBudget:
         return f"over the limit of {lim.max_artifact_bytes_per_run:,} bytes per run"
 
 
-def _result_of(events: Iterator[Event]) -> RunResult:
-    """Consume a run's events; return the result its final RunFinished carries."""
-    result: RunResult | None = None
-    for event in events:
-        if isinstance(event, RunFinished):
-            result = event.result
-    assert result is not None, "a run always ends with RunFinished"
-    return result
+def _install_event(record: Any, run_id: str, step: int) -> PackageInstall:
+    data = record.to_json()
+    return PackageInstall(run_id=run_id, step=step, requirements=data["requirements"], source=data["source"],
+                          packages=data["packages"], present=data["present"], seconds=data["seconds"],
+                          resolved_from_cache=data["resolved_from_cache"], downloaded=data["downloaded"],
+                          error_kind=data["error_kind"], error=data["error"])
+
+
+def _skill_store(spec: Any) -> Any:
+    """The :class:`~codeact.skills.SkillStore` that ``CodeActAgent(skills=...)`` names, or None."""
+    if spec is None or spec is False:
+        return None
+    from .skills import SkillStore
+
+    if isinstance(spec, SkillStore):
+        return spec
+    if spec is True:
+        return SkillStore()
+    if isinstance(spec, (str, os.PathLike)):
+        return SkillStore(spec)
+    raise CodeActError(f"skills= takes a SkillStore, a directory, True or None, not {type(spec).__name__}")
+
+
+def _elide_observation(message: Message) -> Message | None:
+    if message.role != "user" or not message.content.startswith("Observation:"):
+        return None
+    return Message("user", f"Observation: [elided to fit the context: {len(message.content)} characters]")
 
 
 __all__ = ["CodeActAgent", "ChatSession", "ApprovalRequest", "Approver", "RunLimits"]

@@ -61,3 +61,87 @@ class ModelOutputError(ModelError):
 
 class RunCancelled(CodeActError):
     """A run was cancelled by its caller."""
+
+
+class MCPServerError(CodeActError):
+    """An MCP server could not be started or reached, or went away; the message names it and quotes its stderr."""
+
+    def __init__(self, message: str, *, server: str = "", stderr: str = "") -> None:
+        super().__init__(message)
+        self.server = server
+        self.stderr = stderr
+
+
+class MCPToolError(ToolError):
+    """An MCP tool reported an error (``isError``); the message is the server's."""
+
+
+class UIError(CodeActError):
+    """A request the web UI (``codeact ui``) cannot serve; the message, shown on the page, says why.
+
+    ``status`` is the HTTP status the server answers with.
+    """
+
+    status = 400
+
+
+class SessionNotFound(UIError):
+    """No open UI session has this id (closed, or never existed)."""
+
+    status = 404
+
+
+class SessionBusy(UIError):
+    """The UI session is running a turn; the request must wait until it ends (or Stop is pressed)."""
+
+    status = 409
+
+
+class SessionLimitReached(UIError):
+    """As many UI sessions are open as ``--max-sessions`` allows; close one first."""
+
+    status = 429
+
+
+class UploadTooLarge(UIError):
+    """An uploaded file is larger than the UI's upload limit (``--upload-limit``)."""
+
+    status = 413
+
+
+class RunLogError(CodeActError):
+    """The run log database cannot be opened, read or written."""
+
+
+class RunNotFound(CodeActError, KeyError):
+    """No run matches the given id or prefix, or the prefix matches several runs.
+
+    It is also a :class:`KeyError`, so ``except KeyError`` works for callers
+    that treat the log like a mapping.
+    """
+
+    def __init__(self, message: str, candidates: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: Run ids the caller may have meant (closest matches or the ambiguous ones).
+        self.candidates: list[str] = list(candidates or [])
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would print the repr of the message (quoted).
+        return self.message
+
+
+class AmbiguousRunId(RunNotFound):
+    """A run id prefix matches more than one run."""
+
+
+class BenchError(CodeActError):
+    """A benchmark cannot run or report: a bad suite, task, option or results directory; the message says which."""
+
+
+class RayUnavailable(BenchError):
+    """A sweep asked for Ray (``--ray``), but the ``ray`` package is not installed: ``pip install 'codeact[ray]'``."""
+
+
+class SkillError(CodeActError):
+    """A skill cannot be saved, found or removed (bad name, too large, not a function, unknown)."""

@@ -28,9 +28,14 @@ class Event:
 class RunStarted(Event):
     task: str
     model: str
-    backend: str
+    backend: str  # the sandbox backend; "host" for agents that run no code (ReAct)
     tools: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    #: Which agent: "codeact", "react-fc", "react-json" or "react-text".
+    agent: str = "codeact"
+    #: The system prompt's name and version (``codeact.prompts``); "custom" and a hash for your own.
+    prompt: str = ""
+    prompt_version: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +45,9 @@ class ModelOutput(Event):
     duration: float = 0.0
     input_messages: int = 0
     input_chars: int = 0
+    #: Native function calls the model asked for (function calling): ``{"id", "name", "arguments"}``
+    #: with ``arguments`` the JSON text exactly as the model produced it.
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +83,36 @@ class ToolCall(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ToolProgress(Event):
+    """A tool call still running says how far it got (an MCP server's progress notification)."""
+
+    name: str
+    progress: float
+    total: float | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackageInstall(Event):
+    """Packages installed into the sandbox (or refused): up front (``packages=``, step 0) or by the code.
+
+    ``packages`` are ``{"name", "version", "size", "installed_bytes", "requested"}`` dicts (what was
+    added), ``present`` ``[name, version]`` pairs that were already there; ``error_kind`` is one of
+    ``sandbox.packages.PackageInstallError``'s kinds when it failed.
+    """
+
+    requirements: list[str]
+    source: str  # "upfront" or "runtime"
+    packages: list[dict[str, Any]] = field(default_factory=list)
+    present: list[list[str]] = field(default_factory=list)
+    seconds: float = 0.0
+    resolved_from_cache: bool = False
+    downloaded: int = 0
+    error_kind: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class Observation(Event):
     text: str  # exactly what the model will see
     stdout: str = ""
@@ -84,6 +122,10 @@ class Observation(Event):
     truncated: bool = False
     artifacts: list[str] = field(default_factory=list)
     images: list[bytes] = field(default_factory=list, repr=False)
+    #: The code's rich outputs in display order, as MIME bundles (``{"text/html": str,
+    #: "image/png": bytes, "text/plain": str, ...}``), for UIs: tables, plots, SVG, HTML.
+    #: Sent by the sandbox, so hostile: render them sanitised. Bounded (see ``agent.MAX_OUTPUT_TEXT``).
+    outputs: list[dict[str, str | bytes]] = field(default_factory=list, repr=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,11 @@ the files on disk.
 The notebook (:func:`export_notebook`) is for people: the task, then for each
 step the model's prose and a code cell with the outputs it produced (stdout,
 stderr, the error with its traceback, the images), then the answer. Open it
-in Jupyter to read the run or re-run it.
+in Jupyter to read the run or re-run it. A ReAct run's steps have no code: a
+markdown cell lists each step's tool calls and the observation instead.
+
+This module only reads: it turns :class:`~codeact.runlog.RunRecord` objects
+into files and never writes the run log.
 """
 
 from __future__ import annotations
@@ -21,14 +25,18 @@ import json
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Literal, TextIO
 
+from .errors import RunLogError
+from .parsing import parse_reply
 from .runlog import ArtifactRecord, RunRecord, StepRecord, ToolCallRecord, jsonable
+from .values import show
 
 if TYPE_CHECKING:  # nbformat is imported lazily: `import codeact.runlog` must stay cheap
     from nbformat import NotebookNode
 
-__all__ = ["export_jsonl", "export_notebook", "model_prose", "to_notebook"]
+__all__ = ["export_jsonl", "export_notebook", "export_run", "model_prose", "to_notebook"]
 
 #: Format tag written on the ``run`` line of a JSONL export.
 JSONL_FORMAT = "codeact.run/1"
@@ -36,9 +44,6 @@ JSONL_FORMAT = "codeact.run/1"
 #: The model's prose in a notebook is cut to this many characters.
 PROSE_LIMIT = 2000
 
-# A fenced code block (any language) or an <execute> block: the code action.
-# An unterminated fence runs to the end (models get cut off at max tokens).
-_CODE_BLOCK = re.compile(r"```[^\n]*\n.*?(?:```|\Z)|<execute>.*?(?:</execute>|\Z)", re.DOTALL | re.IGNORECASE)
 # The last line of a Python traceback: "pkg.ErrorName: message" (or just the name).
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _EXC_NAME = re.compile(r"(Error|Exception|Warning|Interrupt|Exit|Timeout)$")
@@ -107,6 +112,10 @@ def export_jsonl(record: RunRecord, fp: TextIO, *, include_images: bool = True) 
             "task": record.task,
             "model": record.model,
             "backend": record.backend,
+            "agent": record.agent,
+            "prompt": record.prompt,
+            "prompt_version": record.prompt_version,
+            "bench_episode": record.bench_episode,
             "tools": record.tools,
             "files": record.files,
             "status": record.status,
@@ -168,7 +177,7 @@ def export_jsonl(record: RunRecord, fp: TextIO, *, include_images: bool = True) 
 
 def model_prose(text: str, limit: int = PROSE_LIMIT) -> str:
     """The model's output without its code block(s), whitespace tidied, cut to ``limit`` characters."""
-    prose = _CODE_BLOCK.sub("", text or "")
+    prose = parse_reply(text or "").prose
     prose = re.sub(r"\n{3,}", "\n\n", prose).strip()
     if len(prose) > limit:
         prose = prose[:limit].rstrip() + " …"
@@ -223,11 +232,11 @@ def _answer_markdown(record: RunRecord) -> str:
         parts.append("*(no answer)*")
     elif isinstance(answer, str) and record.answer_type in (None, "str"):
         parts.append(answer)
-    elif isinstance(answer, str):
-        # An object stored via str() (a DataFrame, say): keep its layout.
+    elif isinstance(answer, str) or _has_codec_nodes(answer):
+        # A value that is not plain JSON (a tuple, a DataFrame; or, in older logs, its str()): its repr.
         parts.append(f"`{record.answer_type}`")
         parts.append("")
-        parts.append(_fence(answer))
+        parts.append(_fence(answer if isinstance(answer, str) else show(answer)))
     else:
         parts.append(_fence(json.dumps(answer, indent=2, ensure_ascii=False), "json"))
     parts.append("")
@@ -244,9 +253,35 @@ def _answer_markdown(record: RunRecord) -> str:
     return "\n".join(parts)
 
 
+def _actions_markdown(step: StepRecord) -> str:
+    """A ReAct step: its tool calls (arguments and result or error) and the observation."""
+    lines = [f"**Step {step.step}** · tool calls:", ""]
+    for c in step.tool_calls:
+        args = ", ".join(f"{k}={show(v, 200)}" for k, v in (c.arguments or {}).items()) if isinstance(
+            c.arguments, dict) else show(c.arguments, 200)
+        outcome = f"error: {c.error}" if c.error else show(c.result, 500)
+        lines.append(f"- `{c.name}({args})` → {outcome}")
+    if step.observation:
+        lines += ["", "Observation:", "", _fence(step.observation)]
+    return "\n".join(lines)
+
+
+def _has_codec_nodes(tree: Any) -> bool:
+    """True when a stored value holds the codec's tagged nodes (``{"$": ...}``), i.e. is not plain JSON."""
+    if isinstance(tree, dict):
+        return "$" in tree or any(_has_codec_nodes(v) for v in tree.values())
+    if isinstance(tree, list):
+        return any(_has_codec_nodes(v) for v in tree)
+    return False
+
+
 def _header_markdown(record: RunRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.started)) if record.started else "?"
     meta = [f"model `{record.model or '?'}`", f"backend `{record.backend or '?'}`", f"status **{record.status}**"]
+    if record.agent:
+        meta.insert(0, f"agent `{record.agent}`")
+    if record.prompt:
+        meta.append(f"prompt `{record.prompt}@{record.prompt_version or '?'}`")
     lines = ["# Task", "", record.task or "*(no task recorded)*", "", " · ".join(meta), "", f"Run `{record.id}` · {when}"]
     if record.tools:
         lines += ["", "Tools: " + ", ".join(f"`{t}`" for t in record.tools)]
@@ -265,7 +300,9 @@ def to_notebook(record: RunRecord) -> NotebookNode:
         if prose:
             cells.append(nbf.new_markdown_cell(f"**Step {step.step}**\n\n{prose}", metadata={"codeact": {"step": step.step}}))
         if step.code is None:
-            if step.error and not prose:
+            if step.tool_calls:
+                cells.append(nbf.new_markdown_cell(_actions_markdown(step), metadata={"codeact": {"step": step.step}}))
+            elif step.error and not prose:
                 cells.append(nbf.new_markdown_cell(f"**Step {step.step}** failed:\n\n{_fence(step.error)}"))
             continue
         meta = {
@@ -298,6 +335,9 @@ def to_notebook(record: RunRecord) -> NotebookNode:
                     "run_id": record.id,
                     "model": record.model,
                     "backend": record.backend,
+                    "agent": record.agent,
+                    "prompt": record.prompt,
+                    "prompt_version": record.prompt_version,
                     "status": record.status,
                     "started": record.started,
                     "usage": _usage(record.usage),
@@ -328,3 +368,32 @@ def export_notebook(record: RunRecord, path: str | os.PathLike[str]) -> None:
         os.makedirs(parent, exist_ok=True)
     with open(target, "w", encoding="utf-8") as fp:
         nbformat.write(nb, fp)
+
+
+def export_run(
+    record: RunRecord,
+    dest: str | os.PathLike[str] | IO[str],
+    format: Literal["jsonl", "ipynb"] | None = None,
+) -> None:
+    """Write ``record`` to ``dest``: a path or a text stream.
+
+    ``format`` defaults to "ipynb" when ``dest`` is a path ending in
+    ``.ipynb`` and to "jsonl" otherwise; a text stream is always JSONL.
+
+    Raises:
+        RunLogError: a notebook asked for on a stream, or an unknown format.
+    """
+    if hasattr(dest, "write"):
+        if format == "ipynb":
+            raise RunLogError("Notebook export needs a file path, not a stream.")
+        export_jsonl(record, dest)  # type: ignore[arg-type]
+        return
+    path = Path(os.fspath(dest))  # type: ignore[arg-type]
+    fmt = format or ("ipynb" if path.suffix.lower() == ".ipynb" else "jsonl")
+    if fmt == "ipynb":
+        export_notebook(record, path)
+    elif fmt == "jsonl":
+        with path.open("w", encoding="utf-8") as fp:
+            export_jsonl(record, fp)
+    else:
+        raise RunLogError(f"Unknown export format {fmt!r}: use 'jsonl' or 'ipynb'.")

@@ -270,7 +270,8 @@ class OpenAIModel:
         base_url: API root (e.g. ``http://localhost:8000/v1``); default ``$OPENAI_BASE_URL``,
             else OpenAI.
         api_key: default ``$OPENAI_API_KEY``, else a placeholder (fine for local servers).
-        temperature, max_tokens: sent only when given.
+        temperature, max_tokens, seed: sent only when given (``seed`` asks the
+            endpoint for reproducible sampling where it supports that).
         timeout: seconds per HTTP attempt (for streams: between chunks).
         max_retries: retries after the first attempt, on 408/409/429/5xx, timeouts,
             connection errors and malformed responses. Auth, not-found, context
@@ -301,6 +302,7 @@ class OpenAIModel:
         api_key: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        seed: int | None = None,
         timeout: float = 120,
         max_retries: int = 4,
         backoff: float = 1.0,
@@ -325,6 +327,7 @@ class OpenAIModel:
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY", "").strip() or PLACEHOLDER_API_KEY
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.seed = seed
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
@@ -392,6 +395,8 @@ class OpenAIModel:
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
+        if self.seed is not None:
+            body["seed"] = self.seed
         if stream:
             body["stream"] = True
             if self._stream_usage:
@@ -673,6 +678,29 @@ class ScriptedModel:
 
     def __repr__(self) -> str:
         return f"ScriptedModel(name={self.name!r}, replies={len(self._replies)}, used={self._next})"
+
+    @staticmethod
+    def tool_calls(*calls: tuple[str, Any], text: str = "") -> Message:
+        """A scripted reply that asks for native function calls (ReAct function calling).
+
+        Each call is ``(name, arguments)`` with ``arguments`` a dict (sent as
+        JSON) or raw JSON text (to script malformed arguments); ids are
+        ``call_0``, ``call_1``, ...
+
+        Example::
+
+            model = ScriptedModel([
+                ScriptedModel.tool_calls(("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})),
+                "Paris is warmer.",
+            ])
+        """
+        import json
+
+        requests = tuple(
+            ToolCallRequest(f"call_{i}", name, arguments if isinstance(arguments, str) else json.dumps(arguments))
+            for i, (name, arguments) in enumerate(calls)
+        )
+        return Message("assistant", text, tool_calls=requests)
 
     @property
     def remaining(self) -> int:

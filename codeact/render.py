@@ -42,11 +42,13 @@ from .events import (
     FinalAnswer,
     ModelOutput,
     Observation,
+    PackageInstall,
     RunFinished,
     RunResult,
     RunStarted,
     TextDelta,
     ToolCall,
+    ToolProgress,
 )
 
 #: Lines of an observation shown on screen (the run log keeps all of it).
@@ -270,6 +272,24 @@ class Renderer:
     def _on_ToolCall(self, e: ToolCall) -> None:
         self.pause()
         self.tool_call(e.name, e.arguments, e.result, e.error, e.duration)
+
+    def _on_ToolProgress(self, e: ToolProgress) -> None:
+        # a long call's progress goes into the spinner only: piped output stays one line per call
+        done = f"{e.progress / e.total:.0%}" if e.total else f"{e.progress:g}"
+        note = f" {e.message}" if e.message else ""
+        self.wait(safe(f"step {e.step}: {e.name} {done}{note}"[:200]))
+
+    def _on_PackageInstall(self, e: PackageInstall) -> None:
+        self.pause()
+        if e.error:
+            text = f"packages {', '.join(e.requirements)}: not installed ({e.error_kind or 'error'}): {e.error}"
+            self.console.print(Text(safe(text[:2000]), style="red"), soft_wrap=True)
+            return
+        added = ", ".join(f"{p.get('name')} {p.get('version')}" for p in e.packages) or "nothing new"
+        size = sum(int(p.get("installed_bytes") or 0) for p in e.packages)
+        origin = "from the host's cache" if e.resolved_from_cache else f"{e.downloaded} downloaded"
+        text = f"installed {added} ({size / 1e6:.1f} MB, {origin}, {e.seconds:.1f} s)"
+        self.console.print(Text(safe(text[:2000]), style="dim"), soft_wrap=True)
 
     def _on_Observation(self, e: Observation) -> None:
         from .observation import NOTHING_PRINTED

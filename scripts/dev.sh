@@ -67,9 +67,68 @@ ensure_image() {
   "$VENV/bin/codeact" image build
 }
 
+ensure_mcp_test_servers() {
+  # Published MCP servers the tests start (tests/test_mcp_*.py): one from PyPI, one from npm (run with npx,
+  # offline, from this prefix). Skipped when present; a machine without npm skips the npm one.
+  if [ ! -x "$VENV/bin/mcp-server-time" ]; then
+    log "Installing mcp-server-time (PyPI) into $VENV"
+    "$VENV/bin/python" -m pip install -q mcp-server-time
+  fi
+  local prefix="$VENV/mcp-npm"
+  if command -v npm >/dev/null 2>&1 && [ ! -d "$prefix/node_modules/@modelcontextprotocol/server-filesystem" ]; then
+    log "Installing @modelcontextprotocol/server-filesystem (npm) into $prefix"
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error @modelcontextprotocol/server-filesystem >/dev/null
+  fi
+}
+
+ensure_browser() {
+  # The web UI's tests drive Debian's Chromium with Playwright (tests/test_ui_browser.py); Playwright's own
+  # browser download is not used. The Python package comes with the test extras (ensure_venv).
+  if [ -x /usr/bin/chromium ]; then return 0; fi
+  if ! is_root; then
+    log "No /usr/bin/chromium and this is not root: install chromium yourself (the browser tests will skip)."
+    return 0
+  fi
+  log "Installing Chromium for the web UI's browser tests"
+  apt_install chromium chromium-driver
+}
+
+ensure_engine_test_tools() {
+  # The remote-engine tests (tests/test_engines.py) start their own sshd on loopback for ssh:// engines
+  # and their own second dockerd (which needs `ip` for its bridge).
+  if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then return 0; fi
+  if ! is_root; then
+    log "No sshd and this is not root: install openssh-server yourself (the ssh:// engine tests will skip)."
+    return 0
+  fi
+  log "Installing openssh-server and iproute2 for the remote-engine tests (no ssh service is started)"
+  apt_install openssh-server iproute2
+}
+
+ensure_ray() {
+  # The Ray sweep tests (tests/test_bench_ray.py) start a two-node Ray cluster inside a network namespace
+  # of their own (`unshare --net`, `nsenter`, `ip` from util-linux and iproute2): Ray goes into the venv.
+  if ! "$VENV/bin/python" -c "import ray" >/dev/null 2>&1; then
+    log "Installing ray (codeact[ray]) into $VENV"
+    "$VENV/bin/python" -m pip install -q "ray>=2.40"
+  fi
+  if ! command -v ip >/dev/null 2>&1 || ! command -v nsenter >/dev/null 2>&1; then
+    if is_root; then
+      apt_install iproute2 util-linux
+    else
+      log "No ip/nsenter and this is not root: install iproute2 and util-linux (the Ray tests will skip)."
+    fi
+  fi
+}
+
 setup() {
   local docker_ok=1
   ensure_venv
+  ensure_ray
+  ensure_browser
+  ensure_engine_test_tools
+  ensure_mcp_test_servers
   if ensure_docker; then
     ensure_image || docker_ok=0
   else

@@ -97,6 +97,11 @@ class Reply:
         delay: seconds to wait before answering (simulated model latency).
         drop_after_chunks: streaming only: close the connection abruptly after
             this many content chunks (a stream that breaks mid-way).
+        interleave_tool_calls: streaming only: send the fragments of several
+            tool calls interleaved (call 0, call 1, call 0, ...), each call's
+            name split across two fragments and its id only on the first, as
+            some servers do; default: one call after the other, like OpenAI.
+        fragment_size: streaming only: characters of arguments per fragment.
     """
 
     text: str = ""
@@ -107,6 +112,8 @@ class Reply:
     chunks: tuple[str, ...] | None = None
     delay: float = 0.0
     drop_after_chunks: int | None = None
+    interleave_tool_calls: bool = False
+    fragment_size: int = 7
 
 
 FaultKind = Literal["error", "malformed", "stall", "drop"]
@@ -566,6 +573,31 @@ class _Handler(BaseHTTPRequestHandler):
     def _call_ids(reply: Reply) -> list[str]:
         return [t.id or f"call_{i}" for i, t in enumerate(reply.tool_calls)]
 
+    def _tool_call_fragments(self, reply: Reply) -> list[dict[str, Any]]:
+        """The streamed ``delta.tool_calls`` items of a reply, in sending order."""
+        size = max(1, reply.fragment_size)
+        per_call: list[list[dict[str, Any]]] = []
+        for index, (call_id, t) in enumerate(zip(self._call_ids(reply), reply.tool_calls)):
+            args = t.arguments_json()
+            pieces = [args[i : i + size] for i in range(0, len(args), size)]
+            if reply.interleave_tool_calls:
+                # The id once, the name in two halves, then the argument pieces.
+                half = max(1, len(t.name) // 2)
+                frags = [{"index": index, "id": call_id, "type": "function", "function": {"name": t.name[:half]}},
+                         {"index": index, "function": {"name": t.name[half:], "arguments": ""}}]
+            else:
+                # Like OpenAI: the first delta carries id and name, then argument fragments follow.
+                frags = [{"index": index, "id": call_id, "type": "function",
+                          "function": {"name": t.name, "arguments": ""}}]
+            frags += [{"index": index, "function": {"arguments": piece}} for piece in pieces]
+            per_call.append(frags)
+        if not reply.interleave_tool_calls:
+            return [f for frags in per_call for f in frags]
+        out: list[dict[str, Any]] = []
+        for round_ in itertools.zip_longest(*per_call):
+            out.extend(f for f in round_ if f is not None)
+        return out
+
     def _json_reply(self, reply: Reply, req: RecordedRequest) -> None:
         if reply.delay:
             self.owner._stop.wait(reply.delay)
@@ -612,13 +644,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._abort()
                 return
             self._sse(chunk({"content": piece}))
-        for index, (call_id, t) in enumerate(zip(self._call_ids(reply), reply.tool_calls)):
-            # Like OpenAI: the first delta carries id and name, then argument fragments follow.
-            self._sse(chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                             "function": {"name": t.name, "arguments": ""}}]}))
-            args = t.arguments_json()
-            for i in range(0, len(args), 7):
-                self._sse(chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 7]}}]}))
+        for fragment in self._tool_call_fragments(reply):
+            self._sse(chunk({"tool_calls": [fragment]}))
         self._sse(chunk({}, self._finish_reason(reply)))
         options = req.body.get("stream_options") or {}
         if reply.send_usage and isinstance(options, dict) and options.get("include_usage"):

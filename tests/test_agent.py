@@ -953,15 +953,23 @@ def test_sandbox_failure_is_a_sandbox_error_event(tmp_path: Path, docker_backend
 def test_chat_interrupt_stops_a_long_action_and_the_model_sees_it(tmp_path: Path) -> None:
     import threading
 
+    chats: list[Any] = []
+
+    @tool
+    def started() -> None:
+        """Say that the slow part begins."""
+        # interrupt once the code is surely running (a timer from the start would race the sandbox's start)
+        threading.Timer(0.3, chats[0].interrupt).start()
+
     model = ScriptedModel([
-        "```python\nimport time\nprogress = 'started'\ntime.sleep(60)\n```",
+        "```python\nimport time\nprogress = 'started'\nstarted()\ntime.sleep(60)\n```",
         lambda msgs: "```python\nprint(progress)\n```" if "KeyboardInterrupt" in msgs[-1].content
         else "```python\nprint('no interrupt seen')\n```",
         "The long step was interrupted.",
     ])
-    agent = make_agent(tmp_path, model, execution_timeout=30)
+    agent = make_agent(tmp_path, model, [started], execution_timeout=30)
     with agent.session() as chat:
-        threading.Timer(1.0, chat.interrupt).start()
+        chats.append(chat)
         result = chat.send("do something slow")
     assert result.status == "success"
     assert "KeyboardInterrupt" in (result.steps[0].observation or "")

@@ -613,3 +613,24 @@ def test_config_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     replies = scripted(tmp_path, monkeypatch, ["hi"])
     assert config.build_model("ignored").name == "scripted"
     assert config.load_scripted_replies(replies) == ["hi"]
+
+
+def test_package_installs_are_rendered_with_hostile_names_escaped() -> None:
+    import io
+
+    from rich.console import Console
+
+    from codeact.events import PackageInstall
+    from codeact.render import Renderer
+
+    out = io.StringIO()
+    renderer = Renderer(Console(file=out, width=120), live=False)
+    renderer.event(PackageInstall(run_id="r", step=1, requirements=["msgpack"], source="runtime",
+                                  packages=[{"name": "msgpack", "version": "1.1.0", "installed_bytes": 400_000}],
+                                  seconds=0.4, resolved_from_cache=True))
+    renderer.event(PackageInstall(run_id="r", step=2, requirements=["evil\x1b]0;owned\x07"], source="runtime",
+                                  error_kind="denied", error="not on the allow list"))
+    text = out.getvalue()
+    assert "installed msgpack 1.1.0 (0.4 MB, from the host's cache" in text
+    assert "not installed (denied): not on the allow list" in text
+    assert "\x1b" not in text and "\\x1b" in text

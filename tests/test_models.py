@@ -492,3 +492,60 @@ def test_scripted_acomplete() -> None:
     model = ScriptedModel(["async scripted"], name="replay")
     r = asyncio.run(model.acomplete([Message("user", "hi")]))
     assert r.text == "async scripted" and r.model == "replay"
+
+
+# --------------------------------------------------------------------------- function calling (ReAct)
+
+
+def test_interleaved_streamed_tool_calls_are_assembled(openai_server: OpenAITestServer) -> None:
+    # Three calls whose fragments arrive interleaved, names split across chunks, ids only once,
+    # arguments in 3-character pieces: the real openai client parses the SSE, our state assembles it.
+    calls = (ToolCall("get_weather", {"city": "Paris", "days": 3}, "call_a"),
+             ToolCall("get_weather", {"city": "Oslo"}, "call_b"),
+             ToolCall("convert_currency", {"amount": 12.5, "to_currency": "EUR"}, "call_c"))
+    openai_server.plan_tool_calls(calls, text="Checking.", interleave_tool_calls=True, fragment_size=3)
+    deltas, final = run_stream(make_model(openai_server), tools=[{"type": "function", "function": {"name": "x"}}])
+    assert "".join(deltas) == "Checking."  # fragments never leak into the text
+    assert final.message.tool_calls == (
+        ToolCallRequest("call_a", "get_weather", '{"city": "Paris", "days": 3}'),
+        ToolCallRequest("call_b", "get_weather", '{"city": "Oslo"}'),
+        ToolCallRequest("call_c", "convert_currency", '{"amount": 12.5, "to_currency": "EUR"}'),
+    )
+    assert final.finish_reason == "tool_calls"
+    (request,) = openai_server.chat_requests
+    assert request.stream and request.body["tools"][0]["function"]["name"] == "x"
+
+
+def test_the_server_really_interleaves(openai_server: OpenAITestServer) -> None:
+    # The fixture itself: with interleaving on, fragments of different calls alternate.
+    import openai
+
+    openai_server.plan_tool_calls((ToolCall("aa", {"x": 1}, "i1"), ToolCall("bb", {"y": 2}, "i2")),
+                                  interleave_tool_calls=True, fragment_size=2)
+    client = openai.OpenAI(base_url=openai_server.base_url, api_key="k", max_retries=0)
+    order = []
+    with client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True) as chunks:
+        for chunk in chunks:
+            for choice in chunk.choices:
+                for tc in choice.delta.tool_calls or ():
+                    order.append(tc.index)
+    assert order[:4] == [0, 1, 0, 1]
+
+
+def test_seed_and_temperature_are_sent(openai_server: OpenAITestServer) -> None:
+    openai_server.plan_text("ok")
+    make_model(openai_server, seed=7, temperature=0.0).complete(MESSAGES)
+    (request,) = openai_server.chat_requests
+    assert request.body["seed"] == 7 and request.body["temperature"] == 0.0
+    openai_server.plan_text("ok")
+    make_model(openai_server).complete(MESSAGES)
+    assert "seed" not in openai_server.chat_requests[-1].body
+
+
+def test_scripted_tool_call_replies() -> None:
+    model = ScriptedModel([ScriptedModel.tool_calls(("add", {"a": 1}), ("bad", "{not json"), text="Two calls.")])
+    r = model.complete(MESSAGES, tools=[{"type": "function"}])
+    assert r.text == "Two calls." and r.finish_reason == "tool_calls"
+    assert r.message.tool_calls == (ToolCallRequest("call_0", "add", '{"a": 1}'),
+                                    ToolCallRequest("call_1", "bad", "{not json"))
+    assert model.tool_schemas == [[{"type": "function"}]]

@@ -11,7 +11,6 @@ compared with calling the same function directly on the host: ``==`` and
 from __future__ import annotations
 
 import asyncio
-import collections
 import datetime as dt
 import decimal
 import fractions

@@ -1,6 +1,6 @@
 """The ``codeact`` command line.
 
-Commands: ``run``, ``chat``, ``demo``, ``logs``, ``doctor``, ``image``, ``sandbox``.
+Commands: ``run``, ``chat``, ``demo``, ``logs``, ``doctor``, ``image``, ``sandbox``, ``mcp``, ``skills``.
 Every error a user can cause ends in one red ``Error: ...`` line on stderr and
 a non-zero exit (2 for usage and configuration, 1 otherwise); set
 ``CODEACT_DEBUG=1`` to see tracebacks.
@@ -17,7 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import admin, doctor, logs, run  # noqa: F401 - each registers its commands on `cli`
+from . import admin, doctor, logs, mcp, run  # noqa: F401 - each registers its commands on `cli`
+from . import bench  # noqa: F401 - `codeact bench`, CodeAct against ReAct on task suites
+from . import ui  # noqa: F401 - `codeact ui`, the web workspace
+from . import skills  # noqa: F401 - `codeact skills`, functions kept for later sessions
 from ._app import cli
 
 __all__ = ["cli", "main"]

@@ -186,7 +186,181 @@ def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Run log database [env: CODEACT_DB].")(f)
 
 
+def mcp_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--mcp FILE``, ``--mcp-server NAME=COMMAND`` and ``--mcp-on-error`` (see codeact.cli.mcp.open_mcp)."""
+    f = click.option("--mcp-on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
+                     help="When an MCP server cannot start: stop with an error, or skip it and go on.")(f)
+    f = click.option("--mcp-server", "mcp_specs", multiple=True, metavar="NAME=COMMAND",
+                     help='An MCP server whose tools the agent may call, e.g. "time=mcp-server-time" or '
+                          '"tasks=http://127.0.0.1:8000/mcp" (repeatable).')(f)
+    f = click.option("--mcp", "mcp_files", multiple=True, metavar="FILE", type=click.Path(dir_okay=False),
+                     help="An mcpServers JSON file (as Claude Desktop and Cursor use): the servers' tools "
+                          "become functions in the sandbox (repeatable).")(f)
+    return f
+
+
+#: Where package options (``--packages`` and the policy options) leave their values for :func:`make_agent`.
+PACKAGES_META = "codeact.packages"
+
+
+def _package_option(key: str, many: bool = False) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        meta = ctx.meta.setdefault(PACKAGES_META, {})
+        if many:
+            meta[key] = [part.strip() for item in value or () for part in str(item).split(",") if part.strip()]
+        else:
+            meta[key] = value
+    return store
+
+
+def package_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--packages`` and the package policy options; :func:`make_agent` reads them (they are not arguments)."""
+    f = click.option("--max-packages-size", metavar="MB", type=click.FloatRange(min=0), expose_value=False,
+                     callback=_package_option("max_mb"),
+                     help="Megabytes of packages one sandbox may add in all (default: 2 GiB).")(f)
+    f = click.option("--deny-package", metavar="PATTERN", multiple=True, expose_value=False,
+                     callback=_package_option("deny", many=True),
+                     help="Never install packages matching PATTERN, e.g. 'torch*' (repeatable).")(f)
+    f = click.option("--allow-package", metavar="PATTERN", multiple=True, expose_value=False,
+                     callback=_package_option("allow", many=True),
+                     help="Install only packages matching a PATTERN, dependencies included (repeatable).")(f)
+    f = click.option("--offline", is_flag=True, expose_value=False, callback=_package_option("offline"),
+                     help="Install packages only from --wheelhouse: no index is contacted.")(f)
+    f = click.option("--wheelhouse", metavar="DIR", type=click.Path(exists=True, file_okay=False),
+                     expose_value=False, callback=_package_option("wheelhouse"),
+                     help="A directory of wheels to install packages from (the only source with --offline).")(f)
+    f = click.option("--extra-index-url", metavar="URL", multiple=True, expose_value=False,
+                     callback=_package_option("extra_index_urls", many=True),
+                     help="Another package index for installs (repeatable).")(f)
+    f = click.option("--index-url", metavar="URL", expose_value=False, callback=_package_option("index_url"),
+                     help="Package index (a private mirror) for installs [default: the host pip's].")(f)
+    f = click.option("--packages", metavar="LIST", multiple=True, expose_value=False,
+                     callback=_package_option("packages", many=True),
+                     help="Python packages to install in the sandbox before the run, e.g. scikit-learn,seaborn "
+                          "(the host fetches them; the sandbox stays offline). The code can install more with "
+                          "install(), which asks first unless --yes.")(f)
+    return f
+
+
+def package_settings(ctx: click.Context | None = None) -> dict[str, Any]:
+    """CodeActAgent options from :func:`package_options`: packages, package_policy, approve_installs ({} without)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    meta = None
+    while ctx is not None and meta is None:
+        meta = ctx.meta.get(PACKAGES_META)
+        ctx = ctx.parent
+    if meta is None:
+        return {}
+    from sandbox.packages import PackagePolicy
+
+    max_mb = meta.get("max_mb")
+    policy = PackagePolicy(allow=tuple(meta.get("allow") or ()), deny=tuple(meta.get("deny") or ()),
+                           index_url=meta.get("index_url"), extra_index_urls=tuple(meta.get("extra_index_urls") or ()),
+                           wheelhouse=meta.get("wheelhouse"), offline=bool(meta.get("offline")),
+                           **({"max_total_bytes": int(max_mb * 1e6)} if max_mb is not None else {}))
+    return {"packages": list(meta.get("packages") or ()), "package_policy": policy, "approve_installs": True}
+
+
+#: Where the tool options (disclosure, skills, privacy) leave their values for :func:`make_agent`.
+TOOLS_META = "codeact.tool_settings"
+
+
+def _tool_option(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        ctx.meta.setdefault(TOOLS_META, {})[key] = value
+    return store
+
+
+def tool_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tool-disclosure``, ``--tool-budget``, skills and privacy options; :func:`make_agent` reads them."""
+    f = click.option("--private-field", metavar="TOOL=PATH", multiple=True, expose_value=False,
+                     callback=_tool_option("private_fields"),
+                     help="Hide a field of a tool's results from the model, e.g. get_customer=$.name "
+                          "(a JSON path; repeatable).")(f)
+    f = click.option("--private", metavar="PATTERN", multiple=True, expose_value=False,
+                     callback=_tool_option("private"),
+                     help="Show the model placeholders (<EMAIL_1>) instead of values matching PATTERN: email, "
+                          "phone or LABEL=REGEX (repeatable). The sandbox keeps the real values; the run log "
+                          "records placeholders.")(f)
+    f = click.option("--no-skills", is_flag=True, expose_value=False, callback=_tool_option("no_skills"),
+                     help="No skills: neither save_skill nor `from skills import ...`.")(f)
+    f = click.option("--skills-dir", metavar="DIR", type=click.Path(file_okay=False), envvar="CODEACT_SKILLS_DIR",
+                     expose_value=False, callback=_tool_option("skills_dir"),
+                     help="Where skills are kept (one directory per project keeps them apart) "
+                          "[default: the user data directory; env: CODEACT_SKILLS_DIR].")(f)
+    return disclosure_options(f)
+
+
+def disclosure_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tool-disclosure`` and ``--tool-budget`` (read with :func:`tool_settings`)."""
+    f = click.option("--tool-budget", metavar="TOKENS", type=click.IntRange(min=0), default=None,
+                     expose_value=False, callback=_tool_option("tool_budget"),
+                     help="With --tool-disclosure auto: tokens of tool stubs the prompt may carry (default 2000).")(f)
+    f = click.option("--tool-disclosure", type=click.Choice(["auto", "all", "on_demand", "on-demand"]),
+                     default=None, expose_value=False, callback=_tool_option("tool_disclosure"),
+                     help="Tools in the prompt: every stub (all), or a catalogue the code searches with "
+                          "search_tools() (on_demand); auto picks all while the stubs fit --tool-budget "
+                          "[default: auto].")(f)
+    return f
+
+
+def tool_settings(ctx: click.Context | None = None, *, backend: str | None = None) -> dict[str, Any]:
+    """CodeActAgent options from :func:`tool_options` (tool_disclosure, tool_budget, skills, privacy)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    meta = None
+    while ctx is not None and meta is None:
+        meta = ctx.meta.get(TOOLS_META)
+        ctx = ctx.parent
+    meta = meta or {}
+    out: dict[str, Any] = {}
+    if meta.get("tool_disclosure"):
+        out["tool_disclosure"] = str(meta["tool_disclosure"]).replace("-", "_")
+    if meta.get("tool_budget") is not None:
+        out["tool_budget"] = int(meta["tool_budget"])
+    if "no_skills" in meta and not meta["no_skills"] and backend != "restricted":
+        from ..skills import SkillStore
+
+        out["skills"] = SkillStore(meta.get("skills_dir") or None)
+    if meta.get("private") or meta.get("private_fields"):
+        out["privacy"] = _privacy_filter(meta.get("private") or (), meta.get("private_fields") or ())
+    return out
+
+
+def _privacy_filter(patterns: Sequence[str], fields: Sequence[str]) -> Any:
+    from ..privacy import BUILTIN_PATTERNS, PrivacyFilter
+
+    specs: list[Any] = []
+    for item in patterns:
+        if item in BUILTIN_PATTERNS:
+            specs.append(item)
+        elif "=" in item:
+            label, _, regex = item.partition("=")
+            specs.append((label.strip(), regex))
+        else:
+            raise click.BadParameter(f"{item!r}: give email, phone or LABEL=REGEX", param_hint="--private")
+    by_tool: dict[str, list[str]] = {}
+    for item in fields:
+        tool, sep, path = item.partition("=")
+        if not sep or not tool.strip() or not path.strip():
+            raise click.BadParameter(f"{item!r}: give TOOL=PATH, e.g. get_customer=$.email",
+                                     param_hint="--private-field")
+        by_tool.setdefault(tool.strip(), []).append(path.strip())
+    return PrivacyFilter(patterns=specs, fields=by_tool)
+
+
+def agent_settings(*, backend: str | None = None) -> dict[str, Any]:
+    """Every CodeActAgent option the command's option decorators stored (packages, tools, skills, privacy).
+
+    Read it while the command runs (the click context is per thread) and hand it
+    to :func:`make_agent` when agents are made later on other threads.
+    """
+    return {**package_settings(), **tool_settings(backend=backend)}
+
+
 def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = tool_options(f)
+    f = package_options(f)
+    f = mcp_options(f)
     f = click.option("--no-log", is_flag=True, help="Do not record the run in the run log.")(f)
     f = db_option(f)
     f = click.option("-o", "--output-dir", metavar="DIR", type=click.Path(file_okay=False),
@@ -196,8 +370,8 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--max-steps", type=click.IntRange(min=1), default=10, show_default=True,
                      help="Model turns before the run stops.")(f)
     f = click.option("-y", "--yes", is_flag=True,
-                     help="Approve every call of tools that require approval "
-                          "(default: ask; deny without a terminal).")(f)
+                     help="Approve every call of tools that require approval, and every package install the "
+                          "code asks for (default: ask; deny without a terminal).")(f)
     f = backend_option(f)
     f = model_options(f)
     f = click.option("-t", "--tools", "tool_specs", multiple=True, metavar="SPEC",
@@ -380,13 +554,35 @@ def cancelled_message(exc: RunCancelledByUser, log: RunLog | None) -> str:
     return "Cancelled."
 
 
+def engine_pool(timeout: float) -> Any:
+    """An :class:`sandbox.engines.EnginePool` over the engines in ``$CODEACT_ENGINES``, or None when unset.
+
+    Without it, sandboxes go to the engine the ``docker`` CLI would use
+    (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``, the current context).
+    """
+    from sandbox.engines import ENGINES_ENV, EnginePool, load_engines
+    from sandbox.errors import SandboxError
+
+    try:
+        engines = load_engines()
+    except SandboxError as exc:
+        raise ConfigError(f"{ENGINES_ENV}: {exc}") from None
+    if not engines:
+        return None
+    return EnginePool(engines, sandbox_options={"timeout": timeout})
+
+
 def make_agent(model: Any, tools: list[Any], backend: str, *, max_steps: int, timeout: float,
-                output_root: Path, log: RunLog | None, approve: Callable[[Any], bool], stream: bool) -> Any:
+                output_root: Path, log: RunLog | None, approve: Callable[[Any], bool], stream: bool,
+                settings: dict[str, Any] | None = None) -> Any:
+    """The command's CodeActAgent; ``settings`` (:func:`agent_settings`) when called off the command's thread."""
     from ..agent import CodeActAgent
 
-    return CodeActAgent(model, tools, sandbox=backend, max_steps=max_steps, approve=approve,
+    sandbox: Any = engine_pool(timeout) if backend == "docker" else backend
+    options = settings if settings is not None else agent_settings(backend=backend)
+    return CodeActAgent(model, tools, sandbox=sandbox or backend, max_steps=max_steps, approve=approve,
                         log=log if log is not None else False, output_dir=output_root, stream_model=stream,
-                        execution_timeout=timeout)
+                        execution_timeout=timeout, **options)
 
 
 def renderers(output_root: Path, as_json: bool = False) -> tuple[Renderer | None, Renderer]:

@@ -33,6 +33,48 @@ class _Checks:
             click.secho(f"      → {fix}", fg=colour)
 
 
+def _check_engines(checks: _Checks, tag: str) -> None:
+    """Every engine of ``$CODEACT_ENGINES``: reachable, version, free capacity, the image."""
+    from sandbox.engines import ENGINES_ENV, load_engines
+    from sandbox.errors import SandboxError
+
+    try:
+        engines = load_engines()
+    except SandboxError as exc:
+        checks.report("engines", "FAIL", "engine pool", str(exc), f"fix {ENGINES_ENV} (see README: Scaling out)")
+        return
+    if not engines:
+        return
+    from sandbox.engines import connect
+
+    down = 0
+    for engine in engines:
+        key = f"engine:{engine.name}"
+        try:
+            client = connect(engine, timeout=5)
+        except Exception as exc:  # noqa: BLE001
+            down += 1
+            checks.report(key, "WARN", f"engine {engine.name}", str(exc).split("; ")[0],
+                          "start it or fix its URL/TLS files; sessions go to the other engines meanwhile")
+            continue
+        try:
+            version = client.version().get("Version", "?")
+            from sandbox.container import LABEL
+
+            busy = len(client.api.containers(filters={"label": LABEL}))
+            from sandbox.image import image_exists
+
+            image = "image present" if image_exists(tag, client) else "image not there yet (copied on first use)"
+            checks.report(key, "OK", f"engine {engine.name}",
+                          f"{engine.url}: Docker {version}, {max(0, engine.max_sessions - busy)}/{engine.max_sessions} "
+                          f"sessions free, {image}")
+        finally:
+            client.close()
+    if down == len(engines):
+        checks.report("engines", "FAIL", "engine pool", f"none of the {len(engines)} engines in {ENGINES_ENV} answers",
+                      "start at least one engine")
+
+
 def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_key: str | None) -> None:
     name = cfg.model_name(model)
     url = cfg.base_url(base_url)
@@ -74,7 +116,12 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @model_options
 @db_option
-def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str | None) -> None:
+@click.option("--mcp", "mcp_files", multiple=True, metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also check the MCP servers of this mcpServers JSON file (repeatable).")
+@click.option("--mcp-server", "mcp_specs", multiple=True, metavar="NAME=COMMAND",
+              help="Also check this MCP server (repeatable).")
+def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str | None,
+           mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = ()) -> None:
     """Check this machine: Python, Docker, the sandbox image, the local kernel, the model, the run log.
 
     Exit status 0 when code can run somewhere (Docker with the image, or a
@@ -122,6 +169,8 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         except Exception as exc:  # noqa: BLE001
             checks.report("image", "FAIL", "sandbox image", f"{tag}: {exc}", "run `codeact image build`")
 
+    _check_engines(checks, tag)
+
     # Local kernel.
     missing = [m for m in ("ipykernel", "jupyter_client") if importlib.util.find_spec(m) is None]
     if missing:
@@ -135,6 +184,8 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         checks.report("local", "OK", "local kernel", f"ipykernel {md.version('ipykernel')} importable{extra}")
 
     _check_model(checks, model, base_url, api_key)
+    if mcp_files or mcp_specs:
+        _check_mcp(checks, mcp_files, mcp_specs)
 
     # Run log.
     path = cfg.db_path(db)
@@ -168,6 +219,31 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         if local_ok:
             click.echo("Code can run WITHOUT isolation if you choose it: --backend local (or CODEACT_BACKEND=local).")
     raise click.exceptions.Exit(0 if docker_ok else 1)
+
+
+def _check_mcp(checks: _Checks, files: tuple[str, ...], specs: tuple[str, ...]) -> None:
+    """Start each configured MCP server, list its tools, time it; say what to fix."""
+    from ..errors import CodeActError
+    from ..mcp import MCPToolset
+    from ..terminal import safe
+    from .mcp import mcp_servers
+
+    try:
+        servers = mcp_servers(files, specs)
+    except CodeActError as exc:
+        checks.report("mcp", "FAIL", "MCP configuration", message_for(exc), "fix the file or option named above")
+        return
+    for server in servers:
+        key = f"mcp:{server.name}"
+        with MCPToolset([server], on_error="skip") as toolset:
+            (status,) = toolset.status()
+        if status.ok:
+            names = ", ".join(status.tools[:8]) + (", ..." if len(status.tools) > 8 else "")
+            checks.report(key, "OK", f"MCP server {server.name}",
+                          safe(f"{len(status.tools)} tools in {status.list_seconds:.1f} s ({names})"))
+        else:
+            checks.report(key, "FAIL", f"MCP server {server.name}", safe(status.error or "not connected"),
+                          f"check {server.where}: the command, its arguments and environment (run it by hand to see)")
 
 
 def _check_isolation_extras(checks: _Checks, client: Any) -> None:

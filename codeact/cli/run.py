@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -27,6 +28,7 @@ from ._app import (
     make_agent,
     renderers,
 )
+from .mcp import open_mcp
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
@@ -35,7 +37,8 @@ from ._app import (
 @click.option("--json", "as_json", is_flag=True, help="Print only the final RunResult as JSON.")
 def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
         base_url: str | None, api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float,
-        output_dir: str | None, db: str | None, no_log: bool, as_json: bool) -> None:
+        output_dir: str | None, db: str | None, no_log: bool, as_json: bool, mcp_files: tuple[str, ...] = (),
+        mcp_specs: tuple[str, ...] = (), mcp_on_error: str = "stop") -> None:
     """Run TASK to the end and print each step as it happens.
 
     TASK is read from stdin when it is not given and stdin is not a terminal.
@@ -47,6 +50,7 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
       codeact run "What is the 20th Fibonacci number?"
       codeact run "Summarise sales.csv and plot revenue by month" -f sales.csv
       codeact run "Book a table for two" --tools mytools.py:ALL --yes
+      codeact run "What changed in the last 3 commits?" --mcp servers.json
       echo "2**100?" | codeact run --json --backend local
 
     Testing and replays: with CODEACT_SCRIPTED_REPLIES=replies.json (a JSON
@@ -62,16 +66,20 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     tools = load_tools(tool_specs)
     model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
     backend = resolve_backend(backend, notes)
+    # MCP servers: connected once for the whole run, closed (their processes stopped) however it ends.
+    toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, notes.warning)
     log = open_log(db, no_log)
     stream = renderer is not None and renderer.live_enabled
-    agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
-                        log=log, approve=make_approver(notes, yes), stream=stream)
     try:
+        agent = make_agent(model_obj, tools + list(toolset or ()), backend, max_steps=max_steps, timeout=timeout,
+                           output_root=output_root, log=log, approve=make_approver(notes, yes), stream=stream)
         result = drive(agent.stream(task, files=list(files)), renderer, log, task, quiet_renderer=notes)
     except RunCancelledByUser as exc:
         click.secho(cancelled_message(exc, log), fg="yellow", err=True)
         raise click.exceptions.Exit(1) from None
     finally:
+        if toolset is not None:
+            toolset.close()
         if log is not None:
             log.close()
     if as_json:
@@ -105,7 +113,8 @@ def _read_line(prompt: str) -> str:
 @agent_options
 def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None, base_url: str | None,
          api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float, output_dir: str | None,
-         db: str | None, no_log: bool) -> None:
+         db: str | None, no_log: bool, mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = (),
+         mcp_on_error: str = "stop") -> None:
     """A multi-turn session: variables and files survive between turns.
 
     Each turn is a run of its own in the run log. Files given with --file are
@@ -123,6 +132,18 @@ def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
     tools = load_tools(tool_specs)
     model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
     backend = resolve_backend(backend, renderer)
+    # MCP servers: connected once for the whole chat (all turns), closed when it ends.
+    toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, renderer.warning)
+    try:
+        _chat(renderer, model_obj, tools + list(toolset or ()), backend, files, max_steps, timeout, output_root,
+              db, no_log, yes)
+    finally:
+        if toolset is not None:
+            toolset.close()
+
+
+def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: tuple[str, ...], max_steps: int,
+          timeout: float, output_root: Any, db: str | None, no_log: bool, yes: bool) -> None:
     log = open_log(db, no_log)
     agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
                         log=log, approve=make_approver(renderer, yes), stream=renderer.live_enabled)
