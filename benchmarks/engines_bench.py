@@ -64,7 +64,7 @@ def session_starts(engine: Any, image: str, reps: int) -> list[float]:
 
 
 def sessions_per_second(engines: list[Any], image: str, total: int, threads: int) -> float:
-    from sandbox.engines import EnginePool
+    from sandbox.engine_pool import EnginePool
 
     with EnginePool(engines, image=image) as pool:
         todo = list(range(total))
@@ -104,7 +104,8 @@ def main() -> int:
     starts = 3 if args.quick else 8
 
     from sandbox import DockerSandbox
-    from sandbox.engines import Engine, connect, ensure_image
+    from sandbox.engines import Engine, connect
+    from sandbox.image import ensure_image
     from sandbox.image import default_image_tag
     from tests.docker_engines import SecondEngine, SSHServer, can_start_engines, can_start_sshd
 

@@ -65,6 +65,8 @@ _LAZY = {
     "RestrictedSandbox": ".restricted",
     "SandboxPool": ".pool",
     "PackagePolicy": ".packages",
+    "EnginePool": ".engine_pool",
+    "Engine": ".engines",
 }
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._labels import owner_labels
 from ._pkg_pip import Target
 from ._pkg_wheel import FIXED_MTIME
 from .packages import (
@@ -60,15 +61,7 @@ _ARCH = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "
 
 def _helper_labels(kind: str) -> dict[str, str]:
     """The sandbox labels (host, pid): if this process dies mid-way, ``reap()`` removes the helper."""
-    import os
-    import socket
-
-    from .container import LABEL, _process_start_time
-
-    pid = os.getpid()
-    return {LABEL: "1", f"{LABEL}.host": socket.gethostname(), f"{LABEL}.pid": str(pid),
-            f"{LABEL}.pid-start": _process_start_time(pid), f"{LABEL}.session": f"codeact-helper-{kind}",
-            "io.codeact.helper": kind}
+    return {**owner_labels(f"codeact-helper-{kind}"), "io.codeact.helper": kind}
 
 
 def _helper_config(client: Any, mounts: list[Any]) -> Any:

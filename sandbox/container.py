@@ -37,7 +37,10 @@ import warnings
 from pathlib import PurePosixPath
 from typing import Any, Callable, Sequence
 
+from ._labels import LABEL, owner_labels, process_start_time
 from ._transport import SocketStream, Stream
+from .engines import connect, describe, engine_of, is_local
+from .image import default_image_tag, ensure_image
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
 from .functions import HostFunction
@@ -45,7 +48,6 @@ from .hostfiles import UnsafePath, check_relative_path
 from .kernel import KERNEL_CODE, KernelSandbox
 from .limits import Limits
 
-LABEL = "io.codeact.sandbox"
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
 SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
@@ -55,18 +57,7 @@ KERNEL = ["python3", "-s", "-c", KERNEL_CODE]
 def docker_client(timeout: float = 120, engine: Any = None) -> Any:
     """A docker-py client for ``engine`` (default: the one the ``docker`` CLI would use), or
     :class:`BackendUnavailable` saying how to get one. See :mod:`sandbox.engines`."""
-    from .engines import connect
-
     return connect(engine, timeout=timeout)
-
-
-def _process_start_time(pid: int) -> str:
-    """Start time of a process in clock ticks since boot ('' if unknown): tells pid reuse apart."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
 
 
 def _raw_socket(attached: Any) -> socket.socket:
@@ -97,19 +88,10 @@ class DockerKernel:
 
     @property
     def where(self) -> str:
-        from .engines import describe
-
         return f"container {self.name}-{self._count} on the Docker engine {describe(self.client)}"
 
     def labels(self) -> dict[str, str]:
-        pid = os.getpid()
-        return {
-            LABEL: "1",
-            f"{LABEL}.host": socket.gethostname(),
-            f"{LABEL}.pid": str(pid),
-            f"{LABEL}.pid-start": _process_start_time(pid),
-            f"{LABEL}.session": self.name,
-        }
+        return owner_labels(self.name)
 
     def _host_config(self) -> Any:
         from docker.types import DriverConfig, LogConfig, Mount, Ulimit
@@ -166,8 +148,6 @@ class DockerKernel:
         return SocketStream(_raw_socket(attached), keepalive=attached)
 
     def _engine_gone(self, exc: BaseException) -> BackendUnavailable:
-        from .engines import describe
-
         return BackendUnavailable(f"the Docker engine {describe(self.client)} does not answer "
                                   f"({type(exc).__name__}); the session cannot go on there: open a new one")
 
@@ -362,8 +342,6 @@ class DockerSandbox(KernelSandbox):
         packages: Sequence[str] = (),
         package_policy: Any = None,
     ) -> None:
-        from .engines import engine_of
-        from .image import default_image_tag
 
         docker = client or docker_client(engine=engine)
         self.image = image or default_image_tag()
@@ -464,8 +442,6 @@ def _check_image(client: Any, image: str) -> None:
     """The image must be on the engine; a remote engine gets it copied from the local one (once per recipe)."""
     import docker.errors
 
-    from .engines import ensure_image, is_local
-
     try:
         client.images.get(image)
         return
@@ -512,7 +488,7 @@ def reap(client: Any = None, *, everything: bool = False) -> list[str]:
         if labels.get(f"{LABEL}.host") != host:
             continue
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
-        start = _process_start_time(pid) if pid > 0 else ""
+        start = process_start_time(pid) if pid > 0 else ""
         alive = start != "" and start == labels.get(f"{LABEL}.pid-start")
         if alive and not everything:
             continue
@@ -528,7 +504,7 @@ def reap(client: Any = None, *, everything: bool = False) -> list[str]:
         if labels.get(f"{LABEL}.host") != host:
             continue
         pid = int(labels.get(f"{LABEL}.pid", "0") or 0)
-        start = _process_start_time(pid) if pid > 0 else ""
+        start = process_start_time(pid) if pid > 0 else ""
         if everything or not (start != "" and start == labels.get(f"{LABEL}.pid-start")):
             try:
                 client.api.remove_volume(v["Name"], force=True)

@@ -44,6 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from .engines import Engine, connect, describe, engine_of
 from .errors import BackendUnavailable, SandboxError
 
 IMAGE_REPOSITORY = "codeact-sandbox"
@@ -164,9 +165,7 @@ def offline_base_tag() -> str:
 def image_exists(tag: str | None = None, client: Any = None) -> bool:
     import docker.errors
 
-    from .container import docker_client
-
-    client = client or docker_client()
+    client = client or connect()
     try:
         client.images.get(tag or default_image_tag())
         return True
@@ -232,9 +231,7 @@ def build_image(
     :class:`sandbox.packages.PackageCache`; default ``~/.cache/codeact/packages``),
     fetched by the host's pip the first time.
     """
-    from .container import docker_client
-
-    client = client or docker_client()
+    client = client or connect()
     if flavor is None:
         flavor = "full" if tag and tag.rsplit(":", 1)[-1].startswith("full-") else "lean"
     recipe = read_recipe(flavor)
@@ -350,3 +347,49 @@ def _build_offline_base(base_tag: str, log: Callable[[str], None]) -> None:
         tail = (tail + [line])[-20:]
     if proc.wait() != 0:
         raise SandboxError("the offline base image build failed:\n" + "\n".join(tail))
+
+
+# --- the image on another engine ---------------------------------------------------------------------
+
+
+def ensure_image(client: Any, tag: str, *, source: Any = None, log: Callable[[str], None] = lambda line: None) -> str:
+    """Make the sandbox image ``tag`` present on ``client``'s engine; returns how ("present", "copied", "built").
+
+    The tag carries the recipe's hash, so an image already there is never sent
+    again. Otherwise it is streamed from ``source`` (default: the local engine),
+    building it there first if needed (``codeact image build``).
+    """
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return "present"
+    except docker.errors.ImageNotFound:
+        pass
+    if source is None:
+        source = connect(Engine("local", "unix:///var/run/docker.sock"))
+    try:
+        source.images.get(tag)
+    except docker.errors.ImageNotFound:
+        log(f"building {tag} on the local engine first")
+        build_image(tag=tag, client=source, log=log)
+    except Exception as exc:
+        raise BackendUnavailable(
+            f"the sandbox image {tag} is not on {describe(client)}, and it cannot be copied there from the local "
+            f"engine ({exc}); build it on that engine (`DOCKER_HOST=... codeact image build`)"
+        ) from exc
+    log(f"copying {tag} to {describe(client)}")
+    started = time.monotonic()
+    stream = source.api.get_image(tag)  # a tar stream, chunk by chunk
+    # The engine answers a load only when it has unpacked every layer: no short read timeout here.
+    loader = connect(engine_of(client), timeout=3600) if engine_of(client) is not None else client
+    loader.api.load_image(_chunks(stream))
+    client.images.get(tag)
+    log(f"copied {tag} in {time.monotonic() - started:.1f} s")
+    return "copied"
+
+
+def _chunks(stream: Any) -> Any:
+    for chunk in stream:
+        if chunk:
+            yield chunk

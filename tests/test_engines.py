@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.engines import Engine, EnginePool, connect, engine_from_environment, ensure_image, load_engines
+from sandbox.engine_pool import EnginePool
+from sandbox.engines import Engine, connect, engine_from_environment, load_engines
+from sandbox.image import ensure_image
 from sandbox.errors import BackendUnavailable, SandboxError
 from tests.docker_engines import SecondEngine, SSHServer, can_start_engines, can_start_sshd
 

@@ -555,12 +555,13 @@ def cancelled_message(exc: RunCancelledByUser, log: RunLog | None) -> str:
 
 
 def engine_pool(timeout: float) -> Any:
-    """An :class:`sandbox.engines.EnginePool` over the engines in ``$CODEACT_ENGINES``, or None when unset.
+    """An :class:`sandbox.EnginePool` over the engines in ``$CODEACT_ENGINES``, or None when unset.
 
     Without it, sandboxes go to the engine the ``docker`` CLI would use
     (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``, ``DOCKER_CERT_PATH``, the current context).
     """
-    from sandbox.engines import ENGINES_ENV, EnginePool, load_engines
+    from sandbox.engine_pool import EnginePool
+    from sandbox.engines import ENGINES_ENV, load_engines
     from sandbox.errors import SandboxError
 
     try:
