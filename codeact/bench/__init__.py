@@ -44,9 +44,10 @@ from ._checkers import (
 from ._metrics import GroupMetrics, Paired, Stat
 from ._oracle import ORACLE, OracleModel
 from ._plan import Call, PlanTrace, call, plan_code, run_plan
-from ._ray import RayOptions
+from ._ray_options import RayOptions
 from ._report import Comparison, Report, build_report, compare, load_report, to_markdown, write_report
-from ._runner import BenchConfig, BenchRun, run_bench, select_tasks
+from ._runner import BenchConfig, BenchRun, select_tasks
+from ._sweep import run_bench
 from ._store import Episode, ResultsDir
 from ._suites import BUILTIN_SUITES, list_suites, load_suite, load_suites
 from ._task import DEFAULT_MAX_TURNS, Oracle, Suite, Task, TaskContext

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ._runner import _Runner
+
 
 class EpisodeExecutor(Protocol):
     """Runs episodes and records each finished one in the results directory (from this process only)."""
@@ -26,9 +28,7 @@ class EpisodeExecutor(Protocol):
 def make_executor(config: Any, results: Any, model: Any, progress: Any) -> EpisodeExecutor:
     """The local thread runner, or the Ray executor when ``config.ray`` is set."""
     if config.ray is not None:
-        from ._ray import RayExecutor
+        from ._ray import RayExecutor  # imports nothing of ray until it runs; kept lazy all the same
 
         return RayExecutor(config, results, model, progress)
-    from ._runner import _Runner
-
     return _Runner(config, results, model, progress)

@@ -1,4 +1,4 @@
-"""The bench runner: agents x tasks x repeats, N workers, a pool of sandboxes, resumable.
+"""The bench runner: what a sweep is (BenchConfig), and its episodes on N threads with a pool of sandboxes, resumable.
 
 Each episode gets fresh tools (the task's factory, its own working
 directory), a model (the oracle, or the one shared endpoint), an agent and,
@@ -27,26 +27,18 @@ from typing import Any, Sequence
 
 from ..errors import BenchError
 from ..events import ErrorEvent, RunFinished, RunResult, RunStarted, ToolCall
-from ..prompts import load_prompt
 from ..react import AGENT_KINDS
 from ..values import preview
+from ._agents import CODEACT_VARIANTS, agent_base
 from ._checkers import CheckContext, CheckResult, run_check
 from ._oracle import ORACLE, OracleModel
-from ._progress import Progress, default_progress
-from ._ray import RayOptions
-from ._report import Report, build_report, write_report
+from ._progress import Progress
+from ._ray_options import RayOptions, import_ray
+from ._report import Report
 from ._store import Episode, ResultsDir, episode_key
-from ._suites import load_suites
 from ._task import Task, TaskContext
 
 BACKENDS = ("docker", "local", "restricted")
-#: CodeAct with a fixed tool disclosure (see codeact.catalog); plain "codeact" uses the agent's default, auto.
-CODEACT_VARIANTS = {"codeact-all": "all", "codeact-on-demand": "on_demand"}
-
-
-def agent_base(kind: str) -> str:
-    """The agent a kind runs: ``codeact`` for CodeAct's disclosure variants, else the kind itself."""
-    return "codeact" if kind in CODEACT_VARIANTS else kind
 
 #: A model for every episode, or a factory ``(task, agent kind, context) -> model``.
 ModelSpec = Any
@@ -118,8 +110,6 @@ class BenchConfig:
             if not isinstance(self.ray, RayOptions):
                 raise BenchError(f"ray must be RayOptions(...) or an address string, not {type(self.ray).__name__}")
             self.ray.validate()
-            from ._ray import import_ray
-
             import_ray()  # fail now, before anything is written, when ray is not installed
 
 
@@ -152,68 +142,6 @@ def select_tasks(tasks: Sequence[Task], patterns: Sequence[str]) -> list[Task]:
     if not patterns:
         return list(tasks)
     return [t for t in tasks if any(fnmatch.fnmatchcase(t.id, p) or fnmatch.fnmatchcase(t.key, p) for p in patterns)]
-
-
-def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progress | None = None,
-              report: bool = True, plots: bool = True) -> BenchRun:
-    """Run (or resume) a benchmark; write its episodes, run log and report under ``config.out``.
-
-    Args:
-        config: what to run.
-        model: instead of ``config.model``: a model object shared by every
-            episode (recorded under its ``name``), or a factory
-            ``(task, agent_kind, context) -> model`` (recorded as ``config.model``).
-        progress: where progress goes (default: a bar on a terminal's stderr).
-        report, plots: write the report files (and the PNG plots) at the end.
-
-    Raises:
-        BenchError: bad options, suites that do not load, a results directory
-            of another run, Docker not ready for CodeAct episodes.
-        KeyboardInterrupt: Ctrl-C; finished episodes are saved, running ones
-            are cancelled and will run again on resume.
-    """
-    config.validate()
-    suites = load_suites(config.suites)
-    tasks = select_tasks([t for s in suites for t in s.tasks], config.tasks)
-    if not tasks:
-        raise BenchError(f"no task matches {', '.join(config.tasks)}; `codeact bench list --suite NAME` lists them")
-    results = ResultsDir(config.out)
-    model_name = getattr(model, "name", None) if model is not None and not _is_factory(model) else None
-    settings = {
-        "model": model_name or config.model,  # a factory of models is labelled by config.model
-        "base_url": config.base_url if model is None and config.model != ORACLE else None,
-        "temperature": config.temperature,
-        "seed": config.seed,
-        "backend": config.backend,
-        "suites": [s.name for s in suites],
-        "agents": list(config.agents),
-        "repeats": config.repeats,
-        "concurrency": config.concurrency,
-        "tasks": list(config.tasks),
-        "max_turns": config.max_turns,
-        "prices": {"prompt": config.price_in, "completion": config.price_out} if config.price_in is not None else None,
-        "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "codeact": _version(),
-    }
-    settings = results.open_run(settings)
-    done = {e.key: e for e in results.episodes()}
-    specs = [_Spec(t, a, r) for r in range(config.repeats) for t in tasks for a in config.agents]
-    todo = [s for s in specs if s.key not in done or (config.retry_errors and done[s.key].status in ("error", "timeout"))]
-    from ._executors import make_executor
-
-    runner = make_executor(config, results, model, progress if progress is not None else default_progress())
-    started = time.perf_counter()
-    try:
-        runner.run(todo, already=len(specs) - len(todo))
-    finally:
-        runner.close()
-    wall = time.perf_counter() - started
-    episodes = results.episodes()
-    rep = build_report(episodes, settings)
-    written = write_report(results, rep, plots=plots) if report else []
-    return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
-                    wall_time=wall, report=rep, written=written)
 
 
 def _close_quietly(sandbox: Any) -> None:

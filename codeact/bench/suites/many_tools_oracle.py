@@ -208,7 +208,7 @@ def oracle_factory(task: Task, kind: str, ctx: Any) -> Any:
                   model=oracle_factory)
     """
     from codeact.bench import OracleModel
-    from codeact.bench._runner import agent_base
+    from codeact.bench._agents import agent_base
 
     if kind == "codeact-on-demand":
         return TokenCounter(SearchingOracle(task))

@@ -1,0 +1,80 @@
+"""One sweep: load the suites, skip what the results directory has, run the rest, write the report.
+
+Where the episodes run is the executor's business (:mod:`codeact.bench._executors`):
+threads here, or Ray tasks across a cluster.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import BenchError
+from ..prompts import load_prompt
+from ._agents import agent_base
+from ._executors import make_executor
+from ._oracle import ORACLE
+from ._progress import Progress, default_progress
+from ._report import build_report, write_report
+from ._runner import BenchConfig, BenchRun, ModelSpec, _is_factory, _Spec, _version, select_tasks
+from ._store import ResultsDir
+from ._suites import load_suites
+
+
+def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progress | None = None,
+              report: bool = True, plots: bool = True) -> BenchRun:
+    """Run (or resume) a benchmark; write its episodes, run log and report under ``config.out``.
+
+    Args:
+        config: what to run.
+        model: instead of ``config.model``: a model object shared by every
+            episode (recorded under its ``name``), or a factory
+            ``(task, agent_kind, context) -> model`` (recorded as ``config.model``).
+        progress: where progress goes (default: a bar on a terminal's stderr).
+        report, plots: write the report files (and the PNG plots) at the end.
+
+    Raises:
+        BenchError: bad options, suites that do not load, a results directory
+            of another run, Docker not ready for CodeAct episodes.
+        KeyboardInterrupt: Ctrl-C; finished episodes are saved, running ones
+            are cancelled and will run again on resume.
+    """
+    config.validate()
+    suites = load_suites(config.suites)
+    tasks = select_tasks([t for s in suites for t in s.tasks], config.tasks)
+    if not tasks:
+        raise BenchError(f"no task matches {', '.join(config.tasks)}; `codeact bench list --suite NAME` lists them")
+    results = ResultsDir(config.out)
+    model_name = getattr(model, "name", None) if model is not None and not _is_factory(model) else None
+    settings = {
+        "model": model_name or config.model,  # a factory of models is labelled by config.model
+        "base_url": config.base_url if model is None and config.model != ORACLE else None,
+        "temperature": config.temperature,
+        "seed": config.seed,
+        "backend": config.backend,
+        "suites": [s.name for s in suites],
+        "agents": list(config.agents),
+        "repeats": config.repeats,
+        "concurrency": config.concurrency,
+        "tasks": list(config.tasks),
+        "max_turns": config.max_turns,
+        "prices": {"prompt": config.price_in, "completion": config.price_out} if config.price_in is not None else None,
+        "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "codeact": _version(),
+    }
+    settings = results.open_run(settings)
+    done = {e.key: e for e in results.episodes()}
+    specs = [_Spec(t, a, r) for r in range(config.repeats) for t in tasks for a in config.agents]
+    todo = [s for s in specs if s.key not in done or (config.retry_errors and done[s.key].status in ("error", "timeout"))]
+    runner = make_executor(config, results, model, progress if progress is not None else default_progress())
+    started = time.perf_counter()
+    try:
+        runner.run(todo, already=len(specs) - len(todo))
+    finally:
+        runner.close()
+    wall = time.perf_counter() - started
+    episodes = results.episodes()
+    rep = build_report(episodes, settings)
+    written = write_report(results, rep, plots=plots) if report else []
+    return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
+                    wall_time=wall, report=rep, written=written)
