@@ -237,6 +237,7 @@ class Connection:
         self._out: deque[memoryview] = deque()
         self._out_bytes = 0
         self._last_progress = time.monotonic()
+        self._last_read = time.monotonic()
         self._closed = False
         self._reason: str | None = None
         self.stderr_tail = bytearray()
@@ -351,6 +352,7 @@ class Connection:
                             ended = True
                             break
                         out, err = got
+                        self._last_read = time.monotonic()
                         if err:
                             self.stderr_tail += err
                             del self.stderr_tail[:-STDERR_TAIL]
@@ -385,6 +387,21 @@ class Connection:
                 self._on_closed(self._reason)
             except Exception:
                 pass
+
+    def torn_frame(self, idle: float, wait: float = 5.0) -> bool:
+        """Whether a frame was left half-written: some of its bytes came, then none for ``idle`` seconds.
+
+        Waits (at most ``wait`` seconds) while a frame is still arriving. A writer
+        that stopped mid-frame would make the stream swallow the next frames
+        as the rest of that one, so the caller treats True as a broken stream.
+        """
+        deadline = time.monotonic() + wait
+        while self._parser.pending and not self._closed:
+            now = time.monotonic()
+            if now - self._last_read >= idle or now >= deadline:
+                return True
+            time.sleep(0.02)
+        return False
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -691,6 +691,12 @@ class KernelSandbox:
             restarted = False
             execution: _Execution | None = None
             for attempt in (1, 2):
+                kern = self._kern
+                if kern is not None and self._state == "ready" and kern.torn_frame(idle=0.5):
+                    # Earlier code wrote part of a frame on the call stream and stopped: whatever the
+                    # kernel writes next would be read as the rest of it. Start this run on a fresh kernel.
+                    self._violation = "the kernel left a message half-written on its call stream"
+                    self._set_state("broken")
                 self._ensure_kernel()
                 if self._restarted_notice:
                     restarted = True

@@ -369,6 +369,25 @@ def test_malformed_messages_become_errors_not_host_exceptions(attack: str) -> No
         assert after.stdout.endswith("usable\n"), after
 
 
+def test_a_frame_left_half_written_does_not_swallow_later_calls() -> None:
+    """Code writes the start of a call frame (a length it never fills) and stops: the next run's tool
+    calls would be read as the rest of that frame and hang; the host gives that run a fresh kernel."""
+    from sandbox import DockerSandbox
+
+    def echo(*args: Any) -> Any:
+        return args
+
+    with DockerSandbox(functions=[echo], timeout=10) as sb:
+        torn = sb.run("import sandbox_runtime as s, os, struct\n"
+                      "os.write(s._state.link.fd_out, b'F' + struct.pack('>I', 1000) + b'x' * 10)\nprint('torn')")
+        assert torn.stdout == "torn\n", torn
+        started = time.monotonic()
+        after = sb.run("print(echo('still fine'))")
+        assert after.stdout == "('still fine',)\n", after
+        assert after.restarted and any("half-written" in n for n in after.notices), after.notices
+        assert time.monotonic() - started < 8
+
+
 # --- 7: approvals: not timed, one at a time, never run after the sandbox gave up -------------------------------------
 
 

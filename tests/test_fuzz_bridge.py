@@ -304,4 +304,5 @@ while time.monotonic() < end:
                                                       "BrokenPipeError"), r.error
             rounds += 1
         assert rounds >= 2
-        assert sb.run("print(echo('still fine'))").stdout == "still fine\n"
+        after = sb.run("print(echo('still fine'))")
+        assert after.stdout == "still fine\n", after
