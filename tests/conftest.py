@@ -20,6 +20,7 @@ import calendar
 import gc
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +33,12 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="codeact-tests-"))
 os.environ["TMPDIR"] = str(_SESSION_TMP)
 tempfile.tempdir = None  # recomputed from $TMPDIR
 assert Path(tempfile.gettempdir()) == _SESSION_TMP
+
+# A shell that starts a command in the background without job control (`cmd &` in a script, as CI
+# runners may) starts it with SIGINT ignored, and ignored signals survive exec: the CLI processes the
+# tests interrupt with SIGINT (Ctrl-C) would never see it. Give them a normal Ctrl-C again.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SANDBOX_LABEL = "io.codeact.sandbox"
 _leaks: list[str] = []
