@@ -85,6 +85,7 @@ class DockerKernel:
         self._count = 0
         #: The session's packages (sandbox.packages.SessionPackages): their volumes, installs to redo.
         self.packages: Any = None
+        self._volumes: list[str] = []
 
     @property
     def where(self) -> str:
@@ -132,6 +133,11 @@ class DockerKernel:
                 environment={"PYTHONPATH": "/opt/sandbox/runtime", **_thread_pools(self.cpus), **self.env},
             )
             self.container_id = created["Id"]
+            # The container's own (anonymous) volumes: /workspace and the package volume. The engine drops
+            # them with the container, except when someone removed the container without -v; stop() then
+            # removes them by name. Shared package sets are mounted read-only and are not the session's.
+            self._volumes = [m["Name"] for m in self.client.api.inspect_container(self.container_id)["Mounts"]
+                             if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
             attached = self.client.api.attach_socket(
                 self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "detachKeys": ""})
             self.client.api.start(self.container_id)
@@ -198,10 +204,16 @@ class DockerKernel:
 
     def stop(self) -> None:
         container, self.container_id = self.container_id, None
+        volumes, self._volumes = self._volumes, []
         self.exec_id = None
         if container is not None:
             try:
                 self.client.api.remove_container(container, force=True, v=True)
+            except Exception:
+                pass
+        for volume in volumes:  # already gone with the container, unless it was removed from outside
+            try:
+                self.client.api.remove_volume(volume, force=True)
             except Exception:
                 pass
 

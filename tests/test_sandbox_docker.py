@@ -224,6 +224,7 @@ def test_container_killed_from_outside(how, client):
     with DockerSandbox(timeout=20) as sb:
         ok(sb, "state = 1\nopen('kept.txt', 'w').write('kept')")
         old_id = sb.container.id
+        old_volumes = _volumes_of(sb.container)
         if how == "kill":
             client.api.kill(old_id)
         else:
@@ -234,6 +235,8 @@ def test_container_killed_from_outside(how, client):
         assert r.error is not None and r.error.type == "NameError"
         assert ok(sb, "print(2)").stdout == "2\n"
         assert sb.container.id != old_id  # recreated
+    # `docker rm -f` without -v leaves a container's volumes; the session removes its own
+    assert all(_wait_gone(client, "volume", v) for v in old_volumes)
 
 
 # --- lifecycle ------------------------------------------------------------------------------------------
