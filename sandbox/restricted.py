@@ -757,6 +757,31 @@ def _safe_str(exc: BaseException) -> str:
         return f"<{type(exc).__name__} object; str() failed>"
 
 
+def _cap_chain(exc: BaseException, limit: int = 50) -> None:
+    """Cut an exception's cause/context chain after ``limit`` links.
+
+    Code that catches everything and fails again (``except BaseException: return f(n + 1)``) builds
+    chains as deep as the recursion limit; anything that formats such a chain recursively (our traceback,
+    a test runner's report) would itself fail with RecursionError. The first links say what happened.
+    """
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    depth = 0
+    try:
+        while e is not None and id(e) not in seen:
+            seen.add(id(e))
+            depth += 1
+            nxt = e.__cause__ if e.__cause__ is not None else (None if e.__suppress_context__ else e.__context__)
+            if depth >= limit and nxt is not None:
+                e.__cause__ = None
+                e.__context__ = None
+                e.__suppress_context__ = True
+                return
+            e = nxt
+    except Exception:  # an exception class of the code's own making may refuse: keep what it has
+        return
+
+
 class _Runtime:
     """One interpreter lifetime: the namespace, its builtins and helpers.
 
@@ -907,6 +932,7 @@ class _Runtime:
                 try:
                     exec(code, self.ns)
                 except BaseException as exc:  # everything the code raises is the result's error
+                    _cap_chain(exc)
                     state.exc = exc
                     try:
                         # Formatting may run sandbox code (__str__), so it

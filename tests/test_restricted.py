@@ -705,3 +705,15 @@ def test_interrupt_from_another_thread_keeps_state(sb: RestrictedSandbox) -> Non
     assert sb.run("print(kept + 1)").stdout == "42\n"
     sb.interrupt()  # nothing running: no effect on the next run
     assert sb.run("print('fine')").stdout == "fine\n"
+
+
+@pytest.mark.timeout(20)
+def test_a_chain_of_caught_timeouts_is_cut_and_still_described(sb: RestrictedSandbox) -> None:
+    # Each level catches the timeout and fails again: a context chain as deep as the recursion limit,
+    # which recursive formatting (ours, or a test runner's) could not walk.
+    code = "def f(n):\n    try:\n        return f(n + 1)\n    except BaseException:\n        return f(n + 1)\nf(0)"
+    result = sb.run(code, timeout=1)
+    assert result.timed_out and result.error is not None
+    text = result.error.traceback
+    assert text.rstrip().endswith("TimeoutError: time limit of 1 s exceeded"), text[-500:]
+    assert 0 < text.count("During handling of the above exception") < 50
