@@ -138,8 +138,8 @@ class DockerPackageBackend:
         # disk (scikit-learn and scipy: ~0.6 s instead of ~3.5 s). Root's, mode 0755: the sandbox's user
         # reads it; only the engine writes it. Capped at what the policy lets a session add.
         size = f"size={self.max_bytes}," if self.max_bytes else ""
-        mounts = [Mount(PACKAGES_DIR, None, type="volume", driver_config=DriverConfig("local", {
-            "type": "tmpfs", "device": "tmpfs", "o": f"{size}uid=0,gid=0,mode=0755,nosuid,nodev"}))]
+        tmpfs = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": f"{size}uid=0,gid=0,mode=0755,nosuid,nodev"})
+        mounts = [Mount(PACKAGES_DIR, None, type="volume", labels=owner_labels("codeact-packages"), driver_config=tmpfs)]
         if self.env_volume:
             mounts.append(Mount(ENV_DIR, self.env_volume, type="volume", read_only=True))
         return mounts

@@ -97,7 +97,9 @@ class DockerKernel:
     def _host_config(self) -> Any:
         from docker.types import DriverConfig, LogConfig, Mount, Ulimit
 
-        workspace = Mount(WORKDIR, None, type="volume", driver_config=DriverConfig("local", {
+        # Labelled like the container: some engines (Docker 20.10) keep a --mount volume when they
+        # auto-remove its container, and reap() finds it by its dead owner.
+        workspace = Mount(WORKDIR, None, type="volume", labels=self.labels(), driver_config=DriverConfig("local", {
             "type": "tmpfs", "device": "tmpfs",
             "o": f"size={self.workspace_size},uid={self.uid},gid={self.uid},mode=0755,nosuid,nodev",
         }))

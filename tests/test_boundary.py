@@ -581,6 +581,12 @@ def test_killed_owner_leaves_no_container_and_the_run_is_marked_interrupted(tmp_
     gone_after = time.monotonic() - killed
     assert not client.containers.list(all=True, filters={"label": label}), "the container outlived its owner"
     assert gone_after < 10
+    # Some engines keep a container's --mount volumes when they auto-remove it: reap() finds them by their
+    # dead owner (each process runs it once per engine, when its first sandbox starts): nothing is left.
+    from sandbox import reap
+
+    reap(client)
+    assert not client.volumes.list(filters={"label": label}), "the owner's volumes outlived it"
     with RunLog(tmp_path / "runs.db") as log:  # opening the log is the "next start"
         record = log.get_run(run_id)
     assert record.status == "interrupted"
