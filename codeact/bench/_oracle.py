@@ -36,7 +36,25 @@ from ._task import Task, TaskContext
 ORACLE = "oracle"
 
 
-class OracleModel:
+class WholeReplies:
+    """``stream`` and ``acomplete`` of a zero-latency model that only implements ``complete``:
+    the whole reply as one chunk, then the response."""
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        raise NotImplementedError  # pragma: no cover - each model has its own
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+               ) -> Iterator[str | ModelResponse]:
+        response = self.complete(messages, tools=tools)
+        if response.text:
+            yield response.text
+        yield response
+
+    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        return self.complete(messages, tools=tools)
+
+
+class OracleModel(WholeReplies):
     """Replays ``task``'s oracle as agent ``kind`` (``codeact``, ``react-fc``, ``react-json``, ``react-text``).
 
     Args:
@@ -107,16 +125,6 @@ class OracleModel:
         reply = self._reply(list(messages))
         self._turn += 1
         return self._response(messages, tools, reply)
-
-    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
-               ) -> Iterator[str | ModelResponse]:
-        response = self.complete(messages, tools=tools)
-        if response.text:
-            yield response.text
-        yield response
-
-    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
-        return self.complete(messages, tools=tools)
 
     # --- replies ---------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from codeact.bench import ORACLE, Task
+from codeact.bench._oracle import WholeReplies
 from codeact.catalog import count_tokens
 from codeact.catalog._search import query_parts
 from codeact.messages import Message, ModelResponse, Usage
@@ -46,7 +47,7 @@ _PARSE_LOCK = threading.Lock()
 _FOUND = re.compile(r"^(tools\.(\w+)\.(\w+)|(\w+))\(", re.MULTILINE)
 
 
-class SearchingOracle:
+class SearchingOracle(WholeReplies):
     """Replays ``task``'s plan as CodeAct with on-demand tools (see the module docs).
 
     Args:
@@ -80,16 +81,6 @@ class SearchingOracle:
         usage = Usage(estimate_tokens(prompt_chars), estimate_tokens(len(reply)), 1)
         return ModelResponse(message=Message("assistant", reply), usage=usage, duration=0.0, model=ORACLE,
                              finish_reason="stop")
-
-    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
-               ) -> Iterator[str | ModelResponse]:
-        response = self.complete(messages, tools=tools)
-        if response.text:
-            yield response.text
-        yield response
-
-    async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
-        return self.complete(messages, tools=tools)
 
     # --- replies ---------------------------------------------------------------------------
 
