@@ -36,27 +36,50 @@ class ApprovalDenied(ToolError):
 
 
 class ModelError(CodeActError):
-    """The model endpoint failed."""
+    """The model endpoint failed.
+
+    ``reason`` names the kind of failure for code that sorts failures (the
+    benchmark does): ``unreachable``, ``timeout``, ``rate_limit``,
+    ``server_error``, ``bad_reply``, ``auth``, ``not_found``,
+    ``context_overflow``, ``refused`` (another 4xx) or ``error``.
+    """
+
+    reason: str = "error"
+
+    def __init__(self, *args: object, reason: str | None = None) -> None:
+        super().__init__(*args)
+        if reason is not None:
+            self.reason = reason
 
 
 class ModelAuthError(ModelError):
     """401/403: the API key is missing or wrong."""
 
+    reason = "auth"
+
 
 class ModelNotFoundError(ModelError):
     """The endpoint does not serve the requested model."""
+
+    reason = "not_found"
 
 
 class ContextOverflowError(ModelError):
     """The prompt is longer than the model's context window."""
 
+    reason = "context_overflow"
+
 
 class ModelUnavailableError(ModelError):
-    """The endpoint did not answer usefully after all retries (down, 5xx, 429, timeouts)."""
+    """The endpoint did not answer usefully after all retries (down, 5xx, 429, timeouts); ``reason`` says which."""
+
+    reason = "unreachable"
 
 
 class ModelOutputError(ModelError):
     """The endpoint answered with something that is not a usable completion."""
+
+    reason = "bad_reply"
 
 
 class RunCancelled(CodeActError):

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
+from .config import API_KEY_ENV
 from .errors import (
     ConfigError,
     ContextOverflowError,
@@ -107,13 +108,24 @@ class _MalformedResponse(Exception):
     """The endpoint answered 2xx with something that is not a usable completion (retryable)."""
 
 
+#: Retries after a connection that was refused or a host name that does not resolve: nothing listens
+#: there, so waiting rarely helps; one retry covers a server that is just restarting.
+UNREACHABLE_RETRIES = 1
+
+
 @dataclass(frozen=True)
 class _Failure:
-    """A retryable failure: a one-line summary and the server's Retry-After, if any."""
+    """A retryable failure: a one-line summary, the server's Retry-After, and how many retries it deserves.
+
+    ``reason`` is the :attr:`ModelError.reason` of the error raised when the
+    retries run out; ``retries`` caps ``max_retries`` for this kind of failure.
+    """
 
     summary: str
     retry_after: float | None = None
     hint: str = "check that the server is running and that base_url / OPENAI_BASE_URL is right"
+    reason: str = "unreachable"
+    retries: int | None = None
 
 
 def _parse_retry_after(headers: Any, now: float | None = None) -> float | None:
@@ -166,6 +178,23 @@ def _cause(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
 
 
+def _nothing_listens(exc: BaseException) -> bool:
+    """True when the chain of ``exc`` holds a refused connection or a host name that does not resolve."""
+    import errno
+    import socket
+
+    seen: set[int] = set()
+    node: BaseException | None = exc
+    while node is not None and id(node) not in seen:
+        seen.add(id(node))
+        if isinstance(node, (ConnectionRefusedError, socket.gaierror)):
+            return True
+        if isinstance(node, OSError) and node.errno == errno.ECONNREFUSED:
+            return True
+        node = node.__cause__ or node.__context__
+    return False
+
+
 def _optional_module(name: str) -> Any:
     import sys
 
@@ -202,11 +231,13 @@ class _Attempts:
         """Seconds to wait before retrying after ``exc``; raises if the call must stop here."""
         self.count += 1
         failure = self.model._classify(exc)  # raises for errors that retrying cannot fix
-        if self.count > self.model.max_retries:
+        limit = self.model.max_retries if failure.retries is None else min(self.model.max_retries, failure.retries)
+        if self.count > limit:
             raise ModelUnavailableError(
                 f"no usable answer from {self.model.base_url} (model {self.model.name!r}) after "
                 f"{self.count} attempt{'s' if self.count != 1 else ''} in {self.elapsed():.1f}s "
-                f"(last error: {failure.summary}); {failure.hint}"
+                f"(last error: {failure.summary}); {failure.hint}",
+                reason=failure.reason,
             ) from exc
         return self.model._delay(self.count, failure.retry_after)
 
@@ -275,14 +306,17 @@ class OpenAIModel:
         timeout: seconds per HTTP attempt (for streams: between chunks).
         max_retries: retries after the first attempt, on 408/409/429/5xx, timeouts,
             connection errors and malformed responses. Auth, not-found, context
-            overflow and other 4xx errors are never retried.
+            overflow and other 4xx errors are never retried; a refused connection
+            or a host name that does not resolve is retried once at most.
         backoff, max_backoff: exponential backoff ``backoff * 2**n`` seconds with
             jitter, capped at ``max_backoff``; a server's ``Retry-After`` /
             ``retry-after-ms`` wins (also capped).
         extra_body: extra JSON fields for the request body (e.g. ``{"top_k": 20}``).
 
     Raises:
-        ConfigError: no model name, or a bad option.
+        ConfigError: no model name, a bad option, or no API key for OpenAI's own
+            endpoint (the default base URL), which needs one: the message names
+            ``OPENAI_API_KEY``, at once, before anything is sent.
 
     Example::
 
@@ -324,7 +358,17 @@ class OpenAIModel:
             )
         self.name: str = name
         self.base_url: str = (base_url or os.environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL).rstrip("/")
-        self._api_key = api_key or os.environ.get("OPENAI_API_KEY", "").strip() or PLACEHOLDER_API_KEY
+        env_key = os.environ.get(API_KEY_ENV, "").strip()
+        #: Where the key came from, for error messages: "api_key", the variable's name, or "" (none given).
+        self._key_source = "api_key" if api_key else (API_KEY_ENV if env_key else "")
+        if not self._key_source and self.base_url == DEFAULT_BASE_URL:
+            raise ConfigError(
+                f"{API_KEY_ENV} is not set, and {DEFAULT_BASE_URL} (the default endpoint, used because neither "
+                f"base_url nor OPENAI_BASE_URL is set) needs an API key: set {API_KEY_ENV} (or pass --api-key / "
+                "api_key=...), or set OPENAI_BASE_URL (--base-url) to a server that needs none, e.g. "
+                "http://localhost:11434/v1"
+            )
+        self._api_key = api_key or env_key or PLACEHOLDER_API_KEY
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.seed = seed
@@ -457,9 +501,15 @@ class OpenAIModel:
             status, code, detail = exc.status_code, exc.code, _error_detail(exc)
             where = f"{self.base_url} (HTTP {status}: {detail})"
             if status in (401, 403):
+                if self._key_source:
+                    given = "api_key / --api-key" if self._key_source == "api_key" else self._key_source
+                    what = f"rejected the API key (from {given})"
+                    fix = f"check the key in {given}"
+                else:
+                    what = f"wants an API key and none was given ({API_KEY_ENV} is not set)"
+                    fix = f"set {API_KEY_ENV} (or pass --api-key)"
                 raise ModelAuthError(
-                    f"{self.base_url} rejected the API key for model {self.name!r} (HTTP {status}: {detail}); "
-                    "check OPENAI_API_KEY"
+                    f"{self.base_url} {what} for model {self.name!r} (HTTP {status}: {detail}); {fix}"
                 ) from exc
             if status == 404 or code == "model_not_found":
                 raise ModelNotFoundError(
@@ -473,20 +523,22 @@ class OpenAIModel:
                     "shorten the conversation or use a model with a longer context"
                 ) from exc
             if status == 429 and code == "insufficient_quota":
-                raise ModelError(f"{where}: the account's quota is used up; check the plan and billing") from exc
+                raise ModelError(f"{where}: the account's quota is used up; check the plan and billing",
+                                 reason="rate_limit") from exc
             retry_after = _parse_retry_after(exc.response.headers)
             if status == 429:
                 hint = "the endpoint is rate limiting: wait, or raise max_retries / max_backoff"
-                return _Failure(f"HTTP 429: {detail}", retry_after, hint)
+                return _Failure(f"HTTP 429: {detail}", retry_after, hint, reason="rate_limit")
             if status in (408, 409) or status >= 500:
-                return _Failure(f"HTTP {status}: {detail}", retry_after)
-            raise ModelError(f"{where} refused the request for model {self.name!r}") from exc
+                return _Failure(f"HTTP {status}: {detail}", retry_after, reason="server_error")
+            raise ModelError(f"{where} refused the request for model {self.name!r}", reason="refused") from exc
         if isinstance(exc, openai.APITimeoutError):
-            return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT)
+            return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT, reason="timeout")
         if isinstance(exc, openai.APIConnectionError):
-            return _Failure(f"connection failed ({_cause(exc)})")
+            return _Failure(f"connection failed ({_cause(exc)})",
+                            retries=UNREACHABLE_RETRIES if _nothing_listens(exc) else None)
         if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, _MalformedResponse)):
-            return _Failure(f"malformed response ({exc})", None, _MALFORMED_HINT)
+            return _Failure(f"malformed response ({exc})", None, _MALFORMED_HINT, reason="bad_reply")
         if isinstance(exc, openai.APIError):
             # E.g. an error event inside a stream: no status code, only a message.
             detail = _error_detail(exc)
@@ -495,13 +547,14 @@ class OpenAIModel:
                     f"the prompt is longer than the context window of {self.name!r} at {self.base_url} ({detail}); "
                     "shorten the conversation or use a model with a longer context"
                 ) from exc
-            return _Failure(f"error from the server: {detail}")
+            return _Failure(f"error from the server: {detail}", reason="server_error")
         for module in ("httpx2", "httpx"):  # transport errors raised while reading a stream
             httpx = _optional_module(module)
             if httpx is not None and isinstance(exc, httpx.TransportError):
                 if isinstance(exc, httpx.TimeoutException):
-                    return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT)
-                return _Failure(f"connection failed ({type(exc).__name__}: {exc})")
+                    return _Failure(f"timed out after {self.timeout:g}s", None, _TIMEOUT_HINT, reason="timeout")
+                return _Failure(f"connection failed ({type(exc).__name__}: {exc})",
+                                retries=UNREACHABLE_RETRIES if _nothing_listens(exc) else None)
         raise exc  # not an endpoint problem (a bug, KeyboardInterrupt, ...): let it through unchanged
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -610,7 +663,8 @@ class OpenAIModel:
                     failure = self._classify(exc)  # non-retryable errors keep their own type
                     raise ModelUnavailableError(
                         f"the stream from {self.base_url} (model {self.name!r}) broke after "
-                        f"{state.yielded} characters: {failure.summary}"
+                        f"{state.yielded} characters: {failure.summary}",
+                        reason=failure.reason,
                     ) from exc
                 if self._rejects_stream_options(exc):
                     self._stream_usage = False

@@ -278,14 +278,61 @@ def test_retries_exhausted_names_url_attempts_and_last_error(openai_server: Open
     assert len(openai_server.chat_requests) == 3
 
 
-def test_endpoint_down_raises_unavailable_after_retries() -> None:
+def test_a_refused_connection_is_retried_once_only() -> None:
+    """Nothing listens on the port: one retry (a restarting server), not max_retries of them."""
     base_url = f"http://127.0.0.1:{free_port()}/v1"
-    model = OpenAIModel("test-model", base_url=base_url, timeout=2, max_retries=2, backoff=0.01)
+    model = OpenAIModel("test-model", base_url=base_url, timeout=2, max_retries=4, backoff=0.01)
     with pytest.raises(ModelUnavailableError) as info:
         model.complete(MESSAGES)
     msg = str(info.value)
-    assert base_url in msg and "3 attempts" in msg and "connection failed" in msg
+    assert base_url in msg and "2 attempts" in msg and "connection failed" in msg and "refused" in msg
     assert "\n" not in msg
+    assert info.value.reason == "unreachable"
+    with pytest.raises(ModelUnavailableError, match="2 attempts"):
+        list(model.stream(MESSAGES))
+
+
+def test_a_host_name_that_does_not_resolve_is_retried_once_only() -> None:
+    model = OpenAIModel("test-model", base_url="http://no-such-host.invalid/v1", timeout=2, max_retries=4,
+                        backoff=0.01)
+    with pytest.raises(ModelUnavailableError, match="2 attempts") as info:
+        model.complete(MESSAGES)
+    assert info.value.reason == "unreachable"
+
+
+def test_failures_carry_their_reason(openai_server: OpenAITestServer) -> None:
+    """What the bench sorts episodes by: the kind of failure, not its wording."""
+    for _ in range(2):
+        openai_server.plan_rate_limit(retry_after=0)
+    with pytest.raises(ModelUnavailableError) as info:
+        make_model(openai_server, max_retries=1).complete(MESSAGES)
+    assert info.value.reason == "rate_limit"
+    for _ in range(2):
+        openai_server.plan_server_error(503)
+    with pytest.raises(ModelUnavailableError) as info:
+        make_model(openai_server, max_retries=1).complete(MESSAGES)
+    assert info.value.reason == "server_error"
+    for _ in range(2):
+        openai_server.plan_malformed()
+    with pytest.raises(ModelUnavailableError) as info:
+        make_model(openai_server, max_retries=1).complete(MESSAGES)
+    assert info.value.reason == "bad_reply"
+    openai_server.plan_stall(seconds=5)
+    with pytest.raises(ModelUnavailableError) as info:
+        make_model(openai_server, max_retries=0, timeout=0.3).complete(MESSAGES)
+    assert info.value.reason == "timeout"
+    openai_server.plan_auth_error()
+    with pytest.raises(ModelAuthError) as auth:
+        make_model(openai_server).complete(MESSAGES)
+    assert auth.value.reason == "auth"
+    openai_server.plan_context_overflow()
+    with pytest.raises(ContextOverflowError) as overflow:
+        make_model(openai_server).complete(MESSAGES)
+    assert overflow.value.reason == "context_overflow"
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(info.value))  # Ray sends errors between processes
+    assert copy.reason == "timeout" and str(copy) == str(info.value)
 
 
 # --------------------------------------------------------------------------- errors that are not retried
@@ -294,7 +341,7 @@ def test_endpoint_down_raises_unavailable_after_retries() -> None:
 @pytest.mark.parametrize("status", [401, 403])
 def test_auth_error_is_not_retried(openai_server: OpenAITestServer, status: int) -> None:
     openai_server.plan_auth_error(status)
-    with pytest.raises(ModelAuthError, match="OPENAI_API_KEY"):
+    with pytest.raises(ModelAuthError, match="rejected the API key \\(from api_key / --api-key\\)"):
         make_model(openai_server).complete(MESSAGES)
     assert len(openai_server.chat_requests) == 1
 
@@ -370,6 +417,29 @@ def test_missing_api_key_uses_a_placeholder(openai_server: OpenAITestServer, mon
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     OpenAIModel("local", base_url=openai_server.base_url).complete(MESSAGES)
     assert openai_server.chat_requests[0].headers["authorization"] == "Bearer not-needed"
+
+
+def test_missing_api_key_for_the_default_endpoint_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY is not set") as info:
+        OpenAIModel("gpt-4o-mini")
+    assert "OPENAI_BASE_URL" in str(info.value) and "api.openai.com" in str(info.value)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    OpenAIModel("gpt-4o-mini")  # constructing sends nothing
+
+
+def test_a_401_without_a_key_names_the_unset_variable(openai_server: OpenAITestServer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    openai_server.plan_auth_error()
+    with pytest.raises(ModelAuthError, match="none was given \\(OPENAI_API_KEY is not set\\)"):
+        OpenAIModel("m", base_url=openai_server.base_url).complete(MESSAGES)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+    openai_server.plan_auth_error()
+    with pytest.raises(ModelAuthError, match="rejected the API key \\(from OPENAI_API_KEY\\)"):
+        OpenAIModel("m", base_url=openai_server.base_url).complete(MESSAGES)
+    assert len(openai_server.chat_requests) == 2  # neither was retried
 
 
 def test_missing_model_name_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
