@@ -273,7 +273,7 @@ def session_packages(client: Any, image: str, kernel: Any, requirements: Any, po
     if isinstance(requirements, str):
         requirements = [r for r in requirements.split(",") if r.strip()]
     policy = policy or PackagePolicy()
-    cache = PackageCache(policy.cache_dir)
+    cache = policy.cache()
     backend = DockerPackageBackend(client, image, cache, lambda: kernel.container_id)
     backend.max_bytes = policy.max_total_bytes
     return SessionPackages(list(requirements or ()), policy, backend, cache)

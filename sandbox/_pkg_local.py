@@ -67,6 +67,7 @@ class LocalPackageBackend:
     def materialise(self, env_hash: str, plan: Plan) -> str:
         env = self.cache.local_env(env_hash)
         if (env / _MARKER).is_file():
+            os.utime(env / _MARKER)  # used now: the cache evicts what was used least recently
             return str(env / "site")
         with self.cache.lock("local-env-" + env_hash):
             if (env / _MARKER).is_file():
@@ -102,7 +103,7 @@ def session_packages(python: str, directory: str, requirements: Any, policy: Any
     if isinstance(requirements, str):
         requirements = [r for r in requirements.split(",") if r.strip()]
     policy = policy or PackagePolicy()
-    cache = PackageCache(policy.cache_dir)
+    cache = policy.cache()
     Path(directory).mkdir(parents=True, exist_ok=True)
     return SessionPackages(list(requirements or ()), policy, LocalPackageBackend(python, Path(directory), cache),
                            cache)

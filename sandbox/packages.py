@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from . import _pkg_pip as pip
-from ._pkg_cache import CachedWheel, PackageCache
+from ._pkg_cache import DEFAULT_CACHE_MAX_AGE, DEFAULT_CACHE_MAX_BYTES, CachedWheel, PackageCache
 from ._pkg_pip import Sources, Target
 from .errors import PackageInstallError
 from .functions import HostFunction, current_call
@@ -76,11 +76,23 @@ def canonical_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
-    """(canonical requirement text, canonical name) for each PEP 508 requirement; anything else is refused.
+#: The characters a requirement may have: a name, [extras] and version specifiers; nothing else.
+_REQUIREMENT_CHARS = re.compile(r"^[A-Za-z0-9._\-\[\], <>=!~*+]+$")
+#: What ``===`` (arbitrary equality) may compare with: one version-like token.
+_ARBITRARY_VERSION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._+!-]{0,62}[A-Za-z0-9])?$")
+_GRAMMAR = ("only a name, [extras] and version specifiers are accepted, e.g. 'pandas>=2' or "
+            "'scikit-learn==1.5.*' (no URLs, paths, pip options, environment markers or variables)")
 
-    Only ``name[extras] specifier ; marker`` is accepted: no URLs, no paths,
-    no pip options — what reaches pip is the canonical text, never the input.
+
+def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
+    """(canonical requirement text, canonical name) for each requirement; anything else is refused.
+
+    The grammar is strict: ``name[extras]`` and version specifiers, in ASCII
+    letters, digits and ``._-[],<>=!~*+`` and spaces. No URLs, paths, pip
+    options, environment markers, ``$``/``%`` variables; ``===`` only with one
+    version-like token. What reaches the resolver is the canonical text rebuilt
+    from the parsed parts, never the input, and a refusal does not echo input
+    outside that charset.
     """
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -88,26 +100,33 @@ def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
     items = list(requirements)[: MAX_REQUIREMENTS + 1]
     if len(items) > MAX_REQUIREMENTS:
         raise PackageInstallError("invalid", f"at most {MAX_REQUIREMENTS} requirements at once")
-    for item in items:
+    for index, item in enumerate(items, 1):
+        where = f"requirement {index}" if len(items) > 1 else "the requirement"
         if not isinstance(item, str) or not item.strip():
-            raise PackageInstallError("invalid", f"a requirement must be a non-empty string, not {type(item).__name__}")
-        text = item.strip()
-        shown = text[:MAX_REQUIREMENT_LENGTH]
-        if len(text) > MAX_REQUIREMENT_LENGTH or text.startswith("-") or any(ord(c) < 32 or ord(c) == 127
-                                                                             for c in text):
-            raise PackageInstallError("invalid", f"{shown!r} is not a package requirement (e.g. 'pandas>=2')")
+            raise PackageInstallError("invalid", f"{where} must be a non-empty string, not {type(item).__name__}")
+        text = item.strip(" ")
+        if len(text) > MAX_REQUIREMENT_LENGTH:
+            raise PackageInstallError("invalid", f"{where} is longer than {MAX_REQUIREMENT_LENGTH} characters")
+        if not (text.isascii() and _REQUIREMENT_CHARS.fullmatch(text)):
+            if text.isascii() and ("/" in text or "@" in text or "\\" in text or ":" in text):
+                raise PackageInstallError("invalid", f"{where}: direct URLs and paths are not allowed; name a "
+                                                     "package on the index (the host chooses where packages come "
+                                                     "from)")
+            raise PackageInstallError("invalid", f"{where} is not a package requirement: {_GRAMMAR}")
         try:
-            req = Requirement(text)
-        except InvalidRequirement as exc:
-            raise PackageInstallError("invalid", f"{shown!r} is not a package requirement: {exc}") from None
-        if req.url:
-            raise PackageInstallError("invalid", f"{shown!r}: direct URLs and paths are not allowed; name a package "
-                                                 "on the index (the host chooses where packages come from)")
+            req = Requirement(text)  # only the charset above reaches here: no URL, no marker
+        except InvalidRequirement:
+            raise PackageInstallError("invalid", f"{text!r} is not a package requirement: {_GRAMMAR}") from None
+        if req.url or req.marker is not None:
+            raise PackageInstallError("invalid", f"{text!r} is not a package requirement: {_GRAMMAR}")
+        for spec in req.specifier:
+            if spec.operator == "===" and not _ARBITRARY_VERSION.fullmatch(spec.version):
+                raise PackageInstallError("invalid", f"{text!r}: '===' takes one version, e.g. 'six===1.16.0'")
         name = canonical_name(req.name)
-        extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-        canon = f"{name}{extras}{req.specifier}"
-        if req.marker is not None:
-            canon += f"; {req.marker}"
+        extras = f"[{','.join(sorted(canonical_name(e) for e in req.extras))}]" if req.extras else ""
+        canon = f"{name}{extras}{','.join(sorted(str(s) for s in req.specifier))}"
+        if not pip._REQUIREMENT.fullmatch(canon):  # the resolver's own check, made here with a clear message
+            raise PackageInstallError("invalid", f"{text!r} is not a package requirement: {_GRAMMAR}")
         if (canon, name) not in out:
             out.append((canon, name))
     if not out:
@@ -122,31 +141,40 @@ class ResolvedPackage:
     name: str
     version: str
     filename: str
-    #: Bytes of the wheel, and of its installed files.
-    size: int
-    installed_bytes: int
+    #: Bytes of the wheel (from the index, before it is downloaded; None when the index did not say),
+    #: and of its installed files (known once the wheel is in the host's cache; None before).
+    size: int | None
+    installed_bytes: int | None
     #: Named in the request (not only a dependency).
     requested: bool
 
 
 @dataclass(frozen=True)
 class PackageRequest:
-    """What an approval hook is asked about: the request and everything it would bring in."""
+    """What an approval hook is asked about, before anything is downloaded: the request and what it brings in."""
 
     requirements: tuple[str, ...]
     packages: tuple[ResolvedPackage, ...]
+    #: Bytes of all the wheels (the sizes the index gave), and of those not yet in the host's cache.
+    wheel_bytes: int
     download_bytes: int
-    installed_bytes: int
     #: "upfront" (``packages=`` of the session) or "runtime" (code in the sandbox asked).
     source: str
     #: The sandbox's Python and platform, as text.
     target: str
+    #: Wheels whose size the index did not give (not counted above).
+    unknown_sizes: int = 0
 
     def summary(self) -> str:
-        """One line: ``scikit-learn 1.9.1, scipy 1.17.1 (+2 more), 48.1 MB``."""
+        """One line: ``scikit-learn 1.9.1, scipy 1.17.1 (+2 more), 48.1 MB of wheels (12.0 MB to download)``."""
         names = [f"{p.name} {p.version}" for p in self.packages]
         shown = ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")
-        return f"{shown or 'nothing new'}, {self.installed_bytes / 1e6:.1f} MB"
+        size = f"{self.wheel_bytes / 1e6:.1f} MB of wheels"
+        if self.download_bytes != self.wheel_bytes:
+            size += f" ({self.download_bytes / 1e6:.1f} MB to download)"
+        if self.unknown_sizes:
+            size += f", {self.unknown_sizes} of unknown size"
+        return f"{shown or 'nothing new'}, {size}"
 
 
 @dataclass(frozen=True)
@@ -218,6 +246,10 @@ class PackagePolicy:
             request then gets the same versions without asking the index).
         install_timeout: seconds one install may take (downloads included).
         cache_dir: the host's package cache (default ``~/.cache/codeact/packages``).
+        cache_max_bytes, cache_max_age: bounds on that cache (bytes; seconds
+            since an entry was last used): the least recently used wheels go
+            first, never those a live session on this host uses. ``None``
+            for no bound.
 
     Example::
 
@@ -237,6 +269,8 @@ class PackagePolicy:
     resolution_max_age: float = 24 * 3600.0
     install_timeout: float = 900.0
     cache_dir: str | None = None
+    cache_max_bytes: int | None = DEFAULT_CACHE_MAX_BYTES
+    cache_max_age: float | None = DEFAULT_CACHE_MAX_AGE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow", tuple(canonical_name(p) for p in _tuple(self.allow)))
@@ -264,6 +298,10 @@ class PackagePolicy:
 
     def sources(self) -> Sources:
         return Sources(self.index_url, self.extra_index_urls, self.wheelhouse, self.offline)
+
+    def cache(self) -> PackageCache:
+        """The host's package cache with this policy's directory and bounds."""
+        return PackageCache(self.cache_dir, max_bytes=self.cache_max_bytes, max_age=self.cache_max_age)
 
 
 @dataclass
@@ -294,8 +332,18 @@ class Plan:
         return h.hexdigest()[:16]
 
 
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
 class PackageInstaller:
     """Resolve, check and fetch requests for one target under one policy (the host's half; no sandbox).
+
+    The order is what keeps a refused request off the host's disk: resolve
+    (metadata and the wheels' sizes only), check every distribution against
+    the policy, check the size cap, ask the approval hook, and only then
+    download. The installed size is checked again once the wheels are
+    unpacked (a wheel's size is a lower bound of it).
 
     Example::
 
@@ -307,7 +355,7 @@ class PackageInstaller:
     def __init__(self, policy: PackagePolicy, target: Target, cache: PackageCache | None = None) -> None:
         self.policy = policy
         self.target = target
-        self.cache = cache or PackageCache(policy.cache_dir)
+        self.cache = cache or policy.cache()
 
     def plan(self, requirements: Iterable[Any], present: dict[str, str], *, source: str = "runtime",
              installed_so_far: int = 0) -> Plan:
@@ -324,12 +372,13 @@ class PackageInstaller:
                              .encode()).hexdigest()[:40]
         picks = self.cache.get_resolution(key, self.policy.resolution_max_age)
         from_cache = picks is not None
-        if picks is None:
-            try:
+        try:
+            if picks is None:
                 picks = pip.resolve(texts, constraints, self.target, sources)
-            except pip.PipFailure as exc:
-                raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
-            self.cache.put_resolution(key, picks)
+            elif any(p.size is None for p in picks):
+                picks = pip.with_sizes(picks)
+        except pip.PipFailure as exc:
+            raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
         new = [p for p in picks if canonical_name(p.name) not in present]
         already = [(canonical_name(p.name), present[canonical_name(p.name)]) for p in picks
                    if canonical_name(p.name) in present]
@@ -338,32 +387,62 @@ class PackageInstaller:
             if rule:
                 raise PackageInstallError("policy", f"refused by the host's package policy: {rule} (needed by "
                                                     f"{', '.join(texts)})", [canonical_name(p.name)])
+        self._check_size_before_download(texts, new, installed_so_far)
+        if self.policy.approve is not None and new and source == "runtime":
+            self._ask(texts, new, source)
+        if not from_cache:
+            self.cache.put_resolution(key, picks)  # only what passed every check: a refusal leaves no trace
         try:
-            wheels, downloaded = self.cache.fetch(new, self.target, sources)
+            with self.cache.using([p.sha256 or p.filename for p in new]):
+                wheels, downloaded = self.cache.fetch(new, self.target, sources)
         except pip.PipFailure as exc:
             raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
         except OSError as exc:
-            raise PackageInstallError("internal", f"the host's package cache failed: {exc}") from None
+            raise PackageInstallError("internal", f"the host's package cache failed: {type(exc).__name__}") from None
         plan = Plan(texts, wheels, already, from_cache, downloaded, started)
         cap = self.policy.max_total_bytes
         if cap is not None and installed_so_far + plan.installed_bytes > cap:
             raise PackageInstallError(
-                "too_large", f"{', '.join(texts)} would install {plan.installed_bytes / 1e6:.1f} MB "
-                f"({', '.join(f'{w.pick.name} {w.installed_bytes / 1e6:.1f} MB' for w in _largest(wheels))}); "
-                f"this sandbox may add {cap / 1e6:.1f} MB in all"
-                + (f" and has used {installed_so_far / 1e6:.1f} MB" if installed_so_far else ""))
-        if self.policy.approve is not None and wheels and source == "runtime":
-            request = PackageRequest(texts, plan.packages, sum(w.size for w in wheels), plan.installed_bytes,
-                                     source, self.target.describe())
-            call = current_call()
-            with call.paused() if call is not None else contextlib.nullcontext():
-                allowed = bool(self.policy.approve(request))
-            if call is not None:
-                call.checkpoint()
-            if not allowed:
-                raise PackageInstallError("denied", f"the user did not allow installing {request.summary()}; do not "
-                                                    "retry, do without it or explain in the final answer")
+                "too_large", f"{', '.join(texts)} would install {_mb(plan.installed_bytes)} "
+                f"({', '.join(f'{w.pick.name} {_mb(w.installed_bytes)}' for w in _largest(wheels))}); "
+                f"this sandbox may add {_mb(cap)} in all"
+                + (f" and has used {_mb(installed_so_far)}" if installed_so_far else ""))
         return plan
+
+    def _known_bytes(self, pick: pip.Pick) -> int:
+        """The least ``pick`` adds once installed: its unpacked size if the cache has it, else its wheel's size."""
+        installed = self.cache.installed_size(pick)
+        return installed if installed is not None else (pick.size or 0)
+
+    def _check_size_before_download(self, texts: tuple[str, ...], new: Sequence[pip.Pick],
+                                    installed_so_far: int) -> None:
+        cap = self.policy.max_total_bytes
+        if cap is None:
+            return
+        at_least = sum(self._known_bytes(p) for p in new)
+        if installed_so_far + at_least > cap:
+            largest = sorted(new, key=lambda p: -self._known_bytes(p))[:3]
+            raise PackageInstallError(
+                "too_large", f"{', '.join(texts)} would install at least {_mb(at_least)} "
+                f"({', '.join(f'{p.name} {_mb(self._known_bytes(p))}' for p in largest)}); "
+                f"this sandbox may add {_mb(cap)} in all"
+                + (f" and has used {_mb(installed_so_far)}" if installed_so_far else "")
+                + "; nothing was downloaded")
+
+    def _ask(self, texts: tuple[str, ...], new: Sequence[pip.Pick], source: str) -> None:
+        packages = tuple(ResolvedPackage(p.name, p.version, p.filename, p.size, self.cache.installed_size(p),
+                                         p.requested) for p in new)
+        to_fetch = [p for p in new if self.cache.cached_wheel(p) is None]
+        request = PackageRequest(texts, packages, sum(p.size or 0 for p in new), sum(p.size or 0 for p in to_fetch),
+                                 source, self.target.describe(), sum(1 for p in new if p.size is None))
+        call = current_call()
+        with call.paused() if call is not None else contextlib.nullcontext():
+            allowed = bool(self.policy.approve(request))  # type: ignore[misc]
+        if call is not None:
+            call.checkpoint()
+        if not allowed:
+            raise PackageInstallError("denied", f"the user did not allow installing {request.summary()}; do not "
+                                                "retry, do without it or explain in the final answer")
 
 
 def _largest(wheels: Sequence[CachedWheel]) -> list[CachedWheel]:
@@ -407,7 +486,9 @@ class SessionPackages:
         self.requirements = tuple(requirements)
         self.policy = policy or PackagePolicy()
         self.backend = backend
-        self.cache = cache or PackageCache(self.policy.cache_dir)
+        self.cache = cache or self.policy.cache()
+        #: What this session uses from the host's cache (never evicted while the session lives).
+        self.lease = self.cache.lease()
         self.records: list[InstallRecord] = []
         self.listeners: list[Callable[[InstallRecord], None]] = []
         self._lock = threading.RLock()
@@ -493,6 +574,7 @@ class SessionPackages:
                 raise
             if plan.wheels:
                 self._env = (path, plan)
+                self._hold(plan, plan.content_hash(self.target))
             self._prepared = True
             self._record(InstallRecord(plan.requirements, "upfront", plan.packages, tuple(plan.present),
                                        time.perf_counter() - started, plan.resolved_from_cache, plan.downloaded,
@@ -524,6 +606,7 @@ class SessionPackages:
                 path = ""
                 if plan.wheels:
                     name = plan.content_hash(self.target)  # the same set gets the same (cached) copy
+                    self._hold(plan, name)
                     path = self.backend.deliver(name, plan)
                     self._batches.append(_Batch(name, plan, path))
             except PackageInstallError as exc:
@@ -532,16 +615,27 @@ class SessionPackages:
                 self._record(record)
                 raise
             except Exception as exc:
+                # The exception's text may hold host paths or a tool's output: it stays in the host's log.
+                pip.log.warning("installing %s failed: %s", shown, pip.scrub(f"{type(exc).__name__}: {exc}"))
+                message = (f"the host could not install the packages ({type(exc).__name__}); the host's log has "
+                           "the details")
                 record = InstallRecord(shown, source, seconds=time.perf_counter() - started, error_kind="internal",
-                                       error=f"{type(exc).__name__}: {exc}")
+                                       error=message)
                 self._record(record)
-                raise PackageInstallError("internal", f"the host could not install the packages: "
-                                                      f"{type(exc).__name__}: {exc}") from exc
+                raise PackageInstallError("internal", message) from exc
             record = InstallRecord(plan.requirements, source, plan.packages, tuple(plan.present),
                                    time.perf_counter() - started, plan.resolved_from_cache, plan.downloaded,
                                    "session" if plan.wheels else "")
             self._record(record)
             return record, path
+
+    def _hold(self, plan: Plan, name: str) -> None:
+        """Keep ``plan``'s wheels and the set ``name`` in the host's cache while this session lives."""
+        self.lease.add(wheels=[w.sha256 for w in plan.wheels], names=[name])
+
+    def close(self) -> None:
+        """The session ended: what it used may be evicted from the host's cache again."""
+        self.lease.close()
 
     def redeliver(self) -> None:
         """Copy every earlier install into a new environment (the sandbox's container was recreated)."""

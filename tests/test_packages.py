@@ -56,17 +56,74 @@ def make_wheel(directory: Path, name: str = "demo_pkg", version: str = "1.0", fi
 
 
 def test_requirements_are_canonicalised_and_anything_else_refused() -> None:
-    assert parse_requirements(["Scikit_Learn>=1.3", "pandas[excel]", "numpy ; python_version>='3'"]) == [
-        ("scikit-learn>=1.3", "scikit-learn"), ("pandas[excel]", "pandas"),
-        ('numpy; python_version >= "3"', "numpy")]
-    for bad in ["--index-url=http://evil/simple", "-r /etc/passwd", "pkg @ https://example.com/x.whl",
-                "./local/dir", "git+https://github.com/x/y", "a\nb", "", "x" * 300, 42, "not a req!",
-                "numpy; python_version == \"\x1b[31m\""]:
+    assert parse_requirements(["Scikit_Learn>=1.3", "pandas[Excel]", "numpy <3, >=2", "six===1.16.0"]) == [
+        ("scikit-learn>=1.3", "scikit-learn"), ("pandas[excel]", "pandas"), ("numpy<3,>=2", "numpy"),
+        ("six===1.16.0", "six")]
+    for bad in ["--index-url=http://evil/simple", "-r /etc/passwd", "-r reqs.txt", "pkg @ https://example.com/x.whl",
+                "./local/dir", "git+https://github.com/x/y", "a\nb", "six\n", "", "x" * 300, 42, "not a req!",
+                "numpy ; python_version>='3'", "six; os_name == 'posix'", "six===${HOME}", "six==$HOME",
+                "six===%PATH%", "${PIP_INDEX_URL}", "six===a b", "six===", "ｓix", "six\u037e", "six\u2264 2",
+                "six==1.0\x00", "six --index-url x", "six==1.0 --hash=sha256:00"]:
         with pytest.raises(PackageInstallError) as info:
             parse_requirements([bad])
         assert info.value.kind == "invalid", bad
+        if isinstance(bad, str) and any(c in bad for c in "$%\n"):  # text outside the grammar is not echoed
+            assert bad.strip() not in str(info.value), bad
     with pytest.raises(PackageInstallError, match="at most 64"):
         parse_requirements(["x"] * 65)
+
+
+def test_the_resolver_refuses_text_that_did_not_come_from_the_grammar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second line behind parse_requirements: what could be expanded never reaches pip."""
+    from sandbox import _pkg_pip as pip
+
+    secret = "codeact-test-secret-" + os.urandom(8).hex()
+    monkeypatch.setenv("CODEACT_TEST_SECRET_TOKEN", secret)
+    for requirements, constraints in ([["six===${CODEACT_TEST_SECRET_TOKEN}"], []], [["six"], ["numpy==${X}"]],
+                                      [["six ; os_name=='nt'"], []], [["six"], ["numpy==2.0.*"]]):
+        with pytest.raises(pip.PipFailure) as info:
+            pip.resolve(requirements, constraints, TARGET, pip.Sources())
+        assert info.value.kind == "internal" and secret not in str(info.value)
+
+
+def test_pip_runs_with_what_it_needs_and_no_secrets() -> None:
+    from sandbox._pkg_pip import pip_environment
+
+    host = {"PATH": "/usr/bin", "HOME": "/home/u", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost",
+            "REQUESTS_CA_BUNDLE": "/etc/ssl/ca.pem", "SSL_CERT_FILE": "/etc/ssl/c.pem", "PIP_INDEX_URL": "https://m/s",
+            "PIP_CONFIG_FILE": "/etc/pip.conf", "OPENAI_API_KEY": "sk-1", "GITHUB_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s",
+            "PIP_AUTH_TOKEN": "t2", "DATABASE_URL": "postgres://u:p@h/db", "LD_PRELOAD": "/tmp/x.so",
+            "PYTHONPATH": "/tmp/evil"}
+    env = pip_environment(host)
+    for kept in ("PATH", "HOME", "https_proxy", "NO_PROXY", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "PIP_INDEX_URL",
+                 "PIP_CONFIG_FILE"):
+        assert env[kept] == host[kept], kept
+    for dropped in ("OPENAI_API_KEY", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "PIP_AUTH_TOKEN", "DATABASE_URL",
+                    "LD_PRELOAD", "PYTHONPATH"):
+        assert dropped not in env, dropped
+    assert env["PIP_NO_INPUT"] == "1"
+
+
+def test_pip_output_never_becomes_the_message(caplog: pytest.LogCaptureFixture,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandbox import _pkg_pip as pip
+
+    secret = "codeact-test-secret-" + os.urandom(8).hex()
+    monkeypatch.setenv("CODEACT_TEST_SECRET_TOKEN", secret)
+    sources = pip.Sources(index_url=f"https://user:{secret}@mirror.example/simple")
+    outputs = [f"ERROR: Something odd happened with {secret}\n",
+               f"ERROR: Could not find a version that satisfies the requirement six==={secret} (from versions: none)\n",
+               f"ERROR: Could not find a version that satisfies the requirement six (from versions: 1.0, {secret})\n",
+               "ERROR: Cannot install six because these package versions have conflicting dependencies.\n"
+               f"The conflict is caused by:\n    The user requested six=={secret}\n    foo 1.0 depends on {secret}\n"
+               "ResolutionImpossible\n",
+               "Max retries exceeded with url: /simple/six/\n"]
+    with caplog.at_level("WARNING", logger="sandbox.packages"):
+        for output in outputs:
+            failure = pip.classify(output, TARGET, sources, requirements=["six"])
+            assert secret not in str(failure) and secret not in " ".join(failure.details), output
+    assert caplog.records and all(secret not in r.getMessage() for r in caplog.records)
+    assert sources.describe() == "https://***@mirror.example/simple"
 
 
 def test_policy_rules_name_the_rule_and_deny_wins() -> None:
@@ -197,27 +254,49 @@ def test_policy_applies_to_dependencies_and_size(tmp_path: Path) -> None:
     with pytest.raises(PackageInstallError) as info:
         deny_dep.plan(["scikit-learn"], present={"numpy": "2.4.6"})
     assert info.value.kind == "policy" and "threadpoolctl matches the deny rule" in str(info.value)
-    small = PackageInstaller(PackagePolicy(max_total_bytes=100_000, cache_dir=cache), TARGET)
-    with pytest.raises(PackageInstallError) as info:
-        small.plan(["msgpack"], present={})
-    assert info.value.kind == "too_large" and "0.1 MB in all" in str(info.value)
+    assert not list(Path(cache).rglob("*.whl"))  # refused before anything was downloaded
 
 
-def test_approval_hook_sees_what_would_be_installed(tmp_path: Path) -> None:
+def cache_files(root: Path) -> dict[str, int]:
+    """Every file of a package cache with its size, lock files apart (empty, and made by looking)."""
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() and p.parent.name != "locks"} if root.exists() else {}
+
+
+def test_approval_is_asked_before_anything_is_downloaded(tmp_path: Path) -> None:
     asked = []
+    cache = tmp_path / "cache"
 
     def approve(request) -> bool:
         asked.append(request)
+        assert not list(cache.rglob("*.whl"))  # the question comes first
         return False
 
-    installer = PackageInstaller(PackagePolicy(approve=approve, cache_dir=str(tmp_path / "cache")), TARGET)
+    installer = PackageInstaller(PackagePolicy(approve=approve, cache_dir=str(cache)), TARGET)
     with pytest.raises(PackageInstallError) as info:
-        installer.plan(["tabulate"], present={}, source="runtime")
+        installer.plan(["tabulate", "six"], present={}, source="runtime")
     assert info.value.kind == "denied"
-    assert asked[0].requirements == ("tabulate",) and asked[0].packages[0].name == "tabulate"
-    assert asked[0].installed_bytes > 0 and "tabulate" in asked[0].summary()
+    assert cache_files(cache) == {}  # refused: nothing downloaded, not even the resolution kept
+    request = asked[0]
+    assert request.requirements == ("tabulate", "six") and {p.name for p in request.packages} == {"tabulate", "six"}
+    assert all(p.version and p.size and p.size > 1000 for p in request.packages)  # sizes from the index
+    assert request.download_bytes == request.wheel_bytes == sum(p.size for p in request.packages)
+    assert "tabulate" in request.summary() and "MB of wheels" in request.summary()
     installer.plan(["tabulate"], present={}, source="upfront")  # the host's own list is not asked about
-    assert len(asked) == 1
+    assert len(asked) == 1 and list(cache.rglob("tabulate-*.whl"))
+
+
+def test_over_the_cap_is_refused_before_download(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    small = PackageInstaller(PackagePolicy(max_total_bytes=100_000, cache_dir=str(cache)), TARGET)
+    with pytest.raises(PackageInstallError) as info:
+        small.plan(["msgpack"], present={})
+    assert info.value.kind == "too_large" and "0.1 MB in all" in str(info.value)
+    assert "nothing was downloaded" in str(info.value) and cache_files(cache) == {}
+    with pytest.raises(PackageInstallError) as info:  # what the session already added counts
+        PackageInstaller(PackagePolicy(max_total_bytes=5_000_000, cache_dir=str(cache)), TARGET).plan(
+            ["six"], present={}, installed_so_far=4_999_000)
+    assert info.value.kind == "too_large" and "has used 5.0 MB" in str(info.value) and cache_files(cache) == {}
 
 
 def test_offline_wheelhouse_needs_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
