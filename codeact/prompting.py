@@ -1,14 +1,40 @@
-"""The system prompt: a template file, the tool stubs and the files a run was given."""
+"""The system prompt: a template file, the tool stubs and the files a run was given.
+
+Text that came from data rather than from the user's own words (a file's
+name and first line, a skill's docstring) reaches the prompt through
+:func:`one_line`: one line, no control or invisible formatting characters, no
+code fence, bounded; and quoted where it is shown.
+"""
 
 from __future__ import annotations
 
+import re
 import string
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from .prompts import load_prompt
 from .tools import Tool
+
+
+_DROP = {"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"}
+_FENCE = re.compile(r"`{3,}|~{3,}")
+_SPACE = re.compile(r"\s+")
+
+
+def one_line(text: object, limit: int) -> str:
+    """``text`` as one line of at most ``limit`` characters, safe to quote in a prompt.
+
+    Control, format (bidi, zero-width), private-use and line/paragraph separator
+    characters become spaces, a run of backticks or tildes one character (no
+    fence can open or close), whitespace one space; cut with ``…``.
+    """
+    s = "".join(" " if unicodedata.category(c) in _DROP else c for c in str(text)[: limit * 4 + 16])
+    s = _FENCE.sub(lambda m: m.group(0)[0], s)
+    s = _SPACE.sub(" ", s).strip()
+    return s if len(s) <= limit else s[: max(limit - 1, 0)].rstrip() + "…"
 
 
 def load_template(path: str | Path | None = None) -> str:
@@ -38,9 +64,13 @@ class FileDescription:
         return cls(name or path.name, path.stat().st_size, preview)
 
     def render(self) -> str:
-        what = "header" if self.name.lower().endswith((".csv", ".tsv")) else "first line"
-        line = f"- {self.name} ({self.size:,} bytes)"
-        return line + (f"; {what}: {self.preview}" if self.preview else "")
+        """``- name (size bytes); header: ...``, the name and the line each made one clean, bounded
+        line (:func:`one_line`): a file's name or first line cannot start a new line of the prompt."""
+        name = one_line(self.name, 200)
+        what = "header" if name.lower().endswith((".csv", ".tsv")) else "first line"
+        line = f"- {name} ({self.size:,} bytes)"
+        preview = one_line(self.preview, 300)
+        return line + (f"; {what}: {preview}" if preview else "")
 
 
 def render_system_prompt(

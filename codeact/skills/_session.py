@@ -5,7 +5,12 @@ Two host functions, each with a small face in the kernel (standard library only)
 * ``save_skill(func, name=None)`` reads the function's source in the kernel
   (IPython keeps every cell's source, so ``inspect.getsource`` works for
   functions defined in code actions), adds the imports it uses, and sends the
-  text to the host, which checks and stores it. Nothing is run on the host.
+  text to the host, which checks it and asks the user (a :class:`SkillApproval`
+  through the agent's approver: name, signature, docstring, the whole code,
+  and what it replaces with a diff). Only an approved save is stored; without
+  an approver every save is refused. The code may call the host function
+  directly with any text: the check and the question happen on the host.
+  Nothing is run on the host.
 * ``skills`` is a module in the kernel: ``from skills import name`` (or
   ``skills.name``) asks the host for the source, runs it in a fresh module
   ``skills.<name>`` *in the sandbox*, and returns the function; the session's
@@ -17,10 +22,14 @@ Everything the sandbox sends (names, sources) is checked by the store.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sandbox.functions import HostFunction
 
+from .._run import ApprovalRequest
 from ..errors import SkillError
 from ._store import SkillStore, check_name
 
@@ -31,8 +40,76 @@ SKILL_NAMES = (SAVE_SKILL, SKILLS)
 
 #: How the prompt shows save_skill.
 SAVE_SKILL_STUB = '''def save_skill(func, name: str | None = None) -> None:
-    """Save a function you wrote (and checked) for later sessions: they import it with
-    `from skills import <name>`. Give it a docstring: its first line is what later sessions see."""'''
+    """Offer a function you wrote (and checked) to later sessions: the user is asked to approve it;
+    then they import it with `from skills import <name>`. Give it a docstring: its first line is what
+    later sessions see. Raises PermissionError when the user does not allow it (do not retry)."""'''
+
+
+@dataclass(frozen=True)
+class SkillApproval(ApprovalRequest):
+    """A save of a skill waiting for the user's yes or no (``tool`` is ``"save_skill"``).
+
+    ``arguments`` carries the same fields for approvers that only read it.
+    Every text field is untrusted (the sandbox's code chose it): escape it
+    before it reaches a terminal or a page.
+
+    Attributes:
+        name: the skill's name.
+        signature: its parameters as the prompt will show them.
+        docstring: its whole docstring.
+        code: the whole source that would be stored.
+        previous: the source it replaces, or None for a new skill.
+        diff: a unified diff from ``previous`` to ``code`` ("" for a new skill).
+        store: the directory it would be saved in.
+    """
+
+    name: str = ""
+    signature: str = ""
+    docstring: str = ""
+    code: str = ""
+    previous: str | None = None
+    diff: str = ""
+    store: str = ""
+
+    @property
+    def overwrite(self) -> bool:
+        """It replaces a skill that exists."""
+        return self.previous is not None
+
+
+#: Asks the user about a :class:`SkillApproval`; True saves.
+SkillApprover = Callable[[SkillApproval], bool]
+
+
+@dataclass(frozen=True)
+class SessionSkills:
+    """A session's skills: the store, and how a save is approved.
+
+    Args:
+        store: where skills are read and saved.
+        approve: asks the user about each save; None refuses every save (the
+            code is told why) while saved skills stay importable.
+    """
+
+    store: SkillStore
+    approve: SkillApprover | None = None
+
+    @property
+    def can_save(self) -> bool:
+        return self.approve is not None
+
+
+def approval_for(store: SkillStore, skill: Any, previous: str | None) -> SkillApproval:
+    """The :class:`SkillApproval` for saving the checked ``skill`` over ``previous`` (None: a new one)."""
+    diff = ""
+    if previous is not None:
+        diff = "".join(difflib.unified_diff(previous.splitlines(True), skill.source.splitlines(True),
+                                            f"{skill.name} (saved)", f"{skill.name} (new)"))
+    arguments = {"name": skill.name, "signature": skill.signature, "docstring": skill.docstring,
+                 "code": skill.source, "replaces": previous, "diff": diff}
+    return SkillApproval(SAVE_SKILL, arguments, "", 0, name=skill.name, signature=skill.signature,
+                         docstring=skill.docstring, code=skill.source, previous=previous, diff=diff,
+                         store=str(store.path))
 
 _SAVE_WRAPPER = r'''
 def save_skill(func, name=None):
@@ -164,16 +241,33 @@ _sys.modules["skills"] = skills
 '''
 
 
-def skill_functions(store: SkillStore) -> list[HostFunction]:
-    """``save_skill`` and the ``skills`` module for a session over ``store``."""
+def skill_functions(skills: SessionSkills | SkillStore) -> list[HostFunction]:
+    """``save_skill`` and the ``skills`` module for a session (a bare store: saving is refused)."""
+    session = skills if isinstance(skills, SessionSkills) else SessionSkills(skills)
+    store = session.store
 
     def save_skill(name: str, source: str) -> str:
         try:
-            skill = store.save(check_name(name), source)
+            skill = store.check(check_name(name), source)
+        except SkillError as exc:
+            raise ValueError(str(exc)) from None
+        if session.approve is None:
+            raise PermissionError(f"skill {skill.name!r} was not saved: saving a skill needs the user's approval "
+                                  "and no one can be asked in this session. Do not retry; say in your answer that "
+                                  "the function could be kept as a skill if the user wants.")
+        previous = store.current_source(skill.name)
+        if previous == skill.source:
+            return f"Skill {skill.name!r} is already saved with this code; nothing changed."
+        if not session.approve(approval_for(store, skill, previous)):
+            raise PermissionError(f"the user did not allow saving skill {skill.name!r}; it was not saved. "
+                                  "Do not retry it.")
+        try:
+            store.save(skill.name, skill.source, replacing=previous)
         except SkillError as exc:
             raise ValueError(str(exc)) from None
         lines = skill.source.count("\n") + 1
-        return (f"Saved skill {skill.name!r} ({lines} lines). Later sessions use it with "
+        verb = "Replaced" if previous is not None else "Saved"
+        return (f"{verb} skill {skill.name!r} ({lines} lines). Later sessions use it with "
                 f"`from skills import {skill.name}`.")
 
     def skills(action: str, name: str = "") -> Any:
@@ -193,21 +287,7 @@ def skill_functions(store: SkillStore) -> list[HostFunction]:
         raise ValueError("skills(action): 'list' or 'source'")
 
     return [
-        HostFunction(save_skill, name=SAVE_SKILL, doc="Save a function for later sessions.")
+        HostFunction(save_skill, name=SAVE_SKILL, doc="Save a function for later sessions (asks the user).")
         .place(wrapper=_SAVE_WRAPPER),
         HostFunction(skills, name=SKILLS, doc="The skills saved in earlier sessions.").place(wrapper=_SKILLS_WRAPPER),
     ]
-
-
-def skills_section(store: SkillStore, limit: int = 50) -> str:
-    """The prompt's lines about skills: the saved ones (name, parameters, summary) and how to save more."""
-    usable = [s for s in store.list() if s.error is None]
-    lines = []
-    if usable:
-        lines.append("Skills saved in earlier sessions (import them: `from skills import name`):")
-        for s in usable[:limit]:
-            lines.append(f"- {s.name}{s.signature}" + (f": {s.summary}" if s.summary else ""))
-        if len(usable) > limit:
-            lines.append(f"- ... and {len(usable) - limit} more (dir(skills) lists them)")
-    lines.append("When a function you wrote works and would help in later tasks, keep it with save_skill(func).")
-    return "\n".join(lines)

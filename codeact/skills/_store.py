@@ -5,11 +5,20 @@ it (:mod:`ast`, bounded input) to check that it defines the function it is
 named after and to read its docstring and parameters, and stores the text.
 Only the sandbox runs it (``from skills import name``). Names are plain
 identifiers, sizes and counts are capped, and what a skill says is untrusted
-text wherever it is shown (the CLI escapes it for the terminal).
+text wherever it is shown (the CLI escapes it for the terminal; prompts quote
+it as data, :mod:`codeact.skills._prompt`).
+
+Each project has its own store by default: ``<user data dir>/codeact/projects/
+<dir name>-<hash of its path>/skills``, where the project is the nearest
+directory (from the working directory up) that holds ``.git``, else the
+working directory. The store lives outside the project on purpose: a cloned
+repository cannot ship skills into your sessions, and the sandbox never
+writes there. A store shared by several projects is chosen by giving them the
+same directory (``SkillStore(path)``, ``--skills-dir``, ``CODEACT_SKILLS_DIR``).
 
 Example::
 
-    store = SkillStore("./.codeact/skills")            # a project's skills
+    store = SkillStore()                                # this project's skills
     store.save("double", "def double(x):\\n    '''Twice x.'''\\n    return 2 * x\\n")
     [s.name for s in store.list()]                      # ['double']
     store.get("double").summary                         # 'Twice x.'
@@ -18,15 +27,17 @@ Example::
 from __future__ import annotations
 
 import ast
+import hashlib
 import keyword
 import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import SkillError
+from ._text import clean, first_line, signature_of
 
 #: Largest source of one skill (bytes of UTF-8).
 MAX_SKILL_BYTES = 64 * 1024
@@ -35,11 +46,35 @@ MAX_SKILLS = 1000
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
-def default_skills_dir() -> Path:
-    """``<user data dir>/codeact/skills`` (e.g. ``~/.local/share/codeact/skills`` on Linux)."""
+def _data_dir() -> Path:
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("codeact")) / "skills"
+    return Path(platformdirs.user_data_dir("codeact"))
+
+
+def user_skills_dir() -> Path:
+    """``<user data dir>/codeact/skills`` (``~/.local/share/codeact/skills`` on Linux): a store for every
+    project, used only when chosen (``SkillStore(user_skills_dir())``, ``--skills-dir``)."""
+    return _data_dir() / "skills"
+
+
+def project_root(start: str | os.PathLike[str] | None = None) -> Path:
+    """The project ``start`` (default: the working directory) belongs to: the nearest of it and its parents
+    that holds ``.git`` (as git finds a work tree's top), else ``start`` itself; resolved."""
+    here = Path(start if start is not None else os.getcwd()).expanduser().resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return here
+
+
+def default_skills_dir(start: str | os.PathLike[str] | None = None) -> Path:
+    """The skills directory of the project ``start`` is in (see :func:`project_root`):
+    ``<user data dir>/codeact/projects/<its name>-<hash of its path>/skills``."""
+    root = project_root(start)
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", root.name)[:40].lstrip(".") or "root"
+    digest = hashlib.sha256(os.fsencode(str(root))).hexdigest()[:16]
+    return _data_dir() / "projects" / f"{slug}-{digest}" / "skills"
 
 
 def check_name(name: object) -> str:
@@ -62,10 +97,12 @@ class Skill:
     Attributes:
         name: what ``from skills import name`` imports.
         source: its Python source (untrusted text).
-        summary: the first line of its docstring ("" without one).
-        signature: its parameters as written, e.g. ``(df, column='revenue')``.
+        summary: the first line of its docstring, one clean line ("" without one).
+        signature: its parameters, e.g. ``(df, column='revenue')``: plain annotations and
+            short literal defaults only (:func:`codeact.skills._text.signature_of`).
         saved: when it was saved (seconds since the epoch).
         error: why it cannot be used (it does not parse, or defines no ``name``), else None.
+        docstring: its whole docstring (untrusted text).
     """
 
     name: str
@@ -74,14 +111,11 @@ class Skill:
     signature: str = "()"
     saved: float = 0.0
     error: str | None = None
+    docstring: str = ""
 
 
-def inspect_source(name: str, source: str) -> tuple[str, str]:
-    """``(summary, signature)`` of the function (or class) ``name`` that ``source`` defines; never runs it.
-
-    Raises:
-        SkillError: the source does not parse, or does not define ``name`` at the top level.
-    """
+def _read(name: str, source: str) -> tuple[str, str, str]:
+    """``(summary, signature, docstring)`` of the function (or class) ``name`` in ``source``; never runs it."""
     try:
         tree = ast.parse(source, filename=f"<skill {name}>")
     except (SyntaxError, ValueError) as exc:
@@ -91,28 +125,42 @@ def inspect_source(name: str, source: str) -> tuple[str, str]:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
             doc = ast.get_docstring(node) or ""
-            summary = next((ln.strip() for ln in doc.splitlines() if ln.strip()), "")[:200]
+            summary = clean(first_line(doc), 200)
             if isinstance(node, ast.ClassDef):
-                return summary, "(...)"
+                return summary, "(...)", doc
             try:
-                signature = f"({ast.unparse(node.args)})"
-            except Exception:  # noqa: BLE001 - unparse of odd trees; the skill is still usable
+                signature = signature_of(node.args)
+            except Exception:  # noqa: BLE001 - odd trees; the skill is still usable
                 signature = "(...)"
-            return summary, signature[:300]
+            return summary, signature, doc
     raise SkillError(f"the source of skill {name!r} defines no top-level function named {name!r}")
 
 
+def inspect_source(name: str, source: str) -> tuple[str, str]:
+    """``(summary, signature)`` of the function (or class) ``name`` that ``source`` defines; never runs it.
+
+    Raises:
+        SkillError: the source does not parse, or does not define ``name`` at the top level.
+    """
+    summary, signature, _ = _read(name, source)
+    return summary, signature
+
+
 class SkillStore:
-    """The skills of a user or a project: a directory of ``<name>.py`` files.
+    """The skills of a project (or of whoever shares the directory): a directory of ``<name>.py`` files.
 
     Args:
-        path: the directory (created on the first save); default
-            :func:`default_skills_dir`. Give each project its own to keep
-            their skills apart.
+        path: the directory (created on the first save); default: the store of
+            the project the working directory is in (:func:`default_skills_dir`).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path).expanduser() if path is not None else default_skills_dir()
+
+    @classmethod
+    def user(cls) -> "SkillStore":
+        """The user-wide store (:func:`user_skills_dir`), shared by every project that chooses it."""
+        return cls(user_skills_dir())
 
     def __repr__(self) -> str:
         return f"SkillStore({str(self.path)!r})"
@@ -120,22 +168,55 @@ class SkillStore:
     def _file(self, name: str) -> Path:
         return self.path / f"{check_name(name)}.py"
 
-    def save(self, name: str, source: str) -> Skill:
-        """Store ``source`` as skill ``name`` (replacing one of that name); returns it.
+    def check(self, name: str, source: object) -> Skill:
+        """The skill ``source`` would be, checked but not stored: name, size, that it defines ``name``.
 
         Raises:
-            SkillError: a bad name, a source over :data:`MAX_SKILL_BYTES`, one
-                that does not define ``name``, or a full directory.
+            SkillError: a bad name, a source over :data:`MAX_SKILL_BYTES` or one that does not define ``name``.
         """
         check_name(name)
         if not isinstance(source, str):
             raise SkillError("a skill's source must be text")
-        data = source.encode("utf-8", "replace")
-        if len(data) > MAX_SKILL_BYTES:
-            raise SkillError(f"skill {name!r} is {len(data):,} bytes; a skill may have at most "
+        size = len(source.encode("utf-8", "replace"))
+        if size > MAX_SKILL_BYTES:
+            raise SkillError(f"skill {name!r} is {size:,} bytes; a skill may have at most "
                              f"{MAX_SKILL_BYTES:,} (save the function, not the data it works on)")
-        summary, signature = inspect_source(name, source)
+        summary, signature, doc = _read(name, source)
+        return Skill(name, source, summary, signature, 0.0, None, doc)
+
+    def current_source(self, name: str) -> str | None:
+        """The text stored under ``name`` now (even if it cannot be used), or None when there is none."""
+        path = self._file(name)
+        try:
+            if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_SKILL_BYTES:
+                return None if not path.exists() else ""
+            return path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def save(self, name: str, source: str, *, replacing: str | None | bool = True) -> Skill:
+        """Store ``source`` as skill ``name``; returns it.
+
+        Args:
+            replacing: ``True`` replaces whatever is there; otherwise the save
+                happens only if what is stored now is exactly this text (None:
+                nothing), so an approval given for one version never replaces another.
+
+        Raises:
+            SkillError: a bad name, a source over :data:`MAX_SKILL_BYTES`, one
+                that does not define ``name``, a full directory, a name that
+                differs only in case from another skill's, or (``replacing``)
+                a skill that changed since it was read.
+        """
+        skill = self.check(name, source)
+        clash = [n for n in self._names() if n.lower() == name.lower() and n != name]
+        if clash:
+            raise SkillError(f"skill {clash[0]!r} already exists; a name that differs only in case "
+                             f"({name!r}) would be the same file on some systems: choose another name")
         target = self._file(name)
+        if replacing is not True and self.current_source(name) != replacing:
+            raise SkillError(f"skill {name!r} changed while the save waited for approval; not saved "
+                             "(save it again to see the new version)")
         if not target.exists() and len(self._names()) >= MAX_SKILLS:
             raise SkillError(f"{self.path} already holds {MAX_SKILLS} skills; remove some first "
                              "(codeact skills rm NAME)")
@@ -143,12 +224,12 @@ class SkillStore:
         fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".tmp", dir=self.path)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                f.write(source.encode("utf-8", "replace"))
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return Skill(name, source, summary, signature, time.time())
+        return replace(skill, saved=time.time())
 
     def get(self, name: str) -> Skill:
         """The skill ``name`` (with ``error`` set when it cannot be used).
@@ -174,10 +255,10 @@ class SkillStore:
                          error=f"{size:,} bytes, over the limit of {MAX_SKILL_BYTES:,}")
         source = path.read_bytes().decode("utf-8", "replace")
         try:
-            summary, signature = inspect_source(name, source)
+            summary, signature, doc = _read(name, source)
         except SkillError as exc:
             return Skill(name, source, saved=path.stat().st_mtime, error=str(exc))
-        return Skill(name, source, summary, signature, path.stat().st_mtime)
+        return Skill(name, source, summary, signature, path.stat().st_mtime, None, doc)
 
     def list(self) -> list[Skill]:
         """Every skill, by name (broken ones too, with ``error`` set)."""
