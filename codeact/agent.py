@@ -23,6 +23,7 @@ import queue
 import threading
 import time
 import uuid
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -185,8 +186,12 @@ class CodeActAgent(AgentRuns):
         tool_budget: tokens of stubs ``auto`` still puts in the prompt (default 2,000).
         skills: skills kept across sessions (:mod:`codeact.skills`): a
             :class:`~codeact.skills.SkillStore`, a directory, ``True`` for the
-            user's (``<user data dir>/codeact/skills``), or None (default: off).
+            store of the project the working directory is in, or None (default: off).
             The code gets ``save_skill(func)`` and ``from skills import name``.
+            Each save asks ``approve`` (a :class:`~codeact.skills.SkillApproval`
+            with the whole code); without ``approve`` saves are refused.
+        auto_approve_skills: save skills without asking (warns): code a model
+            wrote then reaches every later session of the store unseen.
         privacy: a :class:`codeact.privacy.PrivacyFilter`: values it names reach the
             model (and the run log) as placeholders such as ``<EMAIL_1>``.
     """
@@ -216,6 +221,7 @@ class CodeActAgent(AgentRuns):
         tool_budget: int = DEFAULT_TOOL_BUDGET,
         skills: Any = None,
         privacy: Any = None,
+        auto_approve_skills: bool = False,
     ) -> None:
         self.model = model
         self.tools = ensure_tools(tools)
@@ -233,6 +239,13 @@ class CodeActAgent(AgentRuns):
                 raise CodeActError(f"a tool is named {taken[0]!r}, which skills need; rename it or leave skills off")
             if sandbox == "restricted":
                 raise CodeActError("skills need the docker or local backend (they are modules the code imports)")
+            if auto_approve_skills:
+                import warnings
+
+                warnings.warn(f"auto_approve_skills=True: code the model writes is saved to {self.skills.path} "
+                              "without asking and offered to every later session that uses that store",
+                              stacklevel=2)
+        self.auto_approve_skills = bool(auto_approve_skills)
         self.privacy = privacy
         self.sandbox = sandbox
         self.sandbox_options = dict(sandbox_options or {})
@@ -569,6 +582,23 @@ class ChatSession:
         with self._approvals._one_at_a_time:  # one question to the human at a time, tools' included
             return approver is not None and bool(approver(approval))
 
+    def _approve_skill(self, request: Any) -> bool:
+        """Ask about saving a skill (:class:`~codeact.skills.SkillApproval`) as tools that require approval are
+        asked: one question at a time, the human's time off the code's clock, no save after a late yes."""
+        from sandbox.functions import current_call
+
+        state = self._state
+        request = replace(request, run_id=state.run_id if state else "", step=state.step if state else 0)
+        if self.agent.auto_approve_skills:
+            return True
+        approver = self.agent.approve
+        call = current_call()
+        with call.paused() if call is not None else _nullcontext(), self._approvals._one_at_a_time:
+            allowed = approver is not None and bool(approver(request))
+        if call is not None:
+            call.checkpoint()
+        return allowed
+
     def _on_install(self, record: Any) -> None:
         """A package install the code asked for (a worker thread): an event among the step's tool calls."""
         state = self._state
@@ -695,8 +725,14 @@ class ChatSession:
             getattr(sandbox, "backend", "") == "restricted"
         from .privacy import PROMPT_NOTE
 
+        skills = None
+        if agent.skills is not None:
+            from .skills import SessionSkills
+
+            can_ask = agent.approve is not None or agent.auto_approve_skills
+            skills = SessionSkills(agent.skills, self._approve_skill if can_ask else None)
         return ToolSurface(agent.tools, disclosure=agent.tool_disclosure, budget=agent.tool_budget,
-                           descriptions=self._group_descriptions(agent.tools), skills=agent.skills,
+                           descriptions=self._group_descriptions(agent.tools), skills=skills,
                            namespaces=not restricted, privacy_note=PROMPT_NOTE if self._redactor is not None else "")
 
     @staticmethod

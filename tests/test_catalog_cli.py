@@ -43,7 +43,7 @@ def test_run_with_tools_on_demand_skills_and_privacy(tmp_path: Path, openai_serv
     result = CliRunner().invoke(cli, [
         "run", "Find Grace", "--json", "--model", "test-model", "--base-url", openai_server.base_url,
         "--api-key", "sk-test", "--tools", "crm_tools.py:get_contact", "--tool-disclosure", "on-demand",
-        "--skills-dir", str(skills_dir), "--private", "email", "--no-log"])
+        "--skills-dir", str(skills_dir), "--approve-skills", "--private", "email", "--no-log"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["status"] == "success"
     requests = openai_server.chat_requests

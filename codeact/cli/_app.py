@@ -284,10 +284,14 @@ def tool_options(f: Callable[..., Any]) -> Callable[..., Any]:
                           "records placeholders.")(f)
     f = click.option("--no-skills", is_flag=True, expose_value=False, callback=_tool_option("no_skills"),
                      help="No skills: neither save_skill nor `from skills import ...`.")(f)
+    f = click.option("--approve-skills", is_flag=True, expose_value=False, callback=_tool_option("approve_skills"),
+                     help="Save the skills the code offers without asking (warns; --yes does not cover "
+                          "skills: each save is asked on the terminal, and refused without one).")(f)
     f = click.option("--skills-dir", metavar="DIR", type=click.Path(file_okay=False), envvar="CODEACT_SKILLS_DIR",
                      expose_value=False, callback=_tool_option("skills_dir"),
-                     help="Where skills are kept (one directory per project keeps them apart) "
-                          "[default: the user data directory; env: CODEACT_SKILLS_DIR].")(f)
+                     help="Where skills are kept; give several projects the same DIR to share them "
+                          "[default: this project's own store in the user data directory; "
+                          "env: CODEACT_SKILLS_DIR].")(f)
     return disclosure_options(f)
 
 
@@ -320,7 +324,12 @@ def tool_settings(ctx: click.Context | None = None, *, backend: str | None = Non
     if "no_skills" in meta and not meta["no_skills"] and backend != "restricted":
         from ..skills import SkillStore
 
-        out["skills"] = SkillStore(meta.get("skills_dir") or None)
+        out["skills"] = store = SkillStore(meta.get("skills_dir") or None)
+        if meta.get("approve_skills"):
+            from ..terminal import safe
+
+            click.secho(f"Warning: --approve-skills: functions the code offers are saved to {safe(store.path)} "
+                        "without asking, and every later session with that store sees them.", fg="yellow", err=True)
     if meta.get("private") or meta.get("private_fields"):
         out["privacy"] = _privacy_filter(meta.get("private") or (), meta.get("private_fields") or ())
     return out
@@ -371,7 +380,8 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Model turns before the run stops.")(f)
     f = click.option("-y", "--yes", is_flag=True,
                      help="Approve every call of tools that require approval, and every package install the "
-                          "code asks for (default: ask; deny without a terminal).")(f)
+                          "code asks for (default: ask; deny without a terminal). Not skill saves: "
+                          "--approve-skills.")(f)
     f = backend_option(f)
     f = model_options(f)
     f = click.option("-t", "--tools", "tool_specs", multiple=True, metavar="SPEC",
@@ -432,10 +442,28 @@ def stdin_is_tty() -> bool:
         return False
 
 
+def skills_auto_approved(ctx: click.Context | None = None) -> bool:
+    """The command was given ``--approve-skills`` (read on the command's thread)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    while ctx is not None:
+        meta = ctx.meta.get(TOOLS_META)
+        if meta is not None:
+            return bool(meta.get("approve_skills"))
+        ctx = ctx.parent
+    return False
+
+
 def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
     from ..render import call_text, short
+    from .skills import approve_skill
+
+    auto_skills = skills_auto_approved()
 
     def approve(request: Any) -> bool:
+        from ..skills import SkillApproval
+
+        if isinstance(request, SkillApproval):  # --yes does not cover code kept for later sessions
+            return approve_skill(renderer, request, auto=auto_skills, interactive=stdin_is_tty())
         call = short(call_text(request.tool, request.arguments), 200)
         if yes:
             renderer.note(f"approved (--yes): {call}", style="yellow")

@@ -20,6 +20,7 @@ from ._app import (
     open_log,
     renderers,
     resolve_backend,
+    skills_auto_approved,
 )
 from .mcp import open_mcp
 
@@ -83,6 +84,24 @@ def ui(host: str, port: int, token: str | None, no_browser: bool, max_sessions: 
             toolset.close()
 
 
+def _skills_apart(approve: Any, *, yes: bool, auto: bool, notes: Any) -> Any:
+    """The page's approver, except for skill saves: ``--approve-skills`` saves them; ``--yes`` (which makes
+    the page approve everything) does not cover them, so they are refused; otherwise the page asks."""
+    from ..skills import SkillApproval
+
+    def decide(request: Any) -> bool:
+        if isinstance(request, SkillApproval):
+            if auto:
+                return True
+            if yes:
+                notes.warning(f"not saved: skill {request.name}: --yes does not cover skills "
+                              "(pass --approve-skills to save them without asking)")
+                return False
+        return bool(approve(request))
+
+    return decide
+
+
 def _server_names(toolset: Any) -> list[str]:
     if toolset is None:
         return []
@@ -101,10 +120,12 @@ def _serve(host: str, port: int, token: str | None, no_browser: bool, max_sessio
                       "and tools here; the traffic is plain HTTP (put it behind TLS to leave this machine)")
 
     agent_opts = agent_settings(backend=backend)  # read now: sessions' agents are made on other threads
+    auto_skills = skills_auto_approved()
 
     def agent_factory(approve: Any) -> Any:
         return make_agent(model, tools, backend, max_steps=options["max_steps"], timeout=options["timeout"],
-                          output_root=output_root, log=log, approve=approve, stream=True, settings=agent_opts)
+                          output_root=output_root, log=log, stream=True, settings=agent_opts,
+                          approve=_skills_apart(approve, yes=options["yes"], auto=auto_skills, notes=notes))
 
     settings = {
         "model": getattr(model, "name", "?"),
