@@ -348,6 +348,12 @@ def test_a_run_survives_broken_tasks_and_crashing_tools(mini: Path, tmp_path: Pa
         assert not broken.success and "the fixture data is missing" in broken.error and broken.run_id is None
         crashed = by_key[f"mini/crashes/{kind}/0"]
         assert not crashed.success and "the tool crashed" in crashed.error  # the oracle's plan hit the crash
+        # Neither is the model's doing: both are excluded from the success rate, not scored as wrong answers.
+        assert (broken.outcome, crashed.outcome) == ("harness_error", "harness_error")
+        assert by_key[f"mini/sum/{kind}/0"].outcome == "solved"
+    for m in run.report.overall.values():
+        assert (m.ran, m.excluded, m.success_rate.mean) == (3, 2, 1.0)
+        assert m.outcomes == {"solved": 3, "harness_error": 2}
     fc, text = by_key["mini/sum/react-fc/0"], by_key["mini/sum/react-text/0"]
     assert (fc.turns, fc.model_calls, fc.tool_calls) == (2, 2, 3)
     assert (text.turns, text.model_calls, text.tool_calls) == (4, 4, 3)
@@ -485,12 +491,21 @@ def assert_report_matches_the_run_log(out: Path) -> None:
             assert sum(len(s.tool_calls) for s in run.steps) == e["tool_calls"]
             assert run.invalid_actions == e["invalid_actions"]
             assert (run.status == "success") >= e["success"]
+    ran_outcomes = {"solved", "wrong_answer", "turn_limit", "context_overflow"}
     for agent, metrics in report["overall"].items():
-        mine = [e for e in episodes if e["agent"] == agent]
-        assert metrics["episodes"] == len(mine)
+        everything = [e for e in episodes if e["agent"] == agent]
+        mine = [e for e in everything if e["outcome"] in ran_outcomes]  # the means are over the episodes that ran
+        assert metrics["episodes"] == len(everything) and metrics["ran"] == len(mine)
+        assert metrics["excluded"] == len(everything) - len(mine) == sum(
+            n for o, n in metrics["outcomes"].items() if o not in ran_outcomes)
+        assert all(e["success"] == (e["outcome"] == "solved") for e in everything)
         assert metrics["success_rate"]["mean"] == pytest.approx(sum(e["success"] for e in mine) / len(mine))
         turns = [e["turns"] if e["success"] else max(e["turn_limit"], e["turns"]) for e in mine]
         assert metrics["turns"]["mean"] == pytest.approx(sum(turns) / len(mine))
+        solved = [e for e in mine if e["success"]]
+        assert metrics["turns_solved"]["mean"] == pytest.approx(sum(e["turns"] for e in solved) / len(solved))
+        assert metrics["model_calls_solved"]["mean"] == pytest.approx(
+            sum(e["model_calls"] for e in solved) / len(solved))
         for name in ("model_calls", "input_tokens", "output_tokens", "tool_calls", "invalid_actions"):
             assert metrics[name]["mean"] == pytest.approx(sum(e[name] for e in mine) / len(mine)), name
         if report["confidence_intervals"]:
@@ -498,7 +513,7 @@ def assert_report_matches_the_run_log(out: Path) -> None:
             assert low <= metrics["success_rate"]["mean"] <= high
     for suite, agents in report["by_suite"].items():
         for agent, metrics in agents.items():
-            mine = [e for e in episodes if e["agent"] == agent and e["suite"] == suite]
+            mine = [e for e in episodes if e["agent"] == agent and e["suite"] == suite and e["outcome"] in ran_outcomes]
             assert metrics["model_calls"]["mean"] == pytest.approx(sum(e["model_calls"] for e in mine) / len(mine))
 
 
@@ -509,7 +524,8 @@ def test_paired_comparison_and_markdown(mini: Path, tmp_path: Path) -> None:
     assert fc_vs_json.tasks == 3 and fc_vs_json.ties == 3 and fc_vs_json.sign_test_p == 1.0
     assert fc_vs_json.calls_ratio > 1  # one call per turn needs more turns
     md = (out / "report.md").read_text()
-    assert "| agent | episodes | success |" in md and "react-json vs react-fc" in md and "mini/sum" in md
+    assert "| agent | ran | excluded | success | turns (ran) | turns (solved) |" in md
+    assert "react-json vs react-fc" in md and "mini/sum" in md
 
 
 def test_report_from_episodes_only(mini: Path, tmp_path: Path) -> None:

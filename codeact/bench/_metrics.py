@@ -1,9 +1,15 @@
 """Metrics over episodes: per agent, per suite, per task; confidence intervals; paired comparisons.
 
-Every metric is a mean over episodes. ``turns`` counts a failed episode at
-its task's turn limit. With more than one repeat per task, means carry a 95 %
-confidence interval: Wilson's for the success rate, Student's t for the
-others (both over episodes). A paired comparison of two agents looks at the
+Every metric is a mean over the episodes that *ran* (the model had its
+chance: solved, wrong answer, turn limit, context overflow); episodes that
+ended in a model, sandbox or harness error or a timeout are excluded and
+counted beside them (``excluded``, ``outcomes``). ``turns`` and
+``model_calls`` are shown twice: over every episode that ran, where a
+failed one counts at its task's turn limit, and over the solved ones only
+(``turns_solved``, ``model_calls_solved``). With more than one repeat per
+task, means carry a 95 % confidence interval: Wilson's for the success rate
+(always inside [0, 1] and around the rate), Student's t for the others (both
+over episodes). A paired comparison of two agents looks at the
 tasks both ran: per task, the difference of their success rates; its mean
 with a t interval over tasks, the tasks each one won, and a two-sided sign
 test; and the ratio of their mean model calls and tokens.
@@ -57,14 +63,15 @@ def _round(x: float) -> float:
     return round(x, 6) if math.isfinite(x) else x
 
 
-def mean_stat(values: Sequence[float], ci: bool) -> Stat:
+def mean_stat(values: Sequence[float], ci: bool, lowest: float = -math.inf, highest: float = math.inf) -> Stat:
+    """The mean with Student's t interval, clipped to the values the quantity can take (``lowest``, ``highest``)."""
     if not values:
         return Stat(math.nan, 0)
     mean = statistics.fmean(values)
     if not ci or len(values) < 2:
         return Stat(mean, len(values))
     half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return Stat(mean, len(values), mean - half, mean + half)
+    return Stat(mean, len(values), max(lowest, mean - half), min(highest, mean + half))
 
 
 def wilson(successes: int, n: int, ci: bool) -> Stat:
@@ -78,10 +85,14 @@ def wilson(successes: int, n: int, ci: bool) -> Stat:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return Stat(p, n, max(0.0, centre - half), min(1.0, centre + half))
+    # In exact arithmetic low <= p <= high and both lie in [0, 1]; rounding can put a bound a hair past
+    # the rate (1 - 1e-16 above a perfect score), and a plot's error bar then has a negative half.
+    low = 0.0 if successes == 0 else min(p, max(0.0, centre - half))
+    high = 1.0 if successes == n else max(p, min(1.0, centre + half))
+    return Stat(p, n, low, high)
 
 
-#: The metrics reported for a group of episodes: (name, value of one episode).
+#: The metrics reported for a group of episodes (over those that ran): (name, value of one episode).
 METRICS: tuple[tuple[str, Callable[[Episode], float]], ...] = (
     ("turns", lambda e: float(e.turns_counted)),
     ("model_calls", lambda e: float(e.model_calls)),
@@ -95,22 +106,44 @@ METRICS: tuple[tuple[str, Callable[[Episode], float]], ...] = (
 )
 
 
+#: The metrics also reported over the solved episodes only: (name, value of one episode).
+SOLVED_METRICS: tuple[tuple[str, Callable[[Episode], float]], ...] = (
+    ("turns_solved", lambda e: float(e.turns)),
+    ("model_calls_solved", lambda e: float(e.model_calls)),
+)
+
+
 @dataclass(frozen=True)
 class GroupMetrics:
-    """Metrics of one group of episodes (an agent, overall or on one suite or task)."""
+    """Metrics of one group of episodes (an agent, overall or on one suite or task).
+
+    ``episodes`` counts them all; ``ran`` those that count in the success rate
+    and the means; ``excluded`` the others (infrastructure and harness errors,
+    timeouts). ``outcomes`` counts each outcome.
+    """
 
     episodes: int
     success_rate: Stat
     values: dict[str, Stat]
-    cost: float | None = None  # total estimated cost, when prices were given
-    errors: int = 0  # episodes that did not finish (harness errors, timeouts)
+    cost: float | None = None  # total estimated cost (of every episode), when prices were given
+    ran: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def excluded(self) -> int:
+        """Episodes that did not count: the model never had its chance."""
+        return self.episodes - self.ran
+
+    @property
+    def errors(self) -> int:  # the name reports used before outcomes
+        return self.excluded
 
     def __getitem__(self, name: str) -> Stat:
         return self.success_rate if name == "success_rate" else self.values[name]
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"episodes": self.episodes, "errors": self.errors,
-                               "success_rate": self.success_rate.to_json()}
+        out: dict[str, Any] = {"episodes": self.episodes, "ran": self.ran, "excluded": self.excluded,
+                               "outcomes": dict(self.outcomes), "success_rate": self.success_rate.to_json()}
         out.update({k: v.to_json() for k, v in self.values.items()})
         if self.cost is not None:
             out["cost"] = round(self.cost, 6)
@@ -118,13 +151,22 @@ class GroupMetrics:
 
 
 def group_metrics(episodes: Sequence[Episode], ci: bool) -> GroupMetrics:
+    from ._outcomes import OUTCOMES
+
     costs = [e.cost for e in episodes if e.cost is not None]
+    ran = [e for e in episodes if e.ran]
+    solved = [e for e in ran if e.success]
+    counts = {o: n for o in OUTCOMES if (n := sum(1 for e in episodes if e.outcome == o))}
+    # Counts and durations: an interval never reaches below 0.
+    values = {name: mean_stat([f(e) for e in ran], ci, lowest=0.0) for name, f in METRICS}
+    values.update({name: mean_stat([f(e) for e in solved], ci, lowest=0.0) for name, f in SOLVED_METRICS})
     return GroupMetrics(
         episodes=len(episodes),
-        success_rate=wilson(sum(e.success for e in episodes), len(episodes), ci),
-        values={name: mean_stat([f(e) for e in episodes], ci) for name, f in METRICS},
+        success_rate=wilson(len(solved), len(ran), ci),
+        values=values,
         cost=sum(costs) if costs else None,
-        errors=sum(1 for e in episodes if e.status in ("error", "timeout") and e.error),
+        ran=len(ran),
+        outcomes=counts,
     )
 
 
@@ -174,12 +216,13 @@ def sign_test(wins: int, losses: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired(episodes: Sequence[Episode], a: str, b: str) -> Paired:
-    """Compare agent ``b`` with agent ``a`` over the tasks both ran."""
+def paired(episodes: Sequence[Episode], a: str, b: str,
+           label: Callable[[Episode], str] = lambda e: e.agent) -> Paired:
+    """Compare agent ``b`` with agent ``a`` over the tasks both ran (``label`` names an episode's agent)."""
     per: dict[str, dict[str, list[Episode]]] = defaultdict(lambda: defaultdict(list))
     for e in episodes:
-        if e.agent in (a, b):
-            per[e.task_key][e.agent].append(e)
+        if label(e) in (a, b) and e.ran:
+            per[e.task_key][label(e)].append(e)
     diffs: dict[str, float] = {}
     calls_a: list[float] = []
     calls_b: list[float] = []
@@ -201,6 +244,6 @@ def paired(episodes: Sequence[Episode], a: str, b: str) -> Paired:
     def ratio(x: list[float], y: list[float]) -> float:
         return statistics.fmean(y) / statistics.fmean(x) if x and y and statistics.fmean(x) else math.nan
 
-    return Paired(a=a, b=b, tasks=len(values), success_diff=mean_stat(values, ci=True), b_better=better_b,
+    return Paired(a=a, b=b, tasks=len(values), success_diff=mean_stat(values, ci=True, lowest=-1.0, highest=1.0), b_better=better_b,
                   a_better=better_a, ties=len(values) - better_b - better_a, sign_test_p=sign_test(better_b, better_a),
                   calls_ratio=ratio(calls_a, calls_b), tokens_ratio=ratio(tokens_a, tokens_b), per_task=diffs)

@@ -24,7 +24,7 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
     """success_rate.png (per agent, 95 % interval bars), turns_per_task.png, tokens_per_task.png."""
     directory.mkdir(parents=True, exist_ok=True)
     return [_success(report, directory / "success_rate.png"),
-            _per_task(report, directory / "turns_per_task.png", "turns", "turns (failures at the limit)"),
+            _per_task(report, directory / "turns_per_task.png", "turns", "turns (episodes that ran; failures at the limit)"),
             _per_task(report, directory / "tokens_per_task.png", "tokens", "tokens per episode (prompt + completion)")]
 
 
@@ -33,16 +33,25 @@ def _success(report: Report, path: Path) -> Path:
     fig = _figure(max(4.0, 1.4 * len(agents) + 1.5), 4.0)
     ax = fig.add_subplot()
     rates = [report.overall[a].success_rate for a in agents]
-    means = [r.mean * 100 for r in rates]
-    low = [(r.mean - r.low) * 100 if r.low is not None else 0.0 for r in rates]
-    high = [(r.high - r.mean) * 100 if r.high is not None else 0.0 for r in rates]
+    means, low, high = [], [], []
+    for r in rates:
+        mean = r.mean if math.isfinite(r.mean) else 0.0  # no episode ran: an empty bar, labelled n/a
+        means.append(mean * 100)
+        # Error bars are distances from the bar's top: never negative, whatever rounding did to the bounds.
+        low.append(max(0.0, mean - r.low) * 100 if r.low is not None and math.isfinite(r.mean) else 0.0)
+        high.append(max(0.0, r.high - mean) * 100 if r.high is not None and math.isfinite(r.mean) else 0.0)
     ax.bar(agents, means, yerr=[low, high], capsize=6, color="#4C72B0")
-    for i, m in enumerate(means):
-        ax.text(i, min(m + 2, 103), f"{m:.0f}%", ha="center", va="bottom", fontsize=9)
+    for i, (m, r) in enumerate(zip(means, rates)):
+        text = f"{m:.0f}%" if math.isfinite(r.mean) else "n/a"
+        ax.text(i, min(m + 2, 103), text, ha="center", va="bottom", fontsize=9)
     ax.set_ylim(0, 110)
-    ax.set_ylabel("success rate (%)")
+    ax.set_ylabel("success rate (%) over the episodes that ran")
     note = " (95% CI)" if report.ci else ""
-    ax.set_title(f"Success rate per agent{note} · model {report.settings.get('model', '?')}")
+    ax.set_title(f"Success rate per agent{note} · model {report.model_label}")
+    if len(agents) > 4:
+        for label in ax.get_xticklabels():
+            label.set_rotation(30)
+            label.set_ha("right")
     fig.tight_layout()
     fig.savefig(path)
     return path

@@ -151,7 +151,8 @@ class _NodeSandboxes:
             self._pool.close()
 
 
-def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int) -> _Outcome:
+def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int, model: str = "",
+                keyed: bool = False) -> _Outcome:
     """The Ray task: one episode on this node, in a scratch directory; everything comes back to the driver."""
     from ._progress import NoProgress
     from ._store import ResultsDir
@@ -170,7 +171,7 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
         engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
         runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout)
     try:
-        episode = runner._attempt(_Spec(task, agent, repeat))
+        episode = runner._attempt(_Spec(task, agent, repeat, model, keyed))
     finally:
         runner.close()
     assert episode is not None  # only a stopped runner returns None, and nothing stops this one
@@ -252,6 +253,8 @@ class RayExecutor:
         self.finished = 0
         self._done: set[str] = set()
         self._log: Any = None
+        self.stopped: str | None = None
+        self._guard: Any = None
         self._ray: Any = None
         self._connected_here = False
 
@@ -262,28 +265,39 @@ class RayExecutor:
         from ..runlog import RunLog
 
         self._log = RunLog(self.results.runlog_path)
+        from ._outcomes import ErrorGuard
+
+        self._guard = ErrorGuard(self.config.max_error_share, window=max(10, 2 * self.config.concurrency),
+                                 expected=len(specs))
         sweep_ref = ray.put(self._sweep())
         task = ray.remote(run_episode).options(**self._task_options())
         pending: dict[Any, Any] = {}
         for spec in specs:
-            pending[task.remote(sweep_ref, spec.task.suite, spec.task.id, spec.agent, spec.repeat)] = spec
+            pending[task.remote(sweep_ref, spec.task.suite, spec.task.id, spec.agent, spec.repeat, spec.model,
+                                spec.keyed)] = spec
         self.progress.start(total=len(specs) + already, done=already)
         try:
-            while pending:
+            while pending and self.stopped is None:
                 ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0.5)
                 for ref in ready:
                     spec = pending.pop(ref)
                     self._collect(ray, ref, spec)
+            # Stopped for infrastructure errors: the rest is cancelled and runs again on resume.
+            self._cancel(ray, pending)
         except KeyboardInterrupt:
             # Running episodes are cancelled (they run again on resume); finished ones are saved.
-            for ref in pending:
-                try:
-                    ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 - best effort on the way out
-                    pass
+            self._cancel(ray, pending)
             raise
         finally:
             self.progress.stop()
+
+    @staticmethod
+    def _cancel(ray: Any, pending: dict[Any, Any]) -> None:
+        for ref in pending:
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
 
     def close(self) -> None:
         if self._log is not None:
@@ -336,7 +350,7 @@ class RayExecutor:
         from ._oracle import ORACLE
 
         base_url = self.config.base_url
-        if self.model is None and self.config.model != ORACLE:
+        if self.model is None and any(m != ORACLE for m in self.config.models):
             base_url = cfg.base_url(base_url)  # the driver's endpoint, not whatever a node's environment says
         config = dataclasses.replace(self.config, api_key=None, base_url=base_url, ray=None, out=".")
         sweep = _Sweep(config=config, suites=[_absolute_suite(s) for s in self.config.suites], model=self.model,
@@ -378,17 +392,18 @@ class RayExecutor:
         task = spec.task
         now = time.time()
         episode = Episode(key=spec.key, suite=task.suite, task=task.id, agent=spec.agent, repeat=spec.repeat,
-                          status="error", check="did not finish", error=what[:2000],
-                          turn_limit=self.config.max_turns or task.max_turns, model=self._model_name(),
+                          status="error", outcome="harness_error", error_kind="ray", check="did not finish",
+                          error=what[:2000], turn_limit=self.config.max_turns or task.max_turns,
+                          model=self._model_name(spec),
                           temperature=self.config.temperature, seed=self.config.seed, tags=list(task.tags),
                           started=now, finished=now, expected=preview(task.expected))
         self._append(episode)
 
-    def _model_name(self) -> str:
-        spec = self.model
-        if spec is None or (callable(spec) and not hasattr(spec, "complete")):
-            return str(self.config.model)
-        return getattr(spec, "name", None) or str(self.config.model)
+    def _model_name(self, spec: Any) -> str:
+        given = self.model
+        if given is None or (callable(given) and not hasattr(given, "complete")):
+            return spec.model or self.config.models[0]
+        return getattr(given, "name", None) or spec.model or self.config.models[0]
 
     def _store(self, outcome: _Outcome) -> None:
         episode = outcome.episode
@@ -413,6 +428,8 @@ class RayExecutor:
         self.results.append(episode)
         self.finished += 1
         self.progress.advance(episode)
+        if self._guard is not None and self.stopped is None:
+            self.stopped = self._guard.add(episode)
 
     def _write_files(self, outcome: _Outcome) -> dict[str, str]:
         """Write the episode's files where a local run puts them; returns worker path -> driver path."""

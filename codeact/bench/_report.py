@@ -3,6 +3,11 @@
 Everything here is computed from the stored episodes (``episodes.jsonl``),
 so ``codeact bench report DIR`` gives the same numbers as the run that
 wrote them, and a test can recompute them.
+
+The columns are *systems*: the agents, or with several models each
+``model · agent`` pair. Success rates and means are over the episodes that
+ran; the others are counted beside them, by outcome (see
+:mod:`codeact.bench._outcomes`).
 """
 
 from __future__ import annotations
@@ -16,16 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..errors import BenchError
 from ._metrics import GroupMetrics, Paired, by, group_metrics, needs_ci, paired
+from ._outcomes import OUTCOMES, RAN
 from ._store import Episode, ResultsDir
 
 REPORT_FORMAT = "codeact.bench.report/1"
 
 #: Columns of the summary tables: (metric, header, how to show a Stat's mean).
+#: "(ran)": over every episode that ran, a failure counted at its turn limit; "(solved)": over the solved ones.
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("success_rate", "success", "pct"),
-    ("turns", "turns", "f1"),
-    ("model_calls", "model calls", "f2"),
+    ("turns", "turns (ran)", "f1"),
+    ("turns_solved", "turns (solved)", "f1"),
+    ("model_calls", "calls (ran)", "f2"),
+    ("model_calls_solved", "calls (solved)", "f2"),
     ("input_tokens", "prompt tok", "int"),
     ("output_tokens", "completion tok", "int"),
     ("tool_calls", "tool calls", "f1"),
@@ -37,7 +47,11 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 @dataclass
 class Report:
-    """The numbers of one results directory."""
+    """The numbers of one results directory.
+
+    ``agents`` are the report's columns: agent kinds, or ``model · agent``
+    labels when the episodes come from several ``models``.
+    """
 
     settings: dict[str, Any]
     agents: list[str]
@@ -47,6 +61,16 @@ class Report:
     by_task: dict[str, dict[str, GroupMetrics]]
     paired: list[Paired] = field(default_factory=list)
     ci: bool = False
+    models: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what a reader must know (tasks left out of a comparison)
+
+    @property
+    def model_label(self) -> str:
+        return ", ".join(self.models) or str(self.settings.get("model", "?"))
+
+    def label(self, episode: Episode) -> str:
+        """The column an episode belongs to."""
+        return system_label(episode, len(self.models) > 1)
 
     def to_json(self) -> dict[str, Any]:
         settings = {k: v for k, v in self.settings.items() if k != "api_key"}
@@ -54,8 +78,11 @@ class Report:
             "format": REPORT_FORMAT,
             "generated": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "settings": settings,
+            "models": self.models,
             "agents": self.agents,
             "episodes": len(self.episodes),
+            "ran": sum(1 for e in self.episodes if e.ran),
+            "notes": list(self.notes),
             "confidence_intervals": self.ci,
             "overall": {a: m.to_json() for a, m in self.overall.items()},
             "by_suite": {s: {a: m.to_json() for a, m in ms.items()} for s, ms in self.by_suite.items()},
@@ -64,32 +91,55 @@ class Report:
         }
 
 
-def _agent_order(episodes: Sequence[Episode], preferred: Sequence[str]) -> list[str]:
-    seen = list(dict.fromkeys(e.agent for e in episodes))
+def system_label(episode: Episode, several_models: bool) -> str:
+    """``agent``, or ``model · agent`` when a report holds several models."""
+    return f"{episode.model} · {episode.agent}" if several_models else episode.agent
+
+
+def _ordered(seen: Sequence[str], preferred: Sequence[str]) -> list[str]:
     return [a for a in preferred if a in seen] + [a for a in seen if a not in preferred]
 
 
-def build_report(episodes: Sequence[Episode], settings: dict[str, Any] | None = None) -> Report:
+def build_report(episodes: Sequence[Episode], settings: dict[str, Any] | None = None,
+                 notes: Sequence[str] = ()) -> Report:
     """Compute every table of the report from the episodes."""
     settings = dict(settings or {})
     episodes = list(episodes)
-    agents = _agent_order(episodes, settings.get("agents") or ["codeact", "react-fc", "react-json", "react-text"])
+    models = _ordered(list(dict.fromkeys(e.model for e in episodes)), settings.get("models") or [])
+    several = len(models) > 1
+    kinds = _ordered(list(dict.fromkeys(e.agent for e in episodes)),
+                     settings.get("agents") or ["codeact", "react-fc", "react-json", "react-text"])
+    agents = [f"{m} · {k}" if several else k for m in (models if several else [""]) for k in kinds]
+    present = {system_label(e, several) for e in episodes}
+    agents = [a for a in agents if a in present]
+
+    def label(e: Episode) -> str:
+        return system_label(e, several)
+
     ci = needs_ci(episodes)
-    overall = {a: group_metrics(g, ci) for (a,), g in sorted(by(episodes, lambda e: e.agent).items(),
+    overall = {a: group_metrics(g, ci) for (a,), g in sorted(by(episodes, label).items(),
                                                              key=lambda kv: agents.index(kv[0][0]))}
     by_suite: dict[str, dict[str, GroupMetrics]] = {}
-    for (suite, agent), g in by(episodes, lambda e: e.suite, lambda e: e.agent).items():
+    for (suite, agent), g in by(episodes, lambda e: e.suite, label).items():
         by_suite.setdefault(suite, {})[agent] = group_metrics(g, ci)
     by_task: dict[str, dict[str, GroupMetrics]] = {}
-    for (task, agent), g in by(episodes, lambda e: e.task_key, lambda e: e.agent).items():
+    for (task, agent), g in by(episodes, lambda e: e.task_key, label).items():
         by_task.setdefault(task, {})[agent] = group_metrics(g, ci)
     for table in (by_suite, by_task):
         for key in list(table):
             table[key] = {a: table[key][a] for a in agents if a in table[key]}
-    baseline = agents[0] if agents else None
-    pairs = [paired(episodes, baseline, other) for other in agents[1:]] if baseline else []
+    pairs: list[Paired] = []
+    # Each model's agents against its first agent; with several models, each agent's models against the first.
+    for model in (models if several else [""]):
+        mine = [f"{model} · {k}" if several else k for k in kinds if (f"{model} · {k}" if several else k) in present]
+        pairs += [paired(episodes, mine[0], other, label) for other in mine[1:]]
+    if several:
+        for kind in kinds:
+            mine = [f"{m} · {kind}" for m in models if f"{m} · {kind}" in present]
+            pairs += [paired(episodes, mine[0], other, label) for other in mine[1:]]
     return Report(settings=settings, agents=agents, episodes=episodes, overall=overall,
-                  by_suite=dict(sorted(by_suite.items())), by_task=dict(sorted(by_task.items())), paired=pairs, ci=ci)
+                  by_suite=dict(sorted(by_suite.items())), by_task=dict(sorted(by_task.items())), paired=pairs, ci=ci,
+                  models=models, notes=list(notes))
 
 
 def load_report(path: str | Path) -> Report:
@@ -125,7 +175,7 @@ def cell(m: GroupMetrics, metric: str, how: str) -> str:
 def summary_rows(metrics: dict[str, GroupMetrics], with_cost: bool) -> list[list[str]]:
     rows = []
     for agent, m in metrics.items():
-        row = [agent, str(m.episodes)] + [cell(m, metric, how) for metric, _, how in COLUMNS]
+        row = [agent, str(m.ran), str(m.excluded)] + [cell(m, metric, how) for metric, _, how in COLUMNS]
         if with_cost:
             row.append("-" if m.cost is None else f"${m.cost:.4f}")
         rows.append(row)
@@ -133,7 +183,45 @@ def summary_rows(metrics: dict[str, GroupMetrics], with_cost: bool) -> list[list
 
 
 def summary_headers(with_cost: bool) -> list[str]:
-    return ["agent", "episodes"] + [h for _, h, _ in COLUMNS] + (["cost"] if with_cost else [])
+    return ["agent", "ran", "excluded"] + [h for _, h, _ in COLUMNS] + (["cost"] if with_cost else [])
+
+
+def _present_outcomes(metrics: dict[str, GroupMetrics]) -> list[str]:
+    return [o for o in OUTCOMES if any(m.outcomes.get(o) for m in metrics.values())]
+
+
+def outcome_headers(report: Report) -> list[str]:
+    return ["agent", "episodes"] + [o.replace("_", " ") + ("" if o in RAN else " *") for o in
+                                    _present_outcomes(report.overall)]
+
+
+def outcome_rows(report: Report) -> list[list[str]]:
+    """Per agent: how its episodes ended (``*``: not counted in the success rate)."""
+    present = _present_outcomes(report.overall)
+    return [[agent, str(m.episodes)] + [str(m.outcomes.get(o, 0)) for o in present]
+            for agent, m in report.overall.items()]
+
+
+def _excluded_note(report: Report) -> str:
+    excluded = sum(m.excluded for m in report.overall.values())
+    if not excluded:
+        return ""
+    return (f"{excluded} of {len(report.episodes)} episodes did not run to an answer or a turn limit "
+            "(outcomes marked *: model, sandbox or harness errors, timeouts): they are excluded from the success "
+            "rates and means and counted beside them; `codeact bench run ... --retry-errors` runs them again.")
+
+
+def leaderboard_headers(report: Report) -> list[str]:
+    return ["suite"] + report.agents
+
+
+def leaderboard_rows(report: Report) -> list[list[str]]:
+    """Success rate per suite (rows) and agent, or model x agent (columns), as papers and leaderboards set them out."""
+    rows = [[suite] + [cell(ms[a], "success_rate", "pct") if a in ms else "-" for a in report.agents]
+            for suite, ms in report.by_suite.items()]
+    if len(report.by_suite) > 1:
+        rows.append(["all"] + [cell(report.overall[a], "success_rate", "pct") for a in report.agents])
+    return rows
 
 
 def fewest_calls_rows(report: Report) -> list[list[str]]:
@@ -185,15 +273,27 @@ def to_markdown(report: Report) -> str:
     s = report.settings
     with_cost = any(m.cost is not None for m in report.overall.values())
     lines = ["# Benchmark results", ""]
-    lines.append(f"Model `{s.get('model', '?')}` · temperature {s.get('temperature', '?')} · seed {s.get('seed', '?')}"
-                 f" · backend {s.get('backend', '?')} · {len(report.episodes)} episodes · suites "
-                 f"{', '.join(s.get('suites', [])) or '?'}")
+    models = ", ".join(f"`{m}`" for m in report.models) or f"`{s.get('model', '?')}`"
+    lines.append(f"Model{'s' if len(report.models) > 1 else ''} {models} · temperature {s.get('temperature', '?')}"
+                 f" · seed {s.get('seed', '?')} · backend {s.get('backend', '?')} · {len(report.episodes)} episodes"
+                 f" · suites {', '.join(s.get('suites', [])) or '?'}")
+    versions = s.get("suite_versions") or {}
+    if versions:
+        lines.append("Suite versions: " + ", ".join(f"{n} {v}" for n, v in versions.items()))
     prompts = s.get("prompts") or {}
     if prompts:
         lines.append("Prompts: " + ", ".join(f"`{a}`: {p}" for a, p in prompts.items()))
+    lines.append("Success rates and means are over the episodes that ran; turns (ran) counts a failure at its "
+                 "turn limit, turns (solved) only the solved episodes.")
     if report.ci:
         lines.append("Brackets: 95% confidence intervals over episodes (Wilson for success, t for means).")
+    for note in [*report.notes, _excluded_note(report)]:
+        if note:
+            lines += ["", f"**Note:** {note}"]
+    lines += ["", "## Success rate per suite", "", _md_table(leaderboard_headers(report), leaderboard_rows(report))]
     lines += ["", "## Overall", "", _md_table(summary_headers(with_cost), summary_rows(report.overall, with_cost))]
+    lines += ["", "## Outcomes (* not counted in the success rate)", "",
+              _md_table(outcome_headers(report), outcome_rows(report))]
     lines += ["", "## Per suite: model calls and tokens per episode", "",
               _md_table(FEWEST_HEADERS, fewest_calls_rows(report))]
     if report.paired:
@@ -225,25 +325,34 @@ def summary_csv(report: Report) -> str:
     buf = io.StringIO()
     metric_names = ["success_rate"] + [name for name, _, _ in COLUMNS if name != "success_rate"] + ["harness_time"]
     writer = csv.writer(buf)
-    writer.writerow(["scope", "name", "agent", "episodes", *metric_names, "cost"])
+    writer.writerow(["scope", "name", "agent", "episodes", "ran", "excluded", *metric_names, "cost",
+                     *[f"n_{o}" for o in OUTCOMES]])
     scopes = [("overall", "all", report.overall)]
     scopes += [("suite", s, ms) for s, ms in report.by_suite.items()]
     scopes += [("task", t, ms) for t, ms in report.by_task.items()]
     for scope, name, metrics in scopes:
         for agent, m in metrics.items():
-            writer.writerow([scope, name, agent, m.episodes, *[round(m[k].mean, 6) for k in metric_names],
-                             "" if m.cost is None else round(m.cost, 6)])
+            writer.writerow([scope, name, agent, m.episodes, m.ran, m.excluded,
+                             *[round(m[k].mean, 6) for k in metric_names],
+                             "" if m.cost is None else round(m.cost, 6), *[m.outcomes.get(o, 0) for o in OUTCOMES]])
     return buf.getvalue()
 
 
 def render(report: Report, console: Any) -> None:
     """Print the summary, per-suite and paired tables with rich."""
+    from rich.markup import escape
     from rich.table import Table
 
     with_cost = any(m.cost is not None for m in report.overall.values())
-    title = f"{len(report.episodes)} episodes · model {report.settings.get('model', '?')}"
+    several = len(report.models) > 1
+    title = f"{len(report.episodes)} episodes · model{'s' if several else ''} {report.model_label}"
+    for note in report.notes:
+        console.print(f"[yellow]Note:[/yellow] {escape(note)}")
     for caption, headers, rows in (
-        (f"Overall ({title})", summary_headers(with_cost), summary_rows(report.overall, with_cost)),
+        ("Success rate per suite", leaderboard_headers(report), leaderboard_rows(report)),
+        (f"Overall ({title}; means over the episodes that ran)", summary_headers(with_cost),
+         summary_rows(report.overall, with_cost)),
+        ("Outcomes (* not counted in the success rate)", outcome_headers(report), outcome_rows(report)),
         ("Per suite: model calls and tokens per episode", FEWEST_HEADERS, fewest_calls_rows(report)),
         ("Paired comparisons (same tasks)", PAIRED_HEADERS, paired_rows(report)),
     ):
@@ -251,10 +360,13 @@ def render(report: Report, console: Any) -> None:
             continue
         table = Table(title=caption, title_justify="left", header_style="bold")
         for i, h in enumerate(headers):
-            table.add_column(h, justify="left" if i < 2 else "right")
+            table.add_column(escape(h), justify="left" if i < 2 else "right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*[escape(c) for c in row])
         console.print(table)
+    note = _excluded_note(report)
+    if note:
+        console.print(f"[yellow]Note:[/yellow] {escape(note)}")
 
 
 def write_report(results: ResultsDir, report: Report, *, plots: bool = True) -> list[Path]:
@@ -281,12 +393,16 @@ def write_report(results: ResultsDir, report: Report, *, plots: bool = True) -> 
 
 @dataclass
 class Comparison:
-    """Two result sets side by side: per agent, each one's metrics and the difference."""
+    """Two result sets side by side: per agent, each one's metrics and the difference.
+
+    Both reports cover the same tasks (:func:`compare` leaves out the others and says so in ``notes``).
+    """
 
     a: Report
     b: Report
     a_name: str
     b_name: str
+    notes: list[str] = field(default_factory=list)
 
     def rows(self) -> list[list[str]]:
         rows = []
@@ -317,6 +433,8 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": "codeact.bench.compare/1",
+            "notes": list(self.notes),
+            "tasks": len({e.task_key for e in self.a.episodes}),
             "a": {"path": self.a_name, "settings": self.a.settings, "overall": {k: m.to_json() for k, m in
                                                                                self.a.overall.items()}},
             "b": {"path": self.b_name, "settings": self.b.settings, "overall": {k: m.to_json() for k, m in
@@ -326,9 +444,10 @@ class Comparison:
 
     def to_markdown(self) -> str:
         lines = [f"# {self.a_name} vs {self.b_name}", "",
-                 f"A: model `{self.a.settings.get('model')}`, {len(self.a.episodes)} episodes · "
-                 f"B: model `{self.b.settings.get('model')}`, {len(self.b.episodes)} episodes", "",
-                 _md_table(["agent", "metric", "A", "B", "B - A"], self.rows())]
+                 f"A: model `{self.a.model_label}`, {len(self.a.episodes)} episodes · "
+                 f"B: model `{self.b.model_label}`, {len(self.b.episodes)} episodes", ""]
+        lines += [f"**Note:** {note}\n" for note in self.notes]
+        lines += [_md_table(["agent", "metric", "A", "B", "B - A"], self.rows())]
         changed = self.changed_tasks()
         if changed:
             lines += ["", "Tasks whose success rate changed:", "",
@@ -337,8 +456,11 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
     def render(self, console: Any) -> None:
+        from rich.markup import escape
         from rich.table import Table
 
+        for note in self.notes:
+            console.print(f"[yellow]Note:[/yellow] {escape(note)}")
         table = Table(title=f"A: {self.a_name}  vs  B: {self.b_name}", title_justify="left", header_style="bold")
         for i, h in enumerate(["agent", "metric", "A", "B", "B - A"]):
             table.add_column(h, justify="left" if i < 2 else "right")
@@ -360,5 +482,47 @@ class Comparison:
 
 
 def compare(a: str | Path, b: str | Path) -> Comparison:
-    """Compare two results directories (``codeact bench compare A B``)."""
-    return Comparison(load_report(a), load_report(b), str(a), str(b))
+    """Compare two results directories (``codeact bench compare A B``) on the tasks both ran.
+
+    Tasks only one of them ran are left out, and the comparison's ``notes`` say which.
+
+    Raises:
+        BenchError: they ran different versions of a suite (the same task names may not be the same
+            tasks), or no task in common.
+    """
+    ra, rb = ResultsDir(a), ResultsDir(b)
+    sa, sb = ra.read_settings(), rb.read_settings()
+    ea, eb = ra.episodes(), rb.episodes()
+    va, vb = sa.get("suite_versions") or {}, sb.get("suite_versions") or {}
+    suites = sorted({e.suite for e in ea} & {e.suite for e in eb})
+    differ = [n for n in suites if n in va and n in vb and va[n] != vb[n]]
+    if differ:
+        what = "; ".join(f"{n}: {va[n]} in A, {vb[n]} in B" for n in differ)
+        raise BenchError(f"{a} and {b} ran different versions of suite {', '.join(differ)} ({what}): tasks of the "
+                         "same name may differ, so their numbers are not comparable; run both on the same version")
+    notes: list[str] = []
+    unknown = [n for n in suites if n not in va or n not in vb]
+    if unknown:
+        notes.append(f"the version of suite {', '.join(unknown)} was not recorded in "
+                     f"{'A and B' if all(n not in va and n not in vb for n in unknown) else 'one of them'} "
+                     "(written by an older codeact): whether both ran the same tasks cannot be checked")
+    ta, tb = {e.task_key for e in ea}, {e.task_key for e in eb}
+    common = ta & tb
+    if not common:
+        raise BenchError(f"{a} and {b} have no task in common (A: suites {', '.join(sa.get('suites', [])) or '?'}, "
+                         f"{len(ta)} tasks; B: suites {', '.join(sb.get('suites', [])) or '?'}, {len(tb)} tasks); "
+                         "nothing to compare")
+    if ta != tb:
+        def some(keys: set[str]) -> str:
+            shown = sorted(keys)[:5]
+            return ", ".join(shown) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+        left = []
+        if ta - common:
+            left.append(f"{len(ta - common)} only in A ({some(ta - common)})")
+        if tb - common:
+            left.append(f"{len(tb - common)} only in B ({some(tb - common)})")
+        notes.append(f"compared on the {len(common)} tasks both ran; left out: {'; '.join(left)}")
+        ea = [e for e in ea if e.task_key in common]
+        eb = [e for e in eb if e.task_key in common]
+    return Comparison(build_report(ea, sa, notes), build_report(eb, sb, notes), str(a), str(b), notes)

@@ -7,9 +7,11 @@ for CodeAct on Docker, a fresh started sandbox from a
 runs on its own thread under a wall-clock limit: a stalled model or tool
 costs that episode (recorded as ``timeout``), never the run. Whatever goes
 wrong inside an episode (a tool factory that raises, a broken oracle, a
-crashed sandbox) is recorded as that episode's error. Finished episodes are
-appended to ``episodes.jsonl`` as they finish; a run restarted on the same
-directory skips them.
+crashed sandbox, an endpoint that fails) is recorded as that episode's
+outcome (see :mod:`codeact.bench._outcomes`). When too many recent episodes
+fail in the infrastructure, the run stops (``stopped`` says why). Finished
+episodes are appended to ``episodes.jsonl`` as they finish; a run restarted
+on the same directory skips them.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ..values import preview
 from ._agents import CODEACT_VARIANTS, agent_base
 from ._checkers import CheckContext, CheckResult, run_check
 from ._oracle import ORACLE, OracleModel
+from ._outcomes import ErrorGuard, WatchedModel, classify_exception, classify_run
 from ._progress import Progress
 from ._ray_options import RayOptions, import_ray
 from ._report import Report
@@ -48,6 +51,9 @@ ModelSpec = Any
 class BenchConfig:
     """What to run. Only ``suites`` is required; see ``codeact bench run --help`` for each option.
 
+    ``model`` is one model name or a list of them (every agent runs every task
+    on each; the report has a column per model x agent).
+
     Example::
 
         config = BenchConfig(suites=["tool-chains"], agents=["codeact", "react-json"], model="oracle",
@@ -58,7 +64,7 @@ class BenchConfig:
 
     suites: Sequence[str]
     agents: Sequence[str] = AGENT_KINDS
-    model: str = ORACLE
+    model: str | Sequence[str] = ORACLE
     base_url: str | None = None
     api_key: str | None = None  # never written to the results
     temperature: float = 0.0
@@ -76,6 +82,11 @@ class BenchConfig:
     price_out: float | None = None  # USD per million completion tokens
     retry_errors: bool = False
     stream: bool = False
+    #: Stop the run when more than this share of the recent episodes failed in the infrastructure
+    #: (model endpoint, sandbox, timeouts); 1.0 never stops.
+    max_error_share: float = 0.5
+    #: Check the endpoint (one tiny request per model) and the sandbox (one started) before the first episode.
+    preflight: bool = True
     #: Run the episodes as Ray tasks across a cluster: a :class:`RayOptions`, or just its address
     #: (``"auto"``, ``"host:port"``, ``"local"``). ``None`` runs them on threads here.
     ray: RayOptions | str | None = None
@@ -83,6 +94,12 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if isinstance(self.ray, str):
             self.ray = RayOptions(address=self.ray)
+
+    @property
+    def models(self) -> list[str]:
+        """The model names, in order (one for a single model)."""
+        names = [self.model] if isinstance(self.model, str) else list(self.model)
+        return [str(n).strip() for n in names]
 
     def validate(self) -> None:
         """Raises :class:`BenchError` for an option that cannot work, saying which and why."""
@@ -104,8 +121,13 @@ class BenchConfig:
                 raise BenchError(f"{name} must be > 0 seconds")
         if (self.price_in is None) != (self.price_out is None):
             raise BenchError("give both prices (prompt and completion, USD per million tokens) or neither")
-        if not str(self.model).strip():
+        models = self.models
+        if not models or not all(models):
             raise BenchError("no model: give --model NAME (or --model oracle to replay the reference solutions)")
+        if len(set(models)) != len(models):
+            raise BenchError("a model is listed twice in --model")
+        if not 0 < float(self.max_error_share) <= 1:
+            raise BenchError("max_error_share must be > 0 and <= 1 (1 never stops a run)")
         if self.ray is not None:
             if not isinstance(self.ray, RayOptions):
                 raise BenchError(f"ray must be RayOptions(...) or an address string, not {type(self.ray).__name__}")
@@ -124,6 +146,8 @@ class BenchRun:
     wall_time: float
     report: Report
     written: list[Path] = field(default_factory=list)
+    #: Why the run stopped before its last episode (too many infrastructure errors), or None.
+    stopped: str | None = None
 
 
 @dataclass
@@ -131,10 +155,14 @@ class _Spec:
     task: Task
     agent: str
     repeat: int
+    model: str = ""
+    #: Set when the run has several models: the model is part of the key.
+    keyed: bool = False
 
     @property
     def key(self) -> str:
-        return episode_key(self.task.suite, self.task.id, self.agent, self.repeat)
+        return episode_key(self.task.suite, self.task.id, self.agent, self.repeat,
+                           self.model if self.keyed else None)
 
 
 def select_tasks(tasks: Sequence[Task], patterns: Sequence[str]) -> list[Task]:
@@ -182,10 +210,12 @@ class _Runner:
         # A Ray worker passes a log that keeps the events for the driver (it must not write the results).
         self.log = log if log is not None else RunLog(results.runlog_path)
         self.model_spec = model
-        self._shared_model: Any = None
+        self._shared_models: dict[str, Any] = {}
         self.pool: Any = None
         self.stop = threading.Event()
         self.finished = 0
+        self.stopped: str | None = None
+        self._guard: ErrorGuard | None = None
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Spec] = queue.Queue()
         # Closing a container takes a few hundred ms: done off the workers' path.
@@ -199,6 +229,10 @@ class _Runner:
         codeact = sum(1 for s in specs if agent_base(s.agent) == "codeact")
         if codeact and self.config.backend == "docker":
             self._open_pool(min(self.config.concurrency, codeact))
+            if self.config.preflight:
+                self._check_sandbox()
+        self._guard = ErrorGuard(self.config.max_error_share, window=max(10, 2 * self.config.concurrency),
+                                 expected=len(specs))
         for spec in specs:
             self._queue.put(spec)
         self.progress.start(total=len(specs) + already, done=already)
@@ -228,8 +262,9 @@ class _Runner:
                 self.pool.close()
             except Exception:  # noqa: BLE001 - closing must not hide the run's outcome
                 pass
-        if self._shared_model is not None and hasattr(self._shared_model, "close"):
-            self._shared_model.close()
+        for model in self._shared_models.values():
+            if hasattr(model, "close"):
+                model.close()
         self.log.close()
 
     def _open_pool(self, size: int) -> None:
@@ -244,6 +279,25 @@ class _Runner:
         timeout = self.config.execution_timeout
         self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout), size=size)
 
+    #: Seconds the pre-flight waits for the pool's first sandbox (an image pull or a slow engine).
+    SANDBOX_PREFLIGHT_TIMEOUT = 120.0
+
+    def _check_sandbox(self) -> None:
+        """Pre-flight: one sandbox from the pool starts and runs code, or the run stops before its first episode."""
+        try:
+            sandbox = self.pool.acquire(timeout=self.SANDBOX_PREFLIGHT_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - TimeoutError with the pool's last error as its cause
+            cause = exc.__cause__ or exc
+            raise BenchError(f"pre-flight: the Docker sandbox did not start ({type(cause).__name__}: "
+                             f"{str(cause)[:300]}); no episode was run. `codeact doctor` shows what to fix") from None
+        try:
+            result = sandbox.run("print(6 * 7)")
+            if result.error or "42" not in result.stdout:
+                raise BenchError(f"pre-flight: the Docker sandbox started but does not run code ("
+                                 f"{result.error or repr(result.stdout[:200])}); no episode was run")
+        finally:
+            self._closer.submit(_close_quietly, sandbox)
+
     def _work(self) -> None:
         while not self.stop.is_set():
             try:
@@ -256,6 +310,11 @@ class _Runner:
             self.results.append(episode)
             with self._lock:
                 self.finished += 1
+                reason = self._guard.add(episode) if self._guard is not None else None
+                if reason is not None:
+                    # Running episodes are cancelled (they run again on resume), queued ones never start.
+                    self.stopped = reason
+                    self.stop.set()
             self.progress.advance(episode)
 
     def _attempt(self, spec: _Spec) -> Episode | None:
@@ -284,10 +343,10 @@ class _Runner:
     def _timed_out(self, spec: _Spec, seconds: float) -> Episode:
         task = spec.task
         return Episode(key=spec.key, suite=task.suite, task=task.id, agent=spec.agent, repeat=spec.repeat,
-                       status="timeout", check="did not finish",
+                       status="timeout", outcome="timeout", check="did not finish",
                        error=f"the episode did not finish within {self.config.episode_timeout:g} s (a stalled model "
                              "or tool?); it was abandoned",
-                       turn_limit=self._turn_limit(task), wall_time=seconds, model=self._model_name(),
+                       turn_limit=self._turn_limit(task), wall_time=seconds, model=self._model_name(spec),
                        temperature=self.config.temperature, seed=self.config.seed, tags=list(task.tags),
                        started=time.time() - seconds, finished=time.time(), expected=preview(task.expected))
 
@@ -296,17 +355,19 @@ class _Runner:
     def _turn_limit(self, task: Task) -> int:
         return self.config.max_turns or task.max_turns
 
-    def _model_name(self) -> str:
-        spec = self.model_spec
-        if spec is None or _is_factory(spec):
-            return self.config.model
-        return getattr(spec, "name", None) or self.config.model
+    def _model_name(self, spec: _Spec) -> str:
+        given = self.model_spec
+        if given is None or _is_factory(given):
+            return spec.model or self.config.models[0]
+        return getattr(given, "name", None) or spec.model or self.config.models[0]
 
-    def _model(self, task: Task, kind: str, ctx: TaskContext, tools: Sequence[Any] = ()) -> Any:
-        spec = self.model_spec
-        if spec is not None:
-            return spec(task, kind, ctx) if _is_factory(spec) else spec
-        if self.config.model == ORACLE:
+    def _model(self, spec: _Spec, ctx: TaskContext, tools: Sequence[Any] = ()) -> Any:
+        task, kind = spec.task, spec.agent
+        given = self.model_spec
+        if given is not None:
+            return given(task, kind, ctx) if _is_factory(given) else given
+        name = spec.model or self.config.models[0]
+        if name == ORACLE:
             if agent_base(kind) == "codeact" and _on_demand(kind, tools):
                 # Tools found on demand: the oracle must search for them as a model would.
                 from .suites.many_tools_oracle import SearchingOracle
@@ -314,20 +375,21 @@ class _Runner:
                 return SearchingOracle(task)
             return OracleModel(task, agent_base(kind), context=ctx)
         with self._lock:
-            if self._shared_model is None:
+            if name not in self._shared_models:
                 from ..models import OpenAIModel
 
-                self._shared_model = OpenAIModel(self.config.model, base_url=self.config.base_url,
-                                                 api_key=self.config.api_key, temperature=self.config.temperature,
-                                                 seed=self.config.seed, timeout=self.config.model_timeout)
-            return self._shared_model
+                self._shared_models[name] = OpenAIModel(name, base_url=self.config.base_url,
+                                                        api_key=self.config.api_key,
+                                                        temperature=self.config.temperature, seed=self.config.seed,
+                                                        timeout=self.config.model_timeout)
+            return self._shared_models[name]
 
     def _episode(self, spec: _Spec, cancel: threading.Event) -> Episode:
         t0 = time.perf_counter()
         task, kind = spec.task, spec.agent
         limit = self._turn_limit(task)
         episode = Episode(key=spec.key, suite=task.suite, task=task.id, agent=kind, repeat=spec.repeat,
-                          turn_limit=limit, model=self._model_name(), temperature=self.config.temperature,
+                          turn_limit=limit, model=self._model_name(spec), temperature=self.config.temperature,
                           seed=self.config.seed, tags=list(task.tags), started=time.time(),
                           expected=preview(task.expected))
         workdir = self.results.path / "work" / spec.key.replace("/", "__")
@@ -337,9 +399,13 @@ class _Runner:
                           repeat=spec.repeat, seed=self.config.seed)
         result: RunResult | None = None
         sandbox: Any = None
+        fatal: str | None = None  # the kind of the run's fatal error event
+        raised: BaseException | None = None  # what broke the episode outside the agent's run
+        watched: WatchedModel | None = None
         try:
             tools = task.build_tools(ctx)
-            model = self._model(task, kind, ctx, tools)
+            watched = WatchedModel(self._model(spec, ctx, tools))
+            model = watched
             if agent_base(kind) == "codeact" and self.pool is not None:
                 waited = time.perf_counter()
                 sandbox = self.pool.acquire()
@@ -355,10 +421,13 @@ class _Runner:
                     episode.tool_time += event.duration
                 elif isinstance(event, ErrorEvent) and event.kind in ("parse", "action"):
                     episode.invalid_actions += 1
+                elif isinstance(event, ErrorEvent) and event.fatal:
+                    fatal = event.kind
                 elif isinstance(event, RunFinished):
                     result = event.result
         except Exception as exc:  # a broken task, tool factory, oracle or sandbox: this episode's error
             episode.error = f"{type(exc).__name__}: {exc}"
+            raised = exc
         finally:
             if sandbox is not None:
                 try:
@@ -366,6 +435,13 @@ class _Runner:
                 except RuntimeError:  # an abandoned episode ending after the run closed its closer
                     _close_quietly(sandbox)
         self._settle(episode, task, result, workdir)
+        if raised is not None:
+            episode.outcome, episode.error_kind = classify_exception(raised)
+        elif result is None:
+            episode.outcome, episode.error_kind = "harness_error", "no result"
+        else:
+            episode.outcome, episode.error_kind = classify_run(result.status, fatal,
+                                                               watched.error if watched else None, episode.success)
         if episode.run_id:
             try:
                 self.log.link_episode(episode.run_id, episode.key)

@@ -34,15 +34,20 @@ RUNLOG_FILE = "runs.db"
 FORMAT = "codeact.bench/1"
 
 #: Settings that must match for a results directory to be resumed or extended.
-IDENTITY = ("model", "base_url", "temperature", "seed", "backend")
+IDENTITY = ("models", "base_url", "temperature", "seed", "backend")
 
 
 @dataclass
 class Episode:
     """One agent on one task, once: what happened and what it cost.
 
+    ``outcome`` says how it ended, one of :data:`~codeact.bench._outcomes.OUTCOMES`
+    (``solved``, ``wrong_answer``, ``turn_limit``, ``context_overflow`` count
+    as ran; ``model_error``, ``sandbox_error``, ``timeout``, ``harness_error``
+    do not), with ``error_kind`` naming the kind of an error (``unreachable``,
+    ``auth``, ``rate_limit``, ...). ``status`` is the agent run's own status.
     ``turns`` is the number of model turns the run took; metrics count a
-    failed episode at its ``turn_limit``. Times are seconds: ``wall_time``
+    failed episode that ran at its ``turn_limit``. Times are seconds: ``wall_time``
     the whole episode in the harness, ``run_time`` the agent's run,
     ``model_time`` waiting for the model, ``sandbox_time`` running code
     (CodeAct; it includes the tool calls the code made), ``tool_time`` tool
@@ -56,6 +61,8 @@ class Episode:
     agent: str
     repeat: int
     success: bool = False
+    outcome: str = "harness_error"  # see codeact.bench._outcomes
+    error_kind: str = ""
     status: str = "error"  # the run's status, or "error"/"timeout" when it did not finish
     check: str = ""
     answer: Any = None  # codec preview
@@ -100,14 +107,28 @@ class Episode:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def ran(self) -> bool:
+        """True when the model had its chance (the episode counts in success rates)."""
+        from ._outcomes import ran
+
+        return ran(self.outcome)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Episode:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        if "outcome" not in data:  # written before outcomes were recorded
+            from ._outcomes import from_legacy
+
+            values["outcome"] = from_legacy(data)
+        return cls(**values)
 
 
-def episode_key(suite: str, task: str, agent: str, repeat: int) -> str:
-    return f"{suite}/{task}/{agent}/{repeat}"
+def episode_key(suite: str, task: str, agent: str, repeat: int, model: str | None = None) -> str:
+    """``suite/task/agent/repeat``; a run of several models adds ``@model``."""
+    key = f"{suite}/{task}/{agent}/{repeat}"
+    return f"{key}@{model}" if model else key
 
 
 class ResultsDir:
@@ -159,24 +180,43 @@ class ResultsDir:
         Raises:
             BenchError: the directory holds a run with different model settings.
         """
-        self.path.mkdir(parents=True, exist_ok=True)
         settings = {"format": FORMAT, **settings}
+        self.check_run(settings)
+        self.path.mkdir(parents=True, exist_ok=True)
         if self.exists():
             old = self.read_settings()
-            different = [k for k in IDENTITY if old.get(k) != settings.get(k)]
-            if different:
-                what = ", ".join(f"{k}={old.get(k)!r} (now {settings.get(k)!r})" for k in different)
-                raise BenchError(f"{self.path} holds a run with other settings: {what}; resume with the same "
-                                 "settings or choose another --out")
             merged = dict(old)
+            merged.setdefault("models", settings.get("models"))
             for key in ("suites", "agents"):
                 merged[key] = list(dict.fromkeys([*old.get(key, []), *settings.get(key, [])]))
             merged["repeats"] = max(int(old.get("repeats", 1)), int(settings.get("repeats", 1)))
             merged["prompts"] = {**old.get("prompts", {}), **settings.get("prompts", {})}
+            merged["suite_versions"] = {**old.get("suite_versions", {}), **settings.get("suite_versions", {})}
             merged["resumed"] = [*old.get("resumed", []), settings.get("started")]
             settings = merged
         self._write_settings(settings)
         return settings
+
+    def check_run(self, settings: dict[str, Any]) -> None:
+        """Raise :class:`BenchError` when this directory holds a run that ``settings`` cannot resume (writes nothing).
+
+        The model settings must match, and a suite both name must be the same version.
+        """
+        if not self.exists():
+            return
+        old = self.read_settings()
+        old.setdefault("models", [old["model"]] if old.get("model") else [])  # written before several models
+        different = [k for k in IDENTITY if old.get(k) != settings.get(k)]
+        if different:
+            what = ", ".join(f"{k}={old.get(k)!r} (now {settings.get(k)!r})" for k in different)
+            raise BenchError(f"{self.path} holds a run with other settings: {what}; resume with the same "
+                             "settings or choose another --out")
+        before, now = old.get("suite_versions") or {}, settings.get("suite_versions") or {}
+        changed = [name for name in now if name in before and before[name] != now[name]]
+        if changed:
+            raise BenchError(f"{self.path} holds episodes of another version of suite(s) {', '.join(changed)} "
+                             f"({', '.join(f'{before[n]} then, {now[n]} now' for n in changed)}); their results "
+                             "would not be comparable: choose another --out")
 
     def _write_settings(self, settings: dict[str, Any]) -> None:
         tmp = self.path / (RUN_FILE + ".tmp")

@@ -7,6 +7,7 @@ A suite module (or file) offers a function that returns its tasks::
 
     NAME = "my-suite"                  # optional; default: the file's or module's name
     DESCRIPTION = "What it measures"   # optional
+    VERSION = "2"                      # optional; recorded with the results (a digest of the tasks is, always)
 
     def tasks():
         return [Task(id="t1", instruction="...", tools=[...], expected=...), ...]
@@ -136,4 +137,4 @@ def _from_module(module: ModuleType, function: str, default_name: str, source: s
     if not out:
         raise BenchError(f"suite {source}: {function}() returned no tasks")
     return Suite(name=name, tasks=tuple(out), description=str(getattr(module, "DESCRIPTION", "") or ""),
-                 source=source)
+                 source=source, version=str(getattr(module, "VERSION", "") or ""))

@@ -13,10 +13,11 @@ from ..prompts import load_prompt
 from ._agents import agent_base
 from ._executors import make_executor
 from ._oracle import ORACLE
+from ._preflight import check_models
 from ._progress import Progress, default_progress
 from ._report import build_report, write_report
 from ._runner import BenchConfig, BenchRun, ModelSpec, _is_factory, _Spec, _version, select_tasks
-from ._store import ResultsDir
+from ._store import FORMAT, ResultsDir
 from ._suites import load_suites
 
 
@@ -32,9 +33,15 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         progress: where progress goes (default: a bar on a terminal's stderr).
         report, plots: write the report files (and the PNG plots) at the end.
 
+    Before the first episode, each model endpoint answers one tiny request
+    and one sandbox starts (``config.preflight``); during the run, when more
+    than ``config.max_error_share`` of the recent episodes fail in the
+    infrastructure, the run stops and ``BenchRun.stopped`` says why.
+
     Raises:
         BenchError: bad options, suites that do not load, a results directory
-            of another run, Docker not ready for CodeAct episodes.
+            of another run, a model endpoint or the Docker sandbox down (pre-flight).
+        ConfigError: a model that cannot be configured (no API key for the default endpoint).
         KeyboardInterrupt: Ctrl-C; finished episodes are saved, running ones
             are cancelled and will run again on resume.
     """
@@ -45,9 +52,12 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         raise BenchError(f"no task matches {', '.join(config.tasks)}; `codeact bench list --suite NAME` lists them")
     results = ResultsDir(config.out)
     model_name = getattr(model, "name", None) if model is not None and not _is_factory(model) else None
+    models = [model_name] if model_name else config.models  # a factory of models is labelled by config.model
+    real = model is None and any(m != ORACLE for m in models)
     settings = {
-        "model": model_name or config.model,  # a factory of models is labelled by config.model
-        "base_url": config.base_url if model is None and config.model != ORACLE else None,
+        "model": ", ".join(models),
+        "models": models,
+        "base_url": config.base_url if real else None,
         "temperature": config.temperature,
         "seed": config.seed,
         "backend": config.backend,
@@ -59,13 +69,19 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         "max_turns": config.max_turns,
         "prices": {"prompt": config.price_in, "completion": config.price_out} if config.price_in is not None else None,
         "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
+        "suite_versions": {s.name: s.fingerprint() for s in suites},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "codeact": _version(),
     }
-    settings = results.open_run(settings)
+    results.check_run({"format": FORMAT, **settings})
     done = {e.key: e for e in results.episodes()}
-    specs = [_Spec(t, a, r) for r in range(config.repeats) for t in tasks for a in config.agents]
-    todo = [s for s in specs if s.key not in done or (config.retry_errors and done[s.key].status in ("error", "timeout"))]
+    keyed = len(models) > 1
+    specs = [_Spec(t, a, r, m, keyed) for r in range(config.repeats) for t in tasks for m in models
+             for a in config.agents]
+    todo = [s for s in specs if s.key not in done or (config.retry_errors and not done[s.key].ran)]
+    if todo and config.preflight and real:
+        check_models(config)  # before anything is written: a down endpoint costs seconds, not a sweep
+    settings = results.open_run(settings)
     runner = make_executor(config, results, model, progress if progress is not None else default_progress())
     started = time.perf_counter()
     try:
@@ -77,4 +93,4 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
     rep = build_report(episodes, settings)
     written = write_report(results, rep, plots=plots) if report else []
     return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
-                    wall_time=wall, report=rep, written=written)
+                    wall_time=wall, report=rep, written=written, stopped=getattr(runner, "stopped", None))

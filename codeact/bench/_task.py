@@ -138,15 +138,66 @@ class Task:
 
 @dataclass(frozen=True)
 class Suite:
-    """A named list of tasks (see :func:`codeact.bench.load_suite` for where suites come from)."""
+    """A named list of tasks (see :func:`codeact.bench.load_suite` for where suites come from).
+
+    ``version`` is the suite module's ``VERSION`` (if it sets one);
+    :meth:`fingerprint` tells two versions apart even when nobody bumped it.
+    """
 
     name: str
     tasks: tuple[Task, ...]
     description: str = ""
     source: str = ""  # where it was loaded from
+    version: str = ""
+
+    def fingerprint(self) -> str:
+        """``[VERSION/]sha:<12 hex>``: a digest of every task's id, instruction, expected answer, checker,
+        turn limit, tags and files (their content), so results of a changed suite are never mixed up."""
+        import hashlib
+        import json
+
+        digest = hashlib.sha256()
+        for task in self.tasks:
+            files = []
+            for f in task.files:
+                try:
+                    files.append([f.name, hashlib.sha256(f.read_bytes()).hexdigest()])
+                except OSError:
+                    files.append([f.name, None])
+            record = [task.id, task.instruction, _canon(task.expected), _canon(task.check), task.max_turns,
+                      list(task.tags), files]
+            digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
+        sha = f"sha:{digest.hexdigest()[:12]}"
+        return f"{self.version}/{sha}" if self.version else sha
 
     def task(self, task_id: str) -> Task:
         for t in self.tasks:
             if t.id == task_id:
                 return t
         raise BenchError(f"suite {self.name} has no task {task_id!r}")
+
+
+def _canon(value: Any) -> Any:
+    """A JSON-able form of a task value that is the same in every process (no ids, no hash order)."""
+    import dataclasses
+    import math
+
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [_canon(v) for v in value]
+    if isinstance(value, dict):
+        return [[_canon(k), _canon(v)] for k, v in sorted(value.items(), key=lambda kv: repr(_canon(kv[0])))]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_canon(v) for v in value), key=repr)
+    if isinstance(value, Path):
+        return value.name
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {"$": type(value).__qualname__,
+                **{f.name: _canon(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', type(value).__qualname__)}"
+    text = repr(value)
+    return type(value).__qualname__ if " at 0x" in text else text
