@@ -426,8 +426,7 @@ class _Entry:
 
 def _walk(path: Path) -> Iterator[Path]:
     if path.is_dir() and not path.is_symlink():
-        for root, _, files in os.walk(path):
-            yield Path(root)
+        for root, _, files in os.walk(path):  # files only: a directory's mtime is not a use
             for name in files:
                 yield Path(root, name)
     elif path.exists():

@@ -4,13 +4,19 @@ The sandbox never gets a network. When code asks for a package
 (``install("scikit-learn")``, ``%pip install x``, ``!pip install x``) or a
 session is opened with ``packages=[...]``, the *host*:
 
-1. checks the names against the :class:`PackagePolicy` (allow and deny lists);
+1. accepts only a strict requirement grammar (:func:`parse_requirements`:
+   names, extras, version specifiers) and checks the names against the
+   :class:`PackagePolicy` (allow and deny lists);
 2. resolves the request with its own pip for the sandbox's Python and
    platform, binary wheels only (nothing is built, nothing from a package
-   runs on the host), keeping what the image already has fixed;
-3. checks every resolved distribution against the policy and the size cap,
-   and asks the policy's ``approve`` hook;
-4. downloads the wheels into its cache (``~/.cache/codeact/packages``), once;
+   runs on the host), keeping what the image already has fixed; pip gets
+   the requirements as arguments, never in a file it would expand, and a
+   minimal environment (see ``_pkg_pip``);
+3. checks every resolved distribution against the policy and the size cap
+   (the wheels' sizes, asked of the index), and asks the policy's
+   ``approve`` hook: a refusal downloads nothing;
+4. downloads the wheels into its cache (``~/.cache/codeact/packages``,
+   bounded, least recently used out first), once;
 5. copies their unpacked files into the sandbox through the engine's archive
    API, into a directory the sandbox can read but not write; the kernel then
    imports from it without a restart.

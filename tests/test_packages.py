@@ -407,3 +407,129 @@ def test_local_backend_installs_up_front_and_at_run_time(tmp_path: Path) -> None
         assert r.stdout.strip() == "ok", r.error
         assert [rec.source for rec in sb.packages.records] == ["upfront", "runtime"]
     assert not os.path.exists(batch)  # the session's own installs go with it
+
+
+# --------------------------------------------------------------------------- the cache's bounds
+
+
+def _fill_cache(root: Path, n: int, size: int = 100_000) -> tuple[PackageCache, list[str]]:
+    """A cache holding ``n`` wheels of ``size`` bytes, each with its unpacked form; used an hour apart, oldest first."""
+    import json
+    import time
+
+    cache = PackageCache(root)
+    shas = []
+    for i in range(n):
+        sha = f"{i:064x}"
+        wheel = root / "wheels" / sha / f"pkg{i}-1.0-py3-none-any.whl"
+        wheel.parent.mkdir(parents=True, exist_ok=True)
+        wheel.write_bytes(b"w" * size)
+        (root / "unpacked").mkdir(exist_ok=True)
+        (root / "unpacked" / f"{sha}.tar").write_bytes(b"t" * size)
+        (root / "unpacked" / f"{sha}.json").write_text(json.dumps({"installed_bytes": size}))
+        used = time.time() - 3600 * (n - i + 1)
+        for path in (wheel, root / "unpacked" / f"{sha}.tar", root / "unpacked" / f"{sha}.json"):
+            os.utime(path, (used, used))
+        shas.append(sha)
+    return cache, shas
+
+
+def _wheels_left(root: Path) -> list[str]:
+    return sorted(d.name for d in (root / "wheels").iterdir())
+
+
+def test_cache_evicts_least_recently_used_wheels_down_to_its_size(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    _, shas = _fill_cache(root, 5)
+    os.utime(root / "wheels" / shas[0] / "pkg0-1.0-py3-none-any.whl")  # the oldest was used just now
+    bounded = PackageCache(root, max_bytes=650_000, max_age=None)
+    assert bounded.size() > 1_000_000
+    removed = bounded.evict()
+    assert removed == [f"wheel:{shas[1]}", f"wheel:{shas[2]}"]  # least recently used first, until it fits
+    assert _wheels_left(root) == sorted([shas[0], shas[3], shas[4]]) and bounded.size() <= 650_000
+    assert not (root / "unpacked" / f"{shas[1]}.tar").exists()  # a wheel goes with its unpacked form
+
+
+def test_cache_evicts_by_age_and_never_what_a_live_session_holds(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    _, shas = _fill_cache(root, 4)
+    lease = PackageCache(root).lease()
+    lease.add(wheels=[shas[0]])  # a live session of this process uses the oldest
+    aged = PackageCache(root, max_bytes=None, max_age=2.5 * 3600)
+    assert aged.evict() == [f"wheel:{shas[1]}", f"wheel:{shas[2]}"]
+    assert _wheels_left(root) == sorted([shas[0], shas[3]])
+    lease.close()  # the session ended
+    assert aged.evict() == [f"wheel:{shas[0]}"]
+
+
+def test_a_dead_sessions_lease_is_dropped(tmp_path: Path) -> None:
+    import subprocess
+
+    root = tmp_path / "cache"
+    _, shas = _fill_cache(root, 2)
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from sandbox._pkg_cache import PackageCache\n"
+            "lease = PackageCache(sys.argv[2]).lease(); lease.add(wheels=[sys.argv[3]]); os._exit(0)")  # dies holding it
+    subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent), str(root), shas[0]],
+                   check=True)
+    assert len(list((root / "leases").glob("*.json"))) == 1
+    removed = PackageCache(root, max_bytes=0, max_age=None).evict()
+    assert set(removed) == {f"wheel:{shas[0]}", f"wheel:{shas[1]}"} and not list((root / "leases").glob("*"))
+
+
+def test_a_session_holds_what_it_installed(tmp_path: Path) -> None:
+    """A local session's up-front set survives an eviction that would take it; after close() it may go."""
+    import warnings
+
+    from sandbox import LocalSandbox
+
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "codeact_held_demo", "1.0")
+    root = tmp_path / "cache"
+    policy = PackagePolicy(cache_dir=str(root), wheelhouse=str(wheelhouse), offline=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sb = LocalSandbox(packages=["codeact-held-demo"], package_policy=policy)
+    with sb:
+        assert sb.run("import codeact_held_demo as d; print(d.VALUE)").stdout.strip() == "1.0"
+        later = 10 * 24 * 3600 + __import__("time").time()  # long after: everything is old
+        strict = PackageCache(root, max_bytes=0, max_age=1)
+        removed = strict.evict(now=later)
+        assert not any(r.startswith(("wheel:", "env:")) for r in removed), removed
+        assert list((root / "wheels").glob("*/*.whl")) and list((root / "envs").iterdir())
+        sb.packages.close()
+        assert {r.split(":")[0] for r in strict.evict(now=later)} >= {"wheel", "env"}
+
+
+# --------------------------------------------------------------------------- the oldest pip we support
+
+
+@pytest.mark.parametrize("pip_version", ["bundled", "22.2"])
+def test_resolver_works_with_an_old_pip_in_a_fresh_venv(tmp_path: Path, pip_version: str) -> None:
+    """A venv made with `python3 -m venv` has the pip its Python bundles (23.2 for 3.11), which refuses platform
+    options without --target; 22.2 is the oldest pip with --report. The resolver module runs there as it is."""
+    import subprocess
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "ensurepip"], check=True, capture_output=True)  # the pip this Python ships
+    if pip_version != "bundled":
+        subprocess.run([python, "-m", "pip", "install", "-q", f"pip=={pip_version}"], check=True, capture_output=True)
+    shown = subprocess.run([python, "-m", "pip", "--version"], capture_output=True, text=True, check=True).stdout
+    assert shown.startswith("pip " + ("23." if pip_version == "bundled" else pip_version))
+    # Only the stdlib-only resolver and cache modules, from this checkout: the venv has nothing else.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from sandbox._pkg_pip import Target, Sources, resolve\n"
+        "from sandbox._pkg_cache import PackageCache\n"
+        "target = Target.manylinux('3.11', 'x86_64', (2, 36))\n"
+        "picks = resolve(['msgpack', 'six'], [], target, Sources())\n"
+        "wheels, n = PackageCache(sys.argv[2]).fetch(picks, target, Sources())\n"
+        "print(sorted((w.pick.name, w.path.name, w.size == w.pick.size) for w in wheels), n)\n"
+    )
+    done = subprocess.run([python, "-c", code, str(Path(__file__).resolve().parent.parent), str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "('msgpack', 'msgpack-" in done.stdout and "cp311" in done.stdout and "manylinux" in done.stdout
+    assert "('six', 'six-" in done.stdout and "True), ('six'" in done.stdout and done.stdout.strip().endswith(" 2")
