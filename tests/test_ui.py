@@ -284,6 +284,50 @@ def test_observation_event_carries_rich_outputs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- sessions
 
 
+def test_events_after_returns_exactly_the_kept_events_above_a_number() -> None:
+    from codeact.ui._session import UISession
+
+    session = UISession("s1", "Session 1", lambda approve: None, UIOptions(event_buffer_bytes=2000))
+    for n in range(1, 201):
+        session.publish({"type": "Notice", "message": f"note {n}"})
+    kept_from = session.events_after(0)[1][0][0]
+    assert 1 < kept_from < 200  # the cap dropped the oldest
+    for after in (0, kept_from - 2, kept_from - 1, kept_from, 150, 199, 200, 500):
+        lost, batch = session.events_after(after)
+        assert [seq for seq, _ in batch] == list(range(max(after, kept_from - 1) + 1, 201))
+        assert lost == max(0, kept_from - 1 - after)
+        assert all(json.loads(data)["message"] == f"note {seq}" for seq, data in batch)
+
+
+def test_streams_and_polls_read_every_event_while_a_turn_publishes() -> None:
+    """Readers hammering the buffer see every event once, in order, while the publisher runs."""
+    from codeact.ui._session import UISession
+
+    session = UISession("s1", "Session 1", lambda approve: None, UIOptions())
+    total = 3000
+    seen: list[list[int]] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        mine: list[int] = []
+        after = 0
+        while not done.is_set() or after < total:
+            for seq, _ in session.events_after(after)[1]:
+                mine.append(seq)
+                after = seq
+        seen.append(mine)
+
+    readers = [threading.Thread(target=reader) for _ in range(8)]
+    for t in readers:
+        t.start()
+    for n in range(total):
+        session.publish({"type": "CodeOutput", "text": f"line {n}\n"})
+    done.set()
+    for t in readers:
+        t.join(60)
+    assert len(seen) == 8 and all(mine == list(range(1, total + 1)) for mine in seen)
+
+
 def test_session_cap_and_busy_session(tmp_path: Path) -> None:
     code = "```python\nimport time\ntime.sleep(1.5)\nprint('slept')\n```"
     with serve(tmp_path, [code, "done"], options=UIOptions(max_sessions=2)) as server:

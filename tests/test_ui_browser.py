@@ -474,6 +474,105 @@ def test_quick_turns_leave_the_page_ready(browser: Any, openai_server: OpenAITes
         expect(page.locator("article.turn")).to_have_count(3)
 
 
+#: Installed in the page: on every animation frame, fetch the session list, the file list and the settings,
+#: and open the event stream (read its first chunk, then hang up), as a page polling hard does.
+HAMMER = """([sid, header, token]) => {
+    const h = window.__hammer = { done: 0, failed: 0, streams: 0, stop: false };
+    const get = (url) => fetch(url, { headers: { [header]: token } });
+    const frame = () => {
+        if (h.stop) return;
+        for (const url of ['/api/sessions', `/api/sessions/${sid}/files`, '/api/settings']) {
+            get(url).then((r) => r.text().then(() => { h[r.ok ? 'done' : 'failed'] += 1; }),
+                () => { h.failed += 1; });
+        }
+        const ctl = new AbortController();
+        fetch(`/api/sessions/${sid}/events?after=0`, { headers: { [header]: token }, signal: ctl.signal })
+            .then((r) => r.body.getReader().read()).then(() => { h.streams += 1; ctl.abort(); }, () => {});
+        requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+}"""
+
+
+def test_a_turn_runs_whatever_the_page_is_doing(browser: Any, openai_server: OpenAITestServer,
+                                                tmp_path: Path) -> None:
+    """A page that polls on every frame (and clients holding event streams open) never holds up a turn."""
+    from codeact.ui._security import TOKEN_HEADER
+
+    openai_server.plan_text(code_reply("import time\nfor i in range(5):\n    print(f'tick {i}', flush=True)\n"
+                                       "    time.sleep(0.2)"))
+    openai_server.plan_text("Ticked.")
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        session = server.workspace.sessions()[0]
+        # Other clients hold event streams open for the whole turn: each is woken by every event.
+        held = [_open_stream(server, session.id) for _ in range(20)]
+        try:
+            page.evaluate(HAMMER, [session.id, TOKEN_HEADER, server.token])
+            send(page, "Tick")
+            # Polls on every animation frame, from right after the click until the turn has ended.
+            page.wait_for_function("() => document.querySelector('article.turn .run-status') !== null "
+                                   "&& !document.getElementById('send').disabled", polling="raf", timeout=TIMEOUT_MS)
+            hammer = page.evaluate("window.__hammer.stop = true, window.__hammer")
+        finally:
+            for conn in held:
+                conn.close()
+        assert len(openai_server.chat_requests) == 2  # the model got both requests of the turn
+        t = turn(page, 1)
+        assert "success" in t.locator(".run-status").inner_text()
+        assert t.locator(".live-output").inner_text().split() == "tick 0 tick 1 tick 2 tick 3 tick 4".split()
+        assert not session.busy
+        assert hammer["failed"] == 0 and hammer["done"] > 0 and hammer["streams"] > 0, hammer
+        assert page.evaluate("window.codeactStats.events") == session.last_seq  # every event, once
+
+
+def _open_stream(server: UIServer, sid: str) -> Any:
+    """An event stream held open by another client (its first bytes read)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", f"/api/sessions/{sid}/events", headers={"X-CodeAct-Token": server.token})
+    response = conn.getresponse()
+    assert response.status == 200
+    assert response.readline().startswith(b"retry:")
+    return conn
+
+
+def test_a_message_sent_as_the_page_loads_is_sent_with_all_its_events(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    """Typed and sent before the page has its session or event stream: the turn runs and shows every event."""
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("print(6 * 7)"))
+    openai_server.plan_text("It is 42.")
+    with ui_server(tmp_path, openai_server) as server:
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        try:
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            # app.js has run (deferred scripts run before DOMContentLoaded) but has no session or stream yet.
+            page.add_init_script("""document.addEventListener('DOMContentLoaded', () => {
+                window.__early = { ready: document.body.dataset.ready || null };
+                document.getElementById('message').value = 'six times seven?';
+                document.getElementById('send').click();
+            })""")
+            page.goto(server.url)
+            assert page.evaluate("window.__early") == {"ready": None}  # sent before the page was ready
+            t = wait_turn_done(page, 1)
+            expect(t.locator(".run-status")).to_contain_text("success")
+            expect(t.locator(".user-msg")).to_contain_text("six times seven?")
+            expect(t.locator(".live-output")).to_have_text("42\n")
+            expect(t.locator(".answer")).to_contain_text("It is 42.")
+            assert page.input_value("#message") == ""
+            session = server.workspace.sessions()[0]
+            assert len(server.workspace.sessions()) == 1 and len(openai_server.chat_requests) == 2
+            assert page.evaluate("window.codeactStats.events") == session.last_seq  # every event, once
+            assert not errors, errors
+        finally:
+            context.close()
+
+
 # --------------------------------------------------------------------------- history and settings
 
 

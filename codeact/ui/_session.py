@@ -12,6 +12,7 @@ timeout: then the call is denied and the model reads that as an error).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 import time
@@ -152,7 +153,14 @@ class UISession:
         """(events lost to the buffer cap after ``after``, the kept events numbered above ``after``)."""
         with self._events_lock:
             lost = max(0, self._dropped_upto - after)
-            return lost, [(s, d) for s, d in self._events if s > after]
+            # The kept events are numbered without gaps up to the last one, so the wanted ones are the
+            # newest ``last - after``: taken from the right end, this lock (which every publish of the
+            # turn needs) is held for the new events only, not for the whole buffer, however many
+            # streams and polls ask.
+            wanted = min(len(self._events), max(0, self._seq - after))
+            batch = list(itertools.islice(reversed(self._events), wanted))
+        batch.reverse()
+        return lost, batch
 
     def add_waiter(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
         with self._events_lock:

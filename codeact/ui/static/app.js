@@ -674,6 +674,7 @@
     renderTabs();
     connect(s);
     refreshFiles();
+    sessionChosen();
   }
 
   async function createSession() {
@@ -715,20 +716,31 @@
     return createSession();
   }
 
+  // A message sent while the page is still starting (no session chosen yet) waits for the session
+  // instead of being dropped; its events are replayed from the start of the session's stream.
+  let sessionChosen;
+  const sessionReady = new Promise((resolve) => { sessionChosen = resolve; });
+  let sending = false;
+
   async function send() {
     const box = $('message');
     const text = box.value;
-    if (!text.trim() || !state.current) return;
-    const sid = state.current;
+    if (!text.trim() || sending) return;
+    sending = true;
     $('send').disabled = true;
     try {
+      if (!state.current) await sessionReady;
+      const sid = state.current;
+      $('send').disabled = true; // choosing the session enabled it again
       await api(`/api/sessions/${sid}/messages`, { method: 'POST', json: { text } });
       // Busy comes from the stream (RunStarted, then Idle): a short turn may be over already.
-      box.value = '';
+      if (box.value === text) box.value = '';
       loadSessions().catch(() => {});
     } catch (err) {
       banner(err.message);
       $('send').disabled = false;
+    } finally {
+      sending = false;
     }
   }
 
