@@ -67,6 +67,16 @@ def backend(option: str | None = None) -> str:
     return value
 
 
+def docker_fix_hint() -> str:
+    """What to do when no Docker engine answers: about ``DOCKER_HOST`` when it is set, else install Docker."""
+    host = env("DOCKER_HOST")
+    if host:
+        return (f"DOCKER_HOST is set to {host} and nothing answers there: start the engine at that address "
+                "(or fix the address and its TLS settings), or unset DOCKER_HOST to use this machine's Docker")
+    return ("install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
+            "`scripts/dev.sh setup` in a checkout)")
+
+
 def debug_enabled() -> bool:
     return env(DEBUG_ENV).lower() not in ("", "0", "false", "no")
 

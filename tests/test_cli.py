@@ -527,7 +527,7 @@ def test_doctor_reports_an_unreachable_model(runner: CliRunner, monkeypatch: pyt
     result = runner.invoke(cli, ["doctor"])
     assert "FAIL  model: some-model at http://127.0.0.1:9/v1" in result.stdout
     assert "connection" in result.stdout.lower()
-    assert result.exit_code == 0  # a missing model does not stop code from running
+    assert result.exit_code == 1  # every FAIL is a non-zero exit, a model's too
 
 
 def test_doctor_with_a_real_endpoint(runner: CliRunner, openai_server: Any) -> None:

@@ -272,6 +272,10 @@ class _Runner:
 
         reason = docker_available()
         if reason is not None:
+            from .. import config as cfg
+
+            if cfg.env("DOCKER_HOST") and "no Docker engine answers" in reason:
+                reason = reason.split("; ")[0] + "; " + cfg.docker_fix_hint()  # not "install Docker"
             raise BenchError(f"CodeAct episodes need the Docker sandbox, which is not ready: {reason}; "
                              "`codeact doctor` shows what to fix (or choose --backend local knowingly)")
         from sandbox import DockerSandbox, SandboxPool

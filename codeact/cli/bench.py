@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli, model_options
+from ._app import CONTEXT_SETTINGS, UserError, cli
 
 AGENTS = ("codeact", "react-fc", "react-json", "react-text")
 BACKENDS = ("docker", "local", "restricted")
@@ -100,7 +100,12 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
                    "repeatable or comma-separated.")
 @click.option("-a", "--agents", default=",".join(AGENTS), show_default=True, metavar="LIST",
               help=f"Comma-separated agents: {', '.join(AGENTS)}.")
-@model_options
+@click.option("-m", "--model", "models", multiple=True, metavar="NAME",
+              help="Model name; repeatable (or comma-separated) for a table with a column per model x agent "
+                   "[env: CODEACT_MODEL].")
+@click.option("--base-url", metavar="URL",
+              help="OpenAI-compatible API root, e.g. http://localhost:11434/v1 [env: OPENAI_BASE_URL].")
+@click.option("--api-key", metavar="KEY", help="API key [env: OPENAI_API_KEY].")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="Sampling temperature (recorded).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed sent to the model (recorded).")
 @click.option("-r", "--repeats", type=click.IntRange(min=1), default=1, show_default=True,
@@ -124,7 +129,15 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
               help="Price per million prompt tokens (with --price-out: estimated cost).")
 @click.option("--price-out", type=click.FloatRange(min=0), default=None, metavar="USD",
               help="Price per million completion tokens.")
-@click.option("--retry-errors", is_flag=True, help="When resuming, run again the episodes that errored or timed out.")
+@click.option("--retry-errors", is_flag=True,
+              help="When resuming, run again the episodes that did not run to an answer or a turn limit (model, "
+                   "sandbox or harness errors, timeouts).")
+@click.option("--max-error-share", type=click.FloatRange(min=0, max=1, min_open=True), default=0.5,
+              show_default=True, metavar="SHARE",
+              help="Stop the run (exit 1) when more than this share of the recent episodes failed in the "
+                   "infrastructure (model endpoint, sandbox, timeouts); 1 never stops.")
+@click.option("--no-preflight", is_flag=True,
+              help="Skip the check of each model endpoint and of the sandbox before the first episode.")
 @click.option("--no-plots", is_flag=True, help="Do not draw the PNG plots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of tables.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
@@ -143,10 +156,11 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
                    "OPENAI_API_KEY from their own environment).")
 @click.option("--ray-max-retries", type=click.IntRange(min=0), default=None, metavar="N",
               help="Times an episode whose Ray worker or node died runs again elsewhere (default 3).")
-def bench_run(suites: tuple[str, ...], agents: str, model: str | None, base_url: str | None, api_key: str | None,
-              temperature: float, seed: int, repeats: int, concurrency: int, out: str, backend: str,
-              task_patterns: tuple[str, ...], max_turns: int | None, episode_timeout: float, model_timeout: float,
-              execution_timeout: float, price_in: float | None, price_out: float | None, retry_errors: bool,
+def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], base_url: str | None,
+              api_key: str | None, temperature: float, seed: int, repeats: int, concurrency: int, out: str,
+              backend: str, task_patterns: tuple[str, ...], max_turns: int | None, episode_timeout: float,
+              model_timeout: float, execution_timeout: float, price_in: float | None, price_out: float | None,
+              retry_errors: bool, max_error_share: float, no_preflight: bool,
               no_plots: bool, as_json: bool, ray_address: str | None, ray_cpus_per_episode: float | None,
               ray_memory_per_episode: str | None, ray_engines: str | None, ray_pass_api_key: bool,
               ray_max_retries: int | None) -> None:
@@ -156,6 +170,12 @@ def bench_run(suites: tuple[str, ...], agents: str, model: str | None, base_url:
     an end-to-end check of the harness, and the fewest model calls and tokens
     each agent format needs. Any other name is an OpenAI-compatible model
     (--base-url, OPENAI_BASE_URL, OPENAI_API_KEY).
+
+    Before the first episode each model endpoint answers one tiny request and
+    one sandbox starts; when either fails, nothing runs (exit 1). Episodes that
+    end in a model, sandbox or harness error or a timeout are excluded from
+    the success rates and counted beside them; when more than
+    --max-error-share of the recent ones do, the run stops (exit 1).
 
     Finished episodes are saved as they finish; after a crash or Ctrl-C, the
     same command resumes where it stopped (with or without --ray).
@@ -167,16 +187,18 @@ def bench_run(suites: tuple[str, ...], agents: str, model: str | None, base_url:
 
     from ..bench import ORACLE, BenchConfig, ResultsDir, run_bench
 
-    name = cfg.model_name(model)
-    if not name:
+    names = _split(models) or [n for n in (cfg.model_name(None),) if n]
+    if not names:
         raise UserError(cfg.NO_MODEL_HINT + "; or --model oracle to replay the reference solutions", exit_code=2)
+    real = any(n != ORACLE for n in names)
     config = BenchConfig(
-        suites=_split(suites), agents=_split((agents,)), model=name,
-        base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if name != ORACLE else None,
+        suites=_split(suites), agents=_split((agents,)), model=names[0] if len(names) == 1 else names,
+        base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if real else None,
         api_key=api_key or cfg.env(cfg.API_KEY_ENV) or None, temperature=temperature, seed=seed, repeats=repeats,
         concurrency=concurrency, backend=backend, out=out, tasks=list(task_patterns), max_turns=max_turns,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
-        price_in=price_in, price_out=price_out, retry_errors=retry_errors,
+        price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,
+        preflight=not no_preflight,
         ray=_ray_options(ray_address, ray_cpus_per_episode, ray_memory_per_episode, ray_engines, ray_pass_api_key,
                          ray_max_retries),
     )
@@ -197,6 +219,14 @@ def bench_run(suites: tuple[str, ...], agents: str, model: str | None, base_url:
     click.echo(f"{run.ran} episodes run, {run.skipped} already done, in {wall:.1f} s. "
                f"Results: {Path(out)}/ (report.md, report.json, summary.csv, episodes.csv"
                f"{', plots/' if not no_plots else ''}); runs: codeact logs --db {Path(out) / 'runs.db'}", err=True)
+    if run.stopped:
+        raise UserError(f"stopped early: {run.stopped}. Fix the endpoint or the sandbox, then run the same command "
+                        "with --retry-errors to run the failed and the remaining episodes", exit_code=1)
+    excluded = sum(m.excluded for m in run.report.overall.values())
+    if excluded:
+        click.secho(f"Warning: {excluded} episodes did not run to an answer or a turn limit (see Outcomes); they are "
+                    "excluded from the success rates. Run the same command with --retry-errors to run them again.",
+                    fg="yellow", err=True)
 
 
 def _ray_options(address: str | None, cpus: float | None, memory: str | None, engines: str | None,

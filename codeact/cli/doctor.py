@@ -83,12 +83,16 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
                       "set CODEACT_MODEL (and OPENAI_BASE_URL / OPENAI_API_KEY for your endpoint) or pass --model; "
                       "`codeact demo` works without one")
         return
-    from ..errors import ModelError, ModelNotFoundError
+    from ..errors import ConfigError, ModelError, ModelNotFoundError
     from ..models import OpenAIModel
 
-    m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=5, max_retries=0,
-                    max_tokens=1)
     where = f"{name} at {url}"
+    try:
+        m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=5, max_retries=0,
+                        max_tokens=1)
+    except ConfigError as exc:  # no API key for the default endpoint: nothing to ask
+        checks.report("model", "FAIL", "model", f"{where}: {exc}", f"set {cfg.API_KEY_ENV} or OPENAI_BASE_URL")
+        return
     try:
         try:
             ids = m.list_models()
@@ -124,8 +128,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
            mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = ()) -> None:
     """Check this machine: Python, Docker, the sandbox image, the local kernel, the model, the run log.
 
-    Exit status 0 when code can run somewhere (Docker with the image, or a
-    local kernel); 1 otherwise.
+    Exit status 0 when no check FAILs (WARN and INFO are fine); 1 otherwise.
     """
     import importlib.util
     import platform
@@ -149,9 +152,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         version = client.version().get("Version", "?")
         checks.report("docker", "OK", "Docker engine", f"answers (server {version})")
     except BackendUnavailable as exc:
-        checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0],
-                      "install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
-                      "`scripts/dev.sh setup` in a checkout)")
+        checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0], cfg.docker_fix_hint())
     except Exception as exc:  # noqa: BLE001
         checks.report("docker", "FAIL", "Docker engine", f"{type(exc).__name__}: {exc}", "check the Docker engine")
     from sandbox.image import default_image_tag, image_exists
@@ -211,6 +212,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
 
     docker_ok = checks.results.get("docker") == "OK" and checks.results.get("image") == "OK"
     local_ok = checks.results.get("local") == "OK"
+    failed = [key for key, status in checks.results.items() if status == "FAIL"]
     if docker_ok:
         click.secho("Ready: code runs in the Docker sandbox.", fg="green", bold=True)
     else:
@@ -218,7 +220,10 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
                     "above.", fg="red", bold=True)
         if local_ok:
             click.echo("Code can run WITHOUT isolation if you choose it: --backend local (or CODEACT_BACKEND=local).")
-    raise click.exceptions.Exit(0 if docker_ok else 1)
+    if failed:
+        click.secho(f"{len(failed)} check{'s' if len(failed) != 1 else ''} FAILED: {', '.join(failed)}.",
+                    fg="red", bold=True)
+    raise click.exceptions.Exit(1 if failed else 0)
 
 
 def _check_mcp(checks: _Checks, files: tuple[str, ...], specs: tuple[str, ...]) -> None:
