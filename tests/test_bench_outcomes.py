@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -219,7 +220,9 @@ def test_preflight_stops_at_once_when_the_endpoint_is_down(suite: Path, tmp_path
     assert proc.returncode == 1, proc.stderr
     assert "pre-flight: model 'm' does not answer" in proc.stderr and "Connection refused" in proc.stderr
     assert "2 attempts" in proc.stderr and "No episode was run" in proc.stderr and "Traceback" not in proc.stderr
-    assert seconds < 10, seconds  # not 12 s per episode of retries
+    spent = float(re.search(r"after 2 attempts in ([0-9.]+)s", proc.stderr).group(1))
+    assert spent < 5, spent  # one retry, not ~12 s of them per episode
+    assert seconds < 60, seconds  # the whole command, on a loaded machine
     assert not (out / "episodes.jsonl").exists()
 
 
