@@ -14,7 +14,7 @@ duplicating finished episodes.
 
 Failures: a task whose worker or node dies is run again by Ray on another
 node (``max_retries``); when those retries run out the episode is recorded
-as an ``error`` (``--retry-errors`` runs it again). The driver keeps the
+as a ``harness_error`` (``--retry-errors`` runs it again). The driver keeps the
 first completion of each episode and ignores any later one.
 
 Secrets: the API key never travels in a task's payload. A worker's model
