@@ -16,6 +16,8 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 import zoneinfo
 
@@ -116,7 +118,7 @@ NEW_YORK = zoneinfo.ZoneInfo("America/New_York")
 
 TABLE = [
     None, True, False, 0, 1, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1,
-    10**5000, -(10**5000) + 7, 3 * 2**200,
+    10**5000, -(10**5000) + 7, 3 * 2**200, 2**codec.MAX_INT_BITS - 1, -(2**codec.MAX_INT_BITS) + 1,
     0.0, -0.0, 1.5, -2.25e-308, 1e308, 5e-324, float("inf"), float("-inf"), float("nan"),
     "", "plain", "unicode: é中😀", "\ud800", "a\udfffb", "\ud83d\ude00", "\x00\n\"\\", "$",
     b"", b"\x00\xff" * 10, bytearray(b"abc"), bytearray(),
@@ -128,7 +130,8 @@ TABLE = [
     1 + 2j, complex(float("nan"), -0.0), complex(float("inf"), 1),
     decimal.Decimal("1.10"), decimal.Decimal("-0"), decimal.Decimal("-0.000"), decimal.Decimal("NaN"),
     decimal.Decimal("-sNaN42"), decimal.Decimal("Infinity"), decimal.Decimal("-Infinity"),
-    decimal.Decimal("1E+999999"), decimal.Decimal("3.14159265358979323846264338327950288419716939937510"),
+    decimal.Decimal("1E+5000"), decimal.Decimal("-1E-5000"), decimal.Decimal("9" * 5000),
+    decimal.Decimal("3.14159265358979323846264338327950288419716939937510"),
     fractions.Fraction(3, 7), fractions.Fraction(-(10**50), 3), fractions.Fraction(0),
     dt.datetime(2024, 2, 29, 13, 14, 15, 161718), dt.datetime(1, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59, 999999),
     dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
@@ -526,6 +529,8 @@ def test_buffer_reused_or_unreferenced():
     with pytest.raises(CodecError, match="reused"):
         codec.loads(make_payload([{"$": "bytes", "b": 0}, {"$": "bytes", "b": 0}], [b"x" * 10]))
     with pytest.raises(CodecError, match="unreferenced"):
+        codec.loads(make_payload([{"$": "bytes", "b": 0}, "long enough for two references"], [b"x", b"y"]))
+    with pytest.raises(CodecError, match="more buffers than the header can reference"):
         codec.loads(make_payload([{"$": "bytes", "b": 0}], [b"x", b"y"]))
 
 
@@ -1396,3 +1401,287 @@ def test_old_pandas_gets_nanosecond_datetimes():
     with pytest.raises(CodecError, match="range"):
         codec._pd_nanoseconds(old, np.array(["3000-01-01"], dtype="M8[us]"))
     assert codec._pd_nanoseconds(types.SimpleNamespace(__version__="2.2.3"), arr) is arr
+
+
+# --- bounds on what the decoder builds (security issue 18) ---------------------------------------------------------
+#
+# The host decodes what hostile code sends. Each test decodes a hand-made hostile node and expects a CodecError
+# without the expensive step ever running (a generous wall-clock bound only says "did not hang"), and checks that the
+# largest legitimate value still round-trips.
+
+
+def hex_int(n: int) -> dict:
+    return {"$": "int", "x": format(n, "x")}
+
+
+def test_fraction_parts_are_bounded_before_gcd_runs():
+    big = 2 ** (6 * 2**20) - 12345  # two 6-Mbit parts: gcd() held the GIL for 29 s
+    started = time.monotonic()
+    with pytest.raises(CodecError, match="bits"):
+        codec.loads(make_payload({"$": "fraction", "v": [hex_int(big), hex_int(big - 2)]}))
+    limit = codec.MAX_FRACTION_BITS
+    over = 2**limit + 1  # an int the codec accepts alone, too big as a Fraction part
+    for parts in ([hex_int(over), 3], [3, hex_int(over)]):
+        with pytest.raises(CodecError, match="Fraction"):
+            codec.loads(make_payload({"$": "fraction", "v": parts}))
+    assert time.monotonic() - started < 10  # did not run gcd on megabit ints
+    largest = fractions.Fraction(2**limit - 1, 2**limit - 3)
+    back = rt(largest)
+    assert type(back) is fractions.Fraction and back == largest  # (too many digits for repr())
+    assert rt(over) == over
+    with pytest.raises(EncodeError, match="Fraction"):  # the sender hears it first
+        codec.encode(fractions.Fraction(over, 3))
+
+
+def test_ints_are_bounded():
+    limit = codec.MAX_INT_BITS
+    assert rt(2**limit - 1) == 2**limit - 1 and rt(-(2**limit) + 1) == -(2**limit) + 1
+    for x in (format(2**limit, "x"), "0" * (limit // 4 + 2) + "1", "-" + format(2**limit, "x")):
+        with pytest.raises(CodecError, match="bits"):
+            codec.loads(make_payload({"$": "int", "x": x}))
+    with pytest.raises(CodecError):
+        codec.loads(make_payload({"$": "int", "x": "f" * 2**26}))  # the old 64-Mbit bound
+    with pytest.raises(EncodeError, match="bits"):
+        codec.encode([1, 2**limit])
+    assert codec.to_jsonable(2**limit)["$"] == "int"  # logs keep it; they are not decoded on the host
+
+
+def test_decimals_are_bounded():
+    digits, exponent = codec.MAX_DECIMAL_DIGITS, codec.MAX_DECIMAL_EXPONENT
+    for ok in (f"1E+{exponent}", f"-1E-{exponent}", "9" * digits, "0." + "1" * (digits - 1), "sNaN" + "9" * 100):
+        value = decimal.Decimal(ok)
+        assert same(rt(value), value)
+    started = time.monotonic()
+    for bad in ("1e999999999", "1E+999999", f"1E+{exponent + 1}", f"1E-{exponent + 1}", "9" * (digits + 1),
+                "1" * 10**6, "NaN" + "1" * (digits + 1), "1e" + "9" * 100):
+        with pytest.raises(CodecError, match="Decimal"):
+            codec.loads(make_payload({"$": "decimal", "v": bad}))
+    assert time.monotonic() - started < 10
+    with pytest.raises(EncodeError, match="Decimal"):
+        codec.encode(decimal.Decimal("1E+999999"))
+
+
+class OpenWatch:
+    """Files opened in this process whose path contains a marker (audit hooks cannot be removed: one for all)."""
+
+    seen: list = []
+    markers: set = set()
+    installed = False
+
+    @classmethod
+    def watch(cls, marker: str) -> list:
+        if not cls.installed:
+            def hook(event, args):
+                if event == "open" and cls.markers and any(m in str(args[0]) for m in cls.markers):
+                    cls.seen.append(str(args[0]))
+            sys.addaudithook(hook)
+            cls.installed = True
+        cls.markers.add(marker)
+        return cls.seen
+
+
+def zone_attacks(target: str) -> list:
+    """Nodes that name ``target`` (a host path) as a time zone, in every place a zone key is read."""
+    tz = {"zone": f"dateutil/{target}", "lib": "pytz", "utc": 3_600_000_000, "name": "X"}
+    plain = {"zone": f"dateutil/{target}", "utc": 3_600_000_000}
+    others = [{"zone": target, "utc": 0}, {"zone": "../../../.." + target, "utc": 0}, {"zone": "localtime", "utc": 0}]
+    nodes = [
+        {"$": "datetime", "v": "2024-01-01T00:00:00", "tz": tz},
+        {"$": "time", "v": "12:00:00", "tz": plain},
+        {"$": "pd.Timestamp", "v": 0, "unit": "ns", "tz": tz},
+        {"$": "pd.Timestamp", "v": 0, "unit": "ns", "tz": plain},
+        *({"$": "datetime", "v": "2024-01-01T00:00:00", "tz": t} for t in others),
+    ]
+    if np is not None:
+        column = {"k": "dttz", "a": {"$": "ndarray", "dtype": "<M8[ns]", "shape": [1], "b": 0}, "tz": tz}
+        nodes.append({"$": "pd.Series", "data": column, "name": None,
+                      "index": {"$": "pd.RangeIndex", "v": [0, 1, 1], "name": None}})
+    return nodes
+
+
+def test_zone_keys_never_open_host_files(tmp_path):
+    target = tmp_path / "secret-zone-file"
+    target.write_bytes(b"TZif" + bytes(100))
+    fifo = tmp_path / "blocking-zone-fifo"
+    os.mkfifo(fifo)  # opening it for reading would block the decoding thread for ever
+    seen = OpenWatch.watch(str(tmp_path))
+    results = []
+
+    def decode_all():
+        for path in (target, fifo):
+            for node in zone_attacks(str(path)):
+                bufs = [struct.pack("<q", 0)] if node["$"] == "pd.Series" else []
+                results.append(codec.loads(make_payload(node, bufs)))
+
+    worker = threading.Thread(target=decode_all, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "decoding blocked (a FIFO named as a zone was opened)"
+    assert seen == []
+    assert len(results) == 2 * len(zone_attacks("x"))
+    first = results[0]  # an unknown key: the fixed offset the node carries
+    assert first.utcoffset() == dt.timedelta(hours=1) and not isinstance(first.tzinfo, zoneinfo.ZoneInfo)
+
+
+def test_iana_zone_names_still_arrive_as_zones():
+    for key in ("Europe/Paris", "UTC", "America/Argentina/Buenos_Aires"):
+        value = dt.datetime(2024, 7, 1, 12, tzinfo=zoneinfo.ZoneInfo(key))
+        assert same(rt(value), value)
+    assert codec._iana_zone("Europe/Paris") == "Europe/Paris"
+    for bad in ("dateutil/Europe/Paris", "/usr/share/zoneinfo/UTC", "Europe/../../../etc/passwd", "localtime",
+                "posix/../UTC", "", "x" * 1000, 5, None):
+        assert codec._iana_zone(bad) is None
+
+
+@needs_pandas
+def test_pandas_zones_by_key_still_arrive():
+    for ts in (pd.Timestamp("2024-07-01 12:00", tz="Europe/Paris"), pd.Timestamp("2024-07-01", tz="UTC")):
+        back = rt(ts)
+        assert back == ts and str(back.tz) == str(ts.tz)
+    s = pd.Series(pd.date_range("2024-01-01", periods=3, tz="America/New_York"))
+    assert rt(s).equals(s)
+
+
+def no_json_parse(monkeypatch):
+    """Make the codec's JSON parser fail the test if it runs: the payload must be refused before."""
+    def refuse(text):
+        raise AssertionError("the header was parsed")
+    monkeypatch.setattr(codec, "_json_decode", refuse)
+
+
+def test_json_items_are_counted_before_parsing(monkeypatch):
+    n = 2_000_000
+    hostile = make_payload(None, header=b"[" + b"[]," * n + b"[]]")  # 6 MB -> ~140 MB of lists if parsed
+    no_json_parse(monkeypatch)
+    with pytest.raises(CodecError, match="max_items"):
+        codec.loads(hostile, max_items=1_000_000)
+    for header in (b'[{"a":[]}' + b',{"a":[]}' * n + b"]", b'{"' + b'":{},"' * n + b'":0}'):
+        with pytest.raises(CodecError, match="max_items"):
+            codec.loads(make_payload(None, header=header), max_items=1_000_000)
+
+
+def test_json_item_count_is_exact_outside_strings():
+    # One item per , : [ { outside strings, plus one.
+    assert codec.json_items_within("[1,2,3]", 4) and not codec.json_items_within("[1,2,3]", 3)
+    assert codec.json_items_within('{"a":[1]}', 4) and not codec.json_items_within('{"a":[1]}', 3)
+    text = json.dumps(["a,b:[{" * 1000, 'esc \\" ,,, " [[', "\\\\", ",{"])
+    assert codec.json_items_within(text, 5) and not codec.json_items_within(text, 4)
+    # Commas inside strings are not values: a long CSV text travels with a small max_items.
+    csv = "\n".join(",".join(str(i) for i in range(20)) for _ in range(50_000))
+    assert codec.loads(codec.dumps([csv, "x"]), max_items=10) == [csv, "x"]
+
+
+def test_json_item_count_is_linear_on_hostile_strings():
+    # Escaped quotes that never close: a backtracking string pattern would be quadratic here.
+    started = time.monotonic()
+    for text in ('["' + '\\"' * 2_000_000 + "]", '"' * 3_000_001, '["' + "\\" * 3_000_001, '[' + '"",' * 1_000_000):
+        codec.json_items_within(text, 10)
+        with pytest.raises(CodecError):
+            codec.loads(make_payload(None, header=text.encode()), max_items=10)
+    assert time.monotonic() - started < 30
+
+
+def test_large_legitimate_values_stay_within_the_default_items():
+    values = [list(range(1_000_000)), {str(i): i for i in range(200_000)}, ["text, with: [commas]"] * 500_000]
+    for value in values:
+        assert rt(value) == value
+
+
+def test_buffer_table_is_bounded_by_the_header():
+    n = 8_000_000  # 64 MB of zero-length buffers: once 8M memoryviews, ~1.7 GB
+    started = time.monotonic()
+    with pytest.raises(CodecError, match="more buffers than the header"):
+        codec.loads(struct.pack("<4sII", codec.MAGIC, 4, n) + bytes(8 * n) + b"null")
+    assert time.monotonic() - started < 10
+    many = [bytes([i % 256]) * (i % 7) for i in range(20_000)]
+    assert rt(many) == many
+
+
+def test_path_components_count_as_items():
+    path = "a/" * 200_000  # 400 KB of text, ~10 MB of part strings
+    with pytest.raises(CodecError, match="max_items"):
+        codec.loads(make_payload({"$": "path", "k": "PurePosixPath", "v": path}), max_items=100_000)
+    deep = pathlib.PurePosixPath("/".join(["d"] * 1000))
+    assert rt(deep) == deep
+
+
+def test_exception_args_count_against_the_payload():
+    args = {"$": "tuple", "v": list(range(10_000))}
+    node = {"$": "exc", "e": {"type": "ValueError", "message": "m", "args": args}}
+    back = codec.loads(make_payload(node), max_items=20_000)
+    assert type(back) is ValueError and len(back.args) == 10_000
+    # The budget is the payload's, not one per exception: the third one's args do not fit.
+    path = {"$": "path", "k": "PurePosixPath", "v": "a/" * 10_000}  # 10,000 items from one string
+    node = {"$": "exc", "e": {"type": "ValueError", "message": "m", "args": {"$": "tuple", "v": [path]}}}
+    back = codec.loads(make_payload([node, node, node]), max_items=25_000)
+    assert [type(x.args[0]) for x in back] == [pathlib.PurePosixPath, pathlib.PurePosixPath, Opaque]
+
+
+@needs_pandas
+def test_pandas_objects_count_as_items():
+    n = 2_000
+    tree = {"$": "pd.DataFrame", "columns": {"$": "pd.RangeIndex", "v": [0, n, 1], "name": None},
+            "index": {"$": "pd.RangeIndex", "v": [0, 0, 1], "name": None},
+            "data": [{"k": "np", "a": {"$": "ndarray", "dtype": "<f8", "shape": [0], "b": i}} for i in range(n)]}
+    payload = make_payload(tree, [b""] * n)
+    with pytest.raises(CodecError, match="max_items"):
+        codec.loads(payload, max_items=n * codec.PANDAS_OBJECT_ITEMS // 2)
+    assert codec.loads(payload).shape == (0, n)
+    wide = pd.DataFrame(np.zeros((2, 10_000)))
+    frame_same(rt(wide), wide)
+
+
+def test_without_pandas_a_range_index_in_exception_args_is_bounded():
+    rng = {"$": "pd.RangeIndex", "v": [0, 2**62, 1], "name": None}
+    node = {"$": "exc", "e": {"type": "ValueError", "message": "m", "args": {"$": "tuple", "v": [rng]}}}
+    out = run_child(["numpy", "pandas"], [make_payload(node)])  # was list(range(2**62)): never returned
+    assert len(out) == 1 and "ValueError" in out[0], out
+
+
+# --- the same bound on the Jupyter messages the host relays (sandbox/_jupyter.py) ---------------------------------
+
+
+def jupyter_parts(content: bytes, header: bytes | None = None) -> list:
+    header = header or json.dumps({"msg_type": "stream", "msg_id": "1"}).encode()
+    return [b"<IDS|MSG>", b"", header, b'{"msg_id":"p"}', b"{}", content]
+
+
+def test_jupyter_messages_are_counted_before_parsing(monkeypatch):
+    from types import SimpleNamespace
+
+    from sandbox import _jupyter
+
+    ok = _jupyter.parse(jupyter_parts(json.dumps({"name": "stdout", "text": "a,b:[{" * 100_000}).encode()))
+    assert ok.msg_type == "stream" and ok.parent_id == "p" and ok.content["text"].startswith("a,b:[{")
+
+    def small_only(text):
+        assert len(text) < 1000, "a flood was parsed"
+        return json.loads(text)
+
+    monkeypatch.setattr(_jupyter, "json", SimpleNamespace(loads=small_only, dumps=json.dumps))
+    flood = b'{"data":[' + b"[]," * (_jupyter.MAX_CONTENT_ITEMS // 2) + b"[]]}"
+    with pytest.raises(_jupyter.MessageError, match="more than"):
+        _jupyter.parse(jupyter_parts(flood))
+    header = b'{"msg_type":"stream","x":[' + b"0," * _jupyter.MAX_HEADER_ITEMS + b"0]}"
+    with pytest.raises(_jupyter.MessageError, match="header holds more than"):
+        _jupyter.parse(jupyter_parts(b"{}", header))
+
+
+def test_listing_json_is_read_without_the_python_parser():
+    from sandbox import _jupyter
+
+    rows = [["a/b.txt", 3, 1.5], ["it's \"quoted\" \\ \n\t\x00 é 中 😀 \ud800.csv", 1, 2.0]]
+    for text in (json.dumps(rows), json.dumps(rows, ensure_ascii=False)):
+        assert _jupyter.json_in_repr(repr(text)) == rows
+    started = time.monotonic()
+    hostile = [
+        "[" + "[]," * 2_000_000 + "[]]",  # ast.literal_eval: ~2.9 GB of syntax tree for 6 MB
+        "'[]'" + " + '[]'" * 1_000_000,
+        "b'[]'",
+        "'\\U99999999'",
+        repr("[" + "[]," * 2_000_000 + "[]]"),  # a real str repr, but over the item bound
+    ]
+    for text in hostile:
+        with pytest.raises(ValueError):
+            _jupyter.json_in_repr(text, max_items=1_000_000)
+    assert time.monotonic() - started < 30

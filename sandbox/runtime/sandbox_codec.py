@@ -50,7 +50,8 @@ as ``"b": index``.
 =====================  ====================================================
 value                  node
 =====================  ====================================================
-big int                ``{"$":"int","x":"-1f..."}`` (hex: no 4300-digit limit)
+big int                ``{"$":"int","x":"-1f..."}`` (hex: no 4300-digit limit;
+                       at most ``MAX_INT_BITS``)
 nan, inf, -inf         ``{"$":"float","v":"nan"}`` (-0.0 is plain JSON)
 tuple/set/frozenset    ``{"$":"tuple","v":[...]}`` (``set``, ``frozenset``)
 other dict             ``{"$":"dict","v":[[k, v], ...]}`` (order kept)
@@ -115,24 +116,53 @@ timedelta, NaT and NA as None, Categorical as a list.
 
 Security and limits
 ===================
-The decoder assumes a hostile sender. It never unpickles, evals or imports
-anything named by the data (enum classes come only from the caller's
-``enum_types``; zone keys are checked by zoneinfo, with the fixed-offset
-fallback); numpy dtypes are restricted to kinds b,i,u,f,c,M,m,S,U without
-fields (object arrays are only built element by element);
-``prod(shape) * itemsize`` must equal the buffer length; each buffer may be
-used once; pandas objects are rebuilt through public constructors only.
-Limits raise :class:`CodecError`: ``max_bytes`` (payload size),
-``max_depth`` (nesting of containers, default 100), ``max_items`` (values in
-the tree, including list elements built from arrays when numpy is absent),
-and keys with the same hash in a tagged dict or set (hash flooding).
-Apart from the JSON header (which ``json`` expands to at most ~30x its size
-in Python objects) decoded values take about as much memory as their bytes.
-Python's recursion limit (the codec and the json module recurse) caps the
-useful ``max_depth`` at about 200 (plain lists: ~300); deeper values fail
-with the same EncodeError/CodecError, never RecursionError.
-The encoder raises :class:`EncodeError` (a CodecError) for values nested
-deeper than ``max_depth`` or payloads over ``max_bytes``.
+The decoder assumes a hostile sender (the host decodes what code in the
+sandbox sends). It never unpickles, evals or imports anything named by the
+data (enum classes come only from the caller's ``enum_types``), and never
+opens a file the data names: a zone key is used only if it is a name in the
+IANA time zone database (``zoneinfo.available_timezones()``, read once; its
+``posix/`` and ``right/`` variants too), else the node's fixed offset is
+used; pandas never sees other keys (it would open ``"dateutil/<path>"``).
+numpy dtypes are restricted to kinds b,i,u,f,c,M,m,S,U without fields
+(object arrays are only built element by element); ``prod(shape) *
+itemsize`` must equal the buffer length; each buffer may be used once;
+pandas objects are rebuilt through public constructors only.
+
+Every limit raises :class:`CodecError`, and the encoder refuses the same
+values with :class:`EncodeError` (a CodecError) so the sender learns first:
+
+- ``max_bytes``: the payload's size.
+- ``max_depth`` (default 100): nesting of containers. Python's recursion
+  limit caps the useful value at about 200 (plain lists: ~300); deeper
+  values fail with the same error, never RecursionError.
+- ``max_items`` (default 5,000,000): values built. The JSON header is
+  counted BEFORE it is parsed (one per ``,`` ``:`` ``[`` ``{`` outside
+  strings, plus one; :func:`json_items_within`), because ``json`` turns 3
+  bytes of ``[],`` into ~70 bytes of objects; so a payload's Python objects
+  take at most ~70 bytes an item (~350 MB at the default) plus about its
+  own size (buffers, strings; text with characters past U+FFFF is held at
+  4 bytes a character). The decoder counts again what it builds beyond the
+  JSON: list elements from arrays without numpy, a RangeIndex as a list
+  without pandas, one per path component, and 100
+  (``PANDAS_OBJECT_ITEMS``) per pandas column, index or level (a Series
+  weighs ~2 KB). The buffer table may not claim more buffers than the
+  header can reference, and is never turned into millions of objects.
+- Numbers are bounded so that neither rebuilding them nor the obvious next
+  step (``int(x)``, ``Fraction(x)``, hashing) holds the GIL for long:
+  ints up to ``MAX_INT_BITS`` (2**20 bits, 128 KiB; rebuilt from hex in
+  linear time); a Fraction's numerator and denominator up to
+  ``MAX_FRACTION_BITS`` (16,384 bits; normalising runs gcd(), quadratic:
+  under 1 ms at that size, 29 s for two 6-Mbit parts); a Decimal up to
+  ``MAX_DECIMAL_DIGITS`` (5,000) digits with an exponent within
+  +-``MAX_DECIMAL_EXPONENT`` (5,000; ``int(Decimal("1e999999"))`` takes
+  minutes); plain JSON ints have Python's 4,300-digit limit; floats and
+  complex numbers are fixed-size; timedeltas and datetimes are range-checked
+  by their constructors.
+- Keys with the same hash in a tagged dict or set (hash flooding); strings
+  hash with a per-process random key.
+- Decoding is linear in the payload apart from these bounded steps, but one
+  ``json.loads`` call holds the GIL while it parses the header (about 1 s
+  for 64 MB on a slow core).
 
 Speed (Python 3.11, numpy 2.4, pandas 3.1, a 2-core VM; best of 5, measured
 with ``python sandbox/runtime/sandbox_codec.py --bench``)::
@@ -146,6 +176,7 @@ with ``python sandbox/runtime/sandbox_codec.py --bench``)::
 
 from __future__ import annotations
 
+import array
 import base64
 import builtins
 import datetime as _dt
@@ -153,6 +184,7 @@ import decimal
 import enum
 import fractions
 import importlib
+import itertools
 import json
 import math
 import pathlib
@@ -188,6 +220,17 @@ DEFAULT_MAX_ITEMS = 5_000_000
 REPR_LIMIT = 10_000
 #: Exception messages are cut to this many characters.
 MESSAGE_LIMIT = 20_000
+#: Largest int rebuilt (bits; 128 KiB): rebuilding from hex is linear, so this only caps memory.
+MAX_INT_BITS = 1 << 20
+#: Largest numerator or denominator of a Fraction (bits): Fraction() normalises with gcd(),
+#: quadratic and holding the GIL; at this size it takes under a millisecond. Every int Python
+#: prints by default (4300 digits, 14,284 bits) fits.
+MAX_FRACTION_BITS = 16_384
+#: Largest Decimal rebuilt: coefficient digits, and the exponent's magnitude.
+MAX_DECIMAL_DIGITS = 5_000
+MAX_DECIMAL_EXPONENT = 5_000
+#: Items a pandas column, index or index level counts as (its Python objects weigh ~2 KB).
+PANDAS_OBJECT_ITEMS = 100
 
 _PREFIX = struct.Struct("<4sII")
 _TAG = "$"
@@ -304,6 +347,19 @@ def _opaque_node(t: type, text: str, **extra: Any) -> dict:
     return node
 
 
+_INT_TOO_BIG = f"an int of more than {MAX_INT_BITS} bits cannot be sent: send it as str or bytes"
+_FRACTION_TOO_BIG = (f"a Fraction whose numerator or denominator has more than {MAX_FRACTION_BITS} bits "
+                     "cannot be sent: send it as str, or as a (numerator, denominator) tuple")
+_DECIMAL_TOO_BIG = (f"a Decimal of more than {MAX_DECIMAL_DIGITS} digits or with an exponent beyond "
+                    f"+-{MAX_DECIMAL_EXPONENT} cannot be sent: send it as str")
+
+
+def _decimal_fits(v: decimal.Decimal) -> bool:
+    """Within MAX_DECIMAL_DIGITS and MAX_DECIMAL_EXPONENT (NaN payloads count as digits)."""
+    sign, digits, exponent = v.as_tuple()
+    return len(digits) <= MAX_DECIMAL_DIGITS and (type(exponent) is not int or abs(exponent) <= MAX_DECIMAL_EXPONENT)
+
+
 def _nonfinite(x: float) -> str:
     return "nan" if x != x else ("inf" if x > 0 else "-inf")
 
@@ -345,6 +401,38 @@ def _pandas():
         return importlib.import_module("pandas")
     except Exception:
         return None
+
+
+def _too_many(max_items: float) -> CodecError:
+    return CodecError(f"payload has more than max_items={max_items} values: send big data as bytes, "
+                      "numpy arrays or DataFrames (one buffer each), or send fewer values")
+
+
+# Escapes first (a backslash only occurs inside JSON strings), then strings: both linear, even on hostile text.
+_JSON_ESCAPE = re.compile(r"\\.", re.S)
+_JSON_STRING = re.compile(r'"[^"]*"')
+
+
+def _json_tokens(text: str) -> int:
+    return text.count(",") + text.count(":") + text.count("[") + text.count("{")
+
+
+def json_items_within(text: str, max_items: float) -> bool:
+    """Whether JSON ``text`` builds at most ``max_items`` values; to ask before parsing it.
+
+    ``json.loads`` turns 3 bytes (``[],``) into ~70 bytes of Python objects and
+    has no per-item hook, so the values are counted first: one per ``,``, ``:``,
+    ``[`` and ``{`` outside strings, plus one (every value but the first in a
+    container follows a ``,`` or ``:``). Linear time; the common case is four
+    ``str.count`` calls (strings are stripped only when the raw count is over).
+    Malformed JSON may be miscounted past the point where ``json`` stops at it.
+    """
+    if _json_tokens(text) < max_items:  # commas inside strings count too: an upper bound
+        return True
+    bare = _JSON_ESCAPE.sub("", text) if "\\" in text else text
+    if '"' in bare:
+        bare = _JSON_STRING.sub("", bare)
+    return _json_tokens(bare) < max_items
 
 
 def encoded_size(chunks: Iterable[bytes | memoryview]) -> int:
@@ -518,7 +606,11 @@ class _Encoder:
 
 
 def _e_int(enc: _Encoder, v: int, depth: int) -> Any:
-    return v if _INT_LO <= v < _INT_HI else {_TAG: "int", "x": format(v, "x")}
+    if _INT_LO <= v < _INT_HI:
+        return v
+    if v.bit_length() > MAX_INT_BITS and not enc.safe:
+        raise EncodeError(_INT_TOO_BIG)  # the receiver would refuse it: say so where it is sent
+    return {_TAG: "int", "x": format(v, "x")}
 
 
 def _e_float(enc: _Encoder, v: float, depth: int) -> Any:
@@ -570,10 +662,14 @@ def _e_complex(enc: _Encoder, v: complex, depth: int) -> dict:
 
 
 def _e_decimal(enc: _Encoder, v: decimal.Decimal, depth: int) -> dict:
+    if not enc.safe and not _decimal_fits(v):
+        raise EncodeError(_DECIMAL_TOO_BIG)
     return {_TAG: "decimal", "v": str(v)}
 
 
 def _e_fraction(enc: _Encoder, v: fractions.Fraction, depth: int) -> dict:
+    if not enc.safe and max(v.numerator.bit_length(), v.denominator.bit_length()) > MAX_FRACTION_BITS:
+        raise EncodeError(_FRACTION_TOO_BIG)
     return {_TAG: "fraction", "v": [_e_int(enc, v.numerator, 0), _e_int(enc, v.denominator, 0)]}
 
 
@@ -885,6 +981,7 @@ def _e_pandas(enc: _Encoder, v: Any, depth: int) -> dict | None:
 
 # Unambiguous alternatives: linear-time matching even on hostile megabyte literals.
 _DECIMAL_RE = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|inf(?:inity)?|s?nan\d*)\Z", re.I | re.A)
+_HEX_INT_RE = re.compile(r"-?[0-9a-f]+\Z")
 _DTYPE_RE = re.compile(r"([<>|=])([biufcMmSU])(\d{1,5})(?:\[(\d{0,6})([a-zA-Z]{1,2})\])?\Z")
 _UUID_RE = re.compile(r"[0-9a-f]{32}\Z")
 _FREQ_RE = re.compile(r"-?[A-Za-z0-9]{1,24}(?:-[A-Za-z]{1,8})?\Z")
@@ -935,6 +1032,31 @@ def _enum_registry(enum_types: Any) -> dict:
     return reg
 
 
+class _Buffers:
+    """The payload's raw buffers, each sliced when it is used (never a list of millions of views)."""
+
+    __slots__ = ("mv", "lens", "starts")
+
+    def __init__(self, mv: memoryview, table: int, n: int, start: int) -> None:
+        self.mv = mv
+        self.lens = array.array("Q")  # 8 bytes an entry, as on the wire
+        self.lens.frombytes(mv[table : table + 8 * n])
+        if sys.byteorder == "big":
+            self.lens.byteswap()
+        self.starts = array.array("Q", itertools.accumulate(self.lens, initial=start))  # OverflowError: malformed
+
+    @property
+    def end(self) -> int:
+        return self.starts[-1]
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def __getitem__(self, i: int) -> memoryview:
+        start = self.starts[i]
+        return self.mv[start : start + self.lens[i]]
+
+
 class _Decoder:
     __slots__ = ("max_depth", "max_items", "items", "bufs", "used", "enums", "lenient")
 
@@ -950,7 +1072,7 @@ class _Decoder:
     def count(self, n: int) -> None:
         self.items += n
         if self.items > self.max_items:
-            raise CodecError(f"payload has more than max_items={self.max_items} values")
+            raise _too_many(self.max_items)
 
     def too_deep(self) -> Any:
         if self.lenient:
@@ -1166,10 +1288,19 @@ def _py_values(kind: str, itemsize: int, byteorder: str, mult_text: str | None, 
 # --- tag decoders --------------------------------------------------------------------
 
 
+_INT_HEX_CHARS = MAX_INT_BITS // 4 + 1  # digits and a sign
+
+
 def _d_int(d: _Decoder, node: dict, depth: int) -> int:
-    x = _str_field(node, "x", 1 << 26)
-    _need(0 < len(x) and re.fullmatch(r"-?[0-9a-f]+", x) is not None, "int: bad hex")
-    return int(x, 16)  # linear time for base 16
+    x = node.get("x")
+    _need(type(x) is str, "int: 'x' must be a string")
+    if len(x) > _INT_HEX_CHARS:
+        raise CodecError(_INT_TOO_BIG)
+    _need(0 < len(x) and _HEX_INT_RE.match(x) is not None, "int: bad hex")
+    v = int(x, 16)  # linear time for base 16
+    if v.bit_length() > MAX_INT_BITS:  # leading zeros passed the length check
+        raise CodecError(_INT_TOO_BIG)
+    return v
 
 
 def _d_float(d: _Decoder, node: dict, depth: int) -> float:
@@ -1223,9 +1354,20 @@ def _d_complex(d: _Decoder, node: dict, depth: int) -> complex:
 
 
 def _d_decimal(d: _Decoder, node: dict, depth: int) -> decimal.Decimal:
-    v = _str_field(node, "v")
+    v = node.get("v")
+    _need(type(v) is str, "decimal: 'v' must be a string")
+    if len(v) > MAX_DECIMAL_DIGITS + 32:  # digits, sign, point, exponent
+        raise CodecError(_DECIMAL_TOO_BIG)
     _need(_DECIMAL_RE.match(v) is not None, "decimal: bad literal")
-    return decimal.Decimal(v)  # the literal is checked: exact, context-independent
+    try:
+        out = decimal.Decimal(v)  # the literal is checked: exact, context-independent
+    except decimal.InvalidOperation:  # an exponent past what decimal can hold
+        raise CodecError(_DECIMAL_TOO_BIG) from None
+    # Bounded so that what code does next stays cheap: Decimal("1e999999") is legal, and
+    # int() or Fraction() of it holds the GIL for many seconds.
+    if not _decimal_fits(out):
+        raise CodecError(_DECIMAL_TOO_BIG)
+    return out
 
 
 def _d_fraction(d: _Decoder, node: dict, depth: int) -> fractions.Fraction:
@@ -1234,7 +1376,37 @@ def _d_fraction(d: _Decoder, node: dict, depth: int) -> fractions.Fraction:
     num = d.dec(v[0], depth)
     den = d.dec(v[1], depth)
     _need(type(num) is int and type(den) is int and den > 0, "fraction: bad numerator or denominator")
+    # Bounded before Fraction() normalises: gcd() is quadratic and holds the GIL (two 6-Mbit
+    # parts: half a minute with every host thread stopped); at MAX_FRACTION_BITS it is < 1 ms.
+    if num.bit_length() > MAX_FRACTION_BITS or den.bit_length() > MAX_FRACTION_BITS:
+        raise CodecError(_FRACTION_TOO_BIG)
     return fractions.Fraction(num, den)
+
+
+_ZONES: frozenset | None = None
+
+
+def _iana_zone(zone: Any) -> str | None:
+    """``zone`` if it is a key of the IANA time zone database here, else None.
+
+    Zone keys come from the other side: they must never reach a lookup that
+    takes paths (pandas and dateutil open ``"dateutil/<any path>"``; zoneinfo
+    reads files under its search path), so only names the database lists pass.
+    """
+    global _ZONES
+    if type(zone) is not str or not 0 < len(zone) <= 64:
+        return None
+    zones = _ZONES
+    if zones is None:
+        try:
+            zones = frozenset(importlib.import_module("zoneinfo").available_timezones())
+        except Exception:  # no zoneinfo (Python < 3.9) or an unreadable database: fixed offsets only
+            zones = frozenset()
+        # "localtime" is this machine's /etc/localtime, not a name in the database.
+        _ZONES = zones = zones - {"localtime", "posixrules"}
+    if zone in zones or (zone[:6] in ("posix/", "right/") and zone[6:] in zones):  # the database's own variants
+        return zone
+    return None
 
 
 def _d_tz(node: Any) -> _dt.tzinfo | None:
@@ -1242,11 +1414,10 @@ def _d_tz(node: Any) -> _dt.tzinfo | None:
     zone = node.get("zone")
     if zone is not None:
         _need(type(zone) is str, "tz: bad zone key")
-    if zone is not None and len(zone) <= 255:
+    if _iana_zone(zone) is not None:
         try:
-            zoneinfo = importlib.import_module("zoneinfo")
-            return zoneinfo.ZoneInfo(zone)  # validates the key; fixed offset below if unknown
-        except Exception:
+            return importlib.import_module("zoneinfo").ZoneInfo(zone)
+        except Exception:  # listed but unreadable: the fixed offset below
             pass
     off = node.get("utc")
     if off is None:
@@ -1261,8 +1432,8 @@ def _d_tz(node: Any) -> _dt.tzinfo | None:
 def _d_pd_tz(pd: Any, node: Any) -> Any:
     """A TZ node for pandas: pytz zones go back to pandas by key (pandas < 3 keeps pytz)."""
     tz = _d_tz(node)
-    zone = node.get("zone")
-    if node.get("lib") == "pytz" and type(zone) is str and len(zone) <= 255:
+    zone = _iana_zone(node.get("zone"))  # pandas takes "dateutil/<path>" too: only IANA names reach it
+    if node.get("lib") == "pytz" and zone is not None:
         try:
             return pd.Timestamp(0, tz=zone).tz  # pandas' own lookup of a zone key
         except Exception:
@@ -1307,7 +1478,9 @@ def _d_uuid(d: _Decoder, node: dict, depth: int) -> uuid.UUID:
 def _d_path(d: _Decoder, node: dict, depth: int) -> pathlib.PurePath:
     cls = _PATHS.get(node.get("k"))
     _need(cls is not None, "path: unknown kind")
-    return cls(_str_field(node, "v"))
+    text = _str_field(node, "v")
+    d.count(text.count("/") + text.count("\\"))  # one str object per part: "a/a/a/..." weighs 25x its text
+    return cls(text)
 
 
 def _d_enum(d: _Decoder, node: dict, depth: int) -> Any:
@@ -1344,7 +1517,7 @@ def _d_opaque(d: _Decoder, node: dict, depth: int) -> Opaque:
 
 
 def _d_exc(d: _Decoder, node: dict, depth: int) -> BaseException:
-    return decode_exception(node.get("e"))
+    return _decode_exception(node.get("e"), d)
 
 
 def _d_ndarray(d: _Decoder, node: dict, depth: int) -> Any:
@@ -1406,6 +1579,8 @@ def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
     _need(type(node) is dict, "column must be an object")
     kind = node.get("k")
     as_list = pd is None
+    if not as_list:
+        d.count(PANDAS_OBJECT_ITEMS)  # a Series/Index per column: thousands of empty columns weigh GBs
     if kind == "np":
         arr = d.nd(node.get("a"), depth, want_list=as_list)
         if as_list:
@@ -1539,6 +1714,7 @@ def _d_pd_range(d: _Decoder, node: dict, depth: int) -> Any:
     name = d.dec(node.get("name"), depth)
     pd = _pandas()
     if pd is not None:
+        d.count(PANDAS_OBJECT_ITEMS)
         return pd.RangeIndex(v[0], v[1], v[2], name=name)  # lazy: no allocation
     r = range(v[0], v[1], v[2])
     d.count(len(r))
@@ -1766,19 +1942,21 @@ def decode(
         pos = _PREFIX.size
         if nbuf > (total - pos) // 8:
             raise CodecError("malformed payload: truncated buffer table")
-        lens = struct.unpack_from(f"<{nbuf}Q", mv, pos) if nbuf else ()
-        pos += 8 * nbuf
-        hend = pos + hlen
-        if hend + sum(lens) != total:
+        # Every buffer is referenced by a node of at least 20 header bytes ({"$":"bytes","b":0}).
+        if nbuf * 16 > hlen:
+            raise CodecError("malformed payload: more buffers than the header can reference")
+        hstart = pos + 8 * nbuf
+        hend = hstart + hlen
+        bufs = _Buffers(mv, pos, nbuf, hend) if nbuf else ()
+        if (bufs.end if nbuf else hend) != total:
             raise CodecError("malformed payload: sizes do not add up to the payload length")
-        tree = _json_decode(str(mv[pos:hend], "utf-8", "surrogatepass"))
-        bufs = []
-        off = hend
-        for n in lens:
-            bufs.append(mv[off : off + n])
-            off += n
-        dec = _Decoder(bufs, max_depth, max_items if max_items is not None else math.inf,
-                       _enum_registry(enum_types))
+        limit = max_items if max_items is not None else math.inf
+        text = str(mv[hstart:hend], "utf-8", "surrogatepass")
+        if not json_items_within(text, limit):  # before json builds them: ~70 bytes of objects per 3 bytes of "[],"
+            raise _too_many(limit)
+        tree = _json_decode(text)
+        del text
+        dec = _Decoder(bufs, max_depth, limit, _enum_registry(enum_types))
         value = dec.dec(tree, 0)
         if len(dec.used) != nbuf:
             raise CodecError("malformed payload: unreferenced buffers")
@@ -1813,13 +1991,29 @@ def to_jsonable(value: Any, *, inline_bytes: int = 65536, max_depth: int = DEFAU
 
 
 def from_jsonable(tree: Any, *, enum_types: Mapping[str, type] | Iterable[type] | None = None,
-                  max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
-    """Rebuild a value from :func:`to_jsonable` output; what cannot be rebuilt is Opaque."""
+                  max_depth: int = DEFAULT_MAX_DEPTH, max_items: int | None = DEFAULT_MAX_ITEMS) -> Any:
+    """Rebuild a value from :func:`to_jsonable` output; what cannot be rebuilt is Opaque.
+
+    ``max_items`` bounds the values built (arrays become lists without numpy; a
+    RangeIndex a list without pandas): past it, parts become Opaque.
+    """
+    return _from_jsonable(tree, max_depth, _enum_registry(enum_types),
+                          max_items if max_items is not None else math.inf)
+
+
+def _from_jsonable(tree: Any, max_depth: int, enums: dict, max_items: float,
+                   parent: _Decoder | None = None) -> Any:
+    """from_jsonable; inside a decode (``parent``), counting against the parent's items."""
+    dec = _Decoder([], max_depth + 2, max_items, enums, lenient=True)
+    if parent is not None:
+        dec.items, dec.max_items = parent.items, parent.max_items
     try:
-        dec = _Decoder([], max_depth + 2, math.inf, _enum_registry(enum_types), lenient=True)
         return dec.dec(tree, 0)
     except Exception as e:
         return Opaque("?", f"<not rebuilt: {type(e).__name__}: {_safe_repr(e, 300)}>")
+    finally:
+        if parent is not None:
+            parent.items = dec.items
 
 
 # --- exceptions --------------------------------------------------------------------
@@ -1870,6 +2064,11 @@ def encode_exception(exc: BaseException) -> dict:
 
 def decode_exception(data: Any) -> BaseException:
     """Rebuild an exception from :func:`encode_exception` output. Never raises."""
+    return _decode_exception(data, None)
+
+
+def _decode_exception(data: Any, parent: _Decoder | None) -> BaseException:
+    """decode_exception; inside a decode (``parent``), its args count against the parent's items."""
     try:
         if type(data) is not dict:
             return ToolError("MalformedError", f"error description is a {type(data).__name__}, not a dict")
@@ -1880,7 +2079,7 @@ def decode_exception(data: Any) -> BaseException:
         exc: BaseException | None = None
         cls = _BUILTIN_EXCEPTIONS.get(type_name)
         if cls is not None and "args" in data:
-            args = from_jsonable(data["args"], max_depth=20)
+            args = _from_jsonable(data["args"], 20, {}, DEFAULT_MAX_ITEMS, parent)
             if type(args) is tuple:
                 try:
                     exc = cls(*args)
@@ -1889,7 +2088,7 @@ def decode_exception(data: Any) -> BaseException:
                 if exc is not None and isinstance(exc, OSError):
                     for attr in ("filename", "filename2"):
                         if attr in data:
-                            setattr(exc, attr, from_jsonable(data[attr], max_depth=5))
+                            setattr(exc, attr, _from_jsonable(data[attr], 5, {}, DEFAULT_MAX_ITEMS, parent))
         if exc is None and cls is not None and "args" not in data:
             exc = cls(message) if message else cls()  # a bare {"type", "message"} description
         if exc is None:
