@@ -73,6 +73,77 @@ def test_mcp_tools_from_sandbox_code(tmp_path):
     assert "Ada" in str(result.answer)
 
 
+def test_json_text_results_reach_sandbox_code_as_values(tmp_path):
+    """`tb` parses JSON text (the default), `raw` has "parseJsonText": false; both are the SDK's own server."""
+    import psutil
+
+    script = code(
+        "import inspect\n"
+        "u = tb_get_user_info(7)\n"
+        "print('user', type(u).__name__, u['name'], u['id'] + 1)\n"
+        "order = tb_place_order({'customer': 'Ada', 'address': {'street': '1 Main St', 'city': 'Oslo'},\n"
+        "                        'items': [{'sku': 'a', 'quantity': 2}], 'payment': {'kind': 'card', 'number': '4'}})\n"
+        "print('order', order['total_items'] * 10, order['city'])\n"
+        "rows = tb_text_blocks(['[{\"n\": 1}, {\"n\": 2}]'])\n"
+        "print('rows', sum(r['n'] for r in rows))\n"
+        "print('kept', [type(tb_text_blocks([t])).__name__ for t in ['42', '\"q\"', 'null', '{bad']],\n"
+        "      type(tb_text_blocks(['{\"a\": 1}', '{\"b\": 2}'])).__name__)\n"
+        "raw = raw_get_user_info(7)\n"
+        "print('raw', type(raw).__name__, raw.replace(chr(10), ' '))\n"
+        "print('stub', inspect.signature(tb_get_user_info).return_annotation, '|', "
+        "inspect.signature(raw_get_user_info).return_annotation)\n"
+        "final_answer(u)"
+    )
+    servers = [MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,)),
+               MCPServerConfig("raw", command=PYTHON, args=(TOOLBOX,), parse_json_text=False)]
+    with MCPToolset(servers) as tools:
+        model = ScriptedModel([script])
+        agent = CodeActAgent(model, tools=tools, log=False, output_dir=tmp_path, tool_disclosure="all")
+        events = list(agent.stream("do it"))
+    result = events[-1].result
+    assert result.ok, result.error
+    text = [e for e in events if isinstance(e, Observation)][0].text
+    assert "user dict Ada 8" in text and "order 20 Oslo" in text and "rows 3" in text
+    assert "kept ['str', 'str', 'str', 'str'] str" in text
+    assert 'raw str { "id": 7, "name": "Ada" }'.replace(" ", "") in text.replace(" ", "")
+    assert "stub dict[str, Any] | list[Any] | str | str" in text
+    assert result.answer == {"id": 7, "name": "Ada"}
+    prompt = model.requests[0][0].content
+    assert "def tb_get_user_info(user_id: int) -> dict[str, Any] | list[Any] | str:" in prompt
+    assert "def raw_get_user_info(user_id: int) -> str:" in prompt
+    assert psutil.Process().is_running()
+
+
+def test_hostile_code_sending_deep_or_huge_json_through_a_server_gets_text_back(tmp_path):
+    """The attacker: code that makes a server echo JSON built to blow up the host's parser or memory."""
+    import psutil
+
+    from codeact.mcp._results import MAX_JSON_TEXT
+
+    script = code(
+        "deep = '[' * 300000 + ']' * 300000\n"
+        "r = text_blocks([deep]); print('deep', type(r).__name__, len(r))\n"
+        "wide = '[' + '[],' * (%d // 3) + '[]]'\n"
+        "r = text_blocks([wide]); print('wide', type(r).__name__, len(r) > %d)\n"
+        "nested = '{\"a\": ' * 5000 + '1' + '}' * 5000\n"
+        "r = text_blocks([nested]); print('nested', type(r).__name__)\n"
+        "final_answer('survived')" % (MAX_JSON_TEXT, MAX_JSON_TEXT)
+    )
+    rss = psutil.Process().memory_info().rss
+    with MCPToolset([MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,))]) as tools:
+        events, result = run(tools, [script], tmp_path)
+        assert by_name_call(tools, "echo", {"text": "still here"}) == "still here"  # the connection is fine
+    assert result.ok and result.answer == "survived", result.error
+    text = [e for e in events if isinstance(e, Observation)][0].text
+    assert "deep str 600000" in text and "wide str True" in text and "nested str" in text
+    # a 4 MiB `[[],[],...]` parsed would be ~100 MB of lists on the host; it was never parsed
+    assert psutil.Process().memory_info().rss - rss < 200 * 2**20
+
+
+def by_name_call(tools, name, arguments):
+    return {t.name: t for t in tools}[name].call(arguments)
+
+
 def test_published_servers_from_sandbox_code(tmp_path):
     servers = [MCPServerConfig("time", command=str(Path(sys.executable).with_name("mcp-server-time")),
                                args=("--local-timezone", "UTC"))]

@@ -87,11 +87,58 @@ def test_results_structured_text_image_link_and_error(stdio_tools, tmp_path):
         tools["fail"].call({"message": "nope"})
 
 
+def test_json_text_results_arrive_parsed_and_everything_else_as_text(stdio_tools):
+    tools = by_name(stdio_tools)
+    blocks = tools["text_blocks"]
+    # the SDK's own server sends a `-> dict` tool's value as JSON text, without structured content
+    assert tools["get_user_info"].call({"user_id": 7}) == {"id": 7, "name": "Ada"}
+    assert blocks.call({"texts": ['[1, {"a": [2, 3]}]']}) == [1, {"a": [2, 3]}]
+    assert blocks.call({"texts": [' \n {"k": null, "f": 1.5}\n']}) == {"k": None, "f": 1.5}
+    for text in ["42", '"quoted"', "true", "null", "", "  ", "hello", '{"a": 1', "[1, 2,]", "{not json}",
+                 '{"a": 1} trailing', "[" + "9" * 5000 + "]"]:  # scalars, invalid JSON, a number Python refuses
+        assert blocks.call({"texts": [text]}) == text
+    assert blocks.call({"texts": ['{"a": 1}', '{"b": 2}']}) == '{"a": 1}\n{"b": 2}'  # two blocks: one str
+    with_image = blocks.call({"texts": ['{"a": 1}'], "image": True})
+    assert isinstance(with_image, str) and with_image.startswith('{"a": 1}\n[image/png, ')
+    assert tools["echo"].call({"text": '{"a": 1}'}) == '{"a": 1}'  # an output schema says str: it stays str
+
+
+def test_json_text_that_is_too_deep_or_too_big_stays_text(stdio_tools):
+    from codeact.mcp._results import MAX_JSON_DEPTH, MAX_JSON_TEXT
+
+    blocks = by_name(stdio_tools)["text_blocks"]
+    at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
+    assert blocks.call({"texts": [at_limit]}) == eval(at_limit)  # noqa: S307 - brackets only
+    for text in ["[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
+                 '{"a": ' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1),
+                 "[" * 200_000 + "]" * 200_000,  # deeper than the parser's recursion limit
+                 "[" + "0," * (MAX_JSON_TEXT // 2) + "0]"]:  # over the size bound
+        assert blocks.call({"texts": [text]}) == text
+
+
+def test_parse_json_text_off_keeps_text_and_says_so_in_the_stub():
+    config = {"mcpServers": {"tb": {"command": PYTHON, "args": [TOOLBOX], "parseJsonText": False}}}
+    with MCPToolset(config) as tools:
+        info = by_name(tools)["get_user_info"]
+        text = info.call({"user_id": 7})
+        assert isinstance(text, str) and '"name": "Ada"' in text
+        assert info.python_stub().startswith("def get_user_info(user_id: int) -> str:")
+        assert "JSON" not in info.python_stub()
+
+
+def test_stubs_say_what_a_json_text_result_becomes(stdio_tools):
+    tools = by_name(stdio_tools)
+    stub = tools["get_user_info"].python_stub()
+    assert stub.startswith("def get_user_info(user_id: int) -> dict[str, Any] | list[Any] | str:")
+    assert "Returns: a dict or list when the server answers with a JSON object or array, else a str." in stub
+    assert "Returns:" not in tools["echo"].python_stub() and "Returns:" not in tools["weather"].python_stub()
+
+
 def test_nested_arguments_are_validated_then_sent(stdio_tools):
     order = {"customer": "Ada", "address": {"street": "1 Main St", "city": "Oslo"},
              "items": [{"sku": "a", "quantity": 2}, {"sku": "b", "quantity": 3}], "payment": {"kind": "card", "number": "4"}}
     result = by_name(stdio_tools)["place_order"].call({"order": order})
-    assert '"total_items": 5' in result and '"payment": "card"' in result
+    assert result == {"total_items": 5, "payment": "card", "city": "Oslo", "dry_run": True}  # JSON text, parsed
     from codeact.errors import ToolArgumentError
 
     with pytest.raises(ToolArgumentError, match=r"order\['items'\]\[0\]\['quantity'\]"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 
 import pytest
 
@@ -178,3 +179,19 @@ def test_server_spec_from_the_command_line():
         with pytest.raises(ConfigError, match="--mcp-server"):
             parse_server_spec(bad)
     assert MCPServerConfig("a", command="x").describe() == "stdio: x"
+
+
+def test_parse_json_text_setting_is_read_and_checked():
+    def one(entry):
+        return parse_config({"mcpServers": {"tb": {"command": "x", **entry}}}, "servers.json")[0]
+
+    assert one({}).parse_json_text is True
+    assert one({"parseJsonText": False}).parse_json_text is False
+    for wrong in ("false", 0, None, [True]):
+        with pytest.raises(ConfigError, match=r"servers.json: mcpServers.tb.parseJsonText: expected true or false, "
+                                              rf"got {re.escape(repr(wrong))}"):
+            one({"parseJsonText": wrong})
+    with pytest.raises(ConfigError, match="parse_json_text must be True or False, got 'no'"):
+        MCPServerConfig("tb", command="x", parse_json_text="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="known keys: .*parseJsonText"):
+        one({"parseJSONText": False})

@@ -17,8 +17,11 @@ HTTP, or SSE when ``"type": "sse"`` (``"transport"`` is accepted too) or the
 URL's path ends in ``/sse``. ``${env:VAR}`` in any string is replaced by the
 environment variable (``${env:VAR:-default}`` gives a default), so secrets
 stay out of the file. codeact also reads ``timeout`` (seconds one call may
-take) and ``disabled`` (skip the server). Any mistake is a
-:class:`~codeact.errors.ConfigError` naming the file and the key.
+take), ``connect_timeout``, ``disabled`` (skip the server) and
+``parseJsonText`` (default true: a result that is one text block holding a
+JSON object or array reaches the code parsed; false keeps it a ``str``).
+Any mistake is a :class:`~codeact.errors.ConfigError` naming the file and
+the key.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ _TRANSPORTS: dict[str, Transport] = {
     "streamablehttp": "http", "sse": "sse",
 }
 _KNOWN_KEYS = {"command", "args", "env", "cwd", "url", "headers", "type", "transport", "timeout", "disabled",
-               "connect_timeout", "description", "autoApprove", "alwaysAllow", "envFile"}
+               "connect_timeout", "parseJsonText", "description", "autoApprove", "alwaysAllow", "envFile"}
 _ENV_REF = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -66,6 +69,9 @@ class MCPServerConfig:
         transport: ``"stdio"``, ``"http"`` (streamable HTTP) or ``"sse"``; inferred when omitted.
         timeout: seconds one tool call may take.
         connect_timeout: seconds the server has to start and list its tools.
+        parse_json_text: a tool without an output schema whose result is one
+            text block holding a JSON object or array returns the parsed
+            ``dict``/``list`` instead of the text (``"parseJsonText"`` in the file).
         source: where this entry came from, for messages (``servers.json: mcpServers.git``).
     """
 
@@ -79,6 +85,7 @@ class MCPServerConfig:
     transport: Transport | None = None
     timeout: float | None = DEFAULT_CALL_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    parse_json_text: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -96,6 +103,8 @@ class MCPServerConfig:
             raise ConfigError(f"{where}: transport \"stdio\" needs \"command\"")
         if transport != "stdio" and self.url is None:
             raise ConfigError(f"{where}: transport {transport!r} needs \"url\"")
+        if not isinstance(self.parse_json_text, bool):
+            raise ConfigError(f"{where}: parse_json_text must be True or False, got {self.parse_json_text!r}")
         if self.url is not None and not re.match(r"^https?://", self.url):
             raise ConfigError(f"{where}: \"url\" must start with http:// or https://, got {self.url!r}")
         object.__setattr__(self, "transport", transport)
@@ -167,7 +176,8 @@ def parse_config(data: Any, source: str = "<mcpServers>", environ: Mapping[str, 
         unknown = sorted(set(entry) - _KNOWN_KEYS)
         if unknown:
             raise ConfigError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                              "known keys: command, args, env, cwd, url, headers, type, timeout, disabled")
+                              "known keys: command, args, env, cwd, url, headers, type, timeout, connect_timeout, "
+                              "disabled, parseJsonText")
         disabled = entry.get("disabled", False)
         if not isinstance(disabled, bool):
             raise ConfigError(f"{where}.disabled: expected true or false, got {disabled!r}")
@@ -230,12 +240,16 @@ def _server(name: str, entry: Mapping[str, Any], where: str, environ: Mapping[st
     command = text("command")
     if command is not None and not command.strip():
         raise ConfigError(f"{where}.command: is empty")
+    parse_json_text = entry.get("parseJsonText", True)
+    if not isinstance(parse_json_text, bool):
+        raise ConfigError(f"{where}.parseJsonText: expected true or false, got {parse_json_text!r} "
+                          "(true: a JSON object or array sent as text reaches the code parsed; false: as a str)")
     return MCPServerConfig(
         name=name, command=command, args=tuple(strings("args")), env=mapping("env"), cwd=cwd,
         url=text("url"), headers=mapping("headers"), transport=transport,
         timeout=seconds("timeout", DEFAULT_CALL_TIMEOUT),
         connect_timeout=seconds("connect_timeout", DEFAULT_CONNECT_TIMEOUT) or DEFAULT_CONNECT_TIMEOUT,
-        source=where,
+        parse_json_text=parse_json_text, source=where,
     )
 
 

@@ -49,7 +49,9 @@ class ServerConnection:
     def __init__(self, config: MCPServerConfig, on_tools_changed: Callable[["ServerConnection"], None]) -> None:
         self.config = config
         self.name = config.name
-        self.tools: list[Any] = []
+        self._tools: list[Any] = []
+        #: The names of :attr:`tools`, for the check each call makes.
+        self.tool_names: frozenset[str] = frozenset()
         self.capabilities: Any = None
         self.protocol_version = ""
         self.server_info: Any = None
@@ -63,6 +65,15 @@ class ServerConnection:
         self._stderr: Any = None
         self._refreshing: asyncio.Task[None] | None = None
         self._closing = False
+
+    @property
+    def tools(self) -> list[Any]:
+        return self._tools
+
+    @tools.setter
+    def tools(self, tools: list[Any]) -> None:
+        self._tools = tools
+        self.tool_names = frozenset(t.name for t in tools)
 
     # ------------------------------------------------------------------ lifetime
 
@@ -230,16 +241,19 @@ class ServerConnection:
         """
         client = self._require()
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            if progress is not None:
+        on_progress = None
+        if progress is not None:
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
                 try:
                     progress(value, total, message)
                 except Exception:  # a progress consumer must not break the call
                     pass
 
         try:
-            return await asyncio.wait_for(
-                client.call_tool(tool, arguments, progress_callback=on_progress if progress else None), timeout)
+            if _timeout is not None:  # no extra task per call, unlike wait_for (3.11+)
+                async with _timeout(timeout):
+                    return await client.call_tool(tool, arguments, progress_callback=on_progress)
+            return await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=on_progress), timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"MCP tool {tool!r} of server {self.name!r} did not answer within {timeout:g} s "
                                f"(the call was cancelled; raise \"timeout\" for {self.name!r} if it needs longer)") from None
@@ -320,6 +334,9 @@ class ServerConnection:
         if not self._closing:
             self.failure = failure
         return failure
+
+
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11+
 
 
 @contextlib.asynccontextmanager

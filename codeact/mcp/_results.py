@@ -4,6 +4,14 @@
   numbers...). The Python SDK wraps a non-object return value as
   ``{"result": value}`` with an output schema of that one property; such a
   value is unwrapped, so a tool declared ``-> str`` returns a ``str``.
+* A tool without an output schema whose content is one text block holding
+  a JSON object or array (what most servers send, and what the Python SDK
+  sends for a ``-> dict`` tool) comes back parsed, as a ``dict`` or
+  ``list``, unless the server's ``parseJsonText`` is off. Anything else
+  (a scalar, invalid JSON, several blocks, an image) stays as below. The
+  text comes from the server, so parsing is bounded: over
+  :data:`MAX_JSON_TEXT` characters or nested deeper than
+  :data:`MAX_JSON_DEPTH` it stays a ``str``.
 * Otherwise the content blocks become one ``str``: text as it is, each
   image, audio clip or binary resource saved as a run artifact and shown by
   a short stand-in (``[image/png, 12,345 bytes, saved as mcp_files_1.png]``),
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import mimetypes
 from typing import Any, Callable, Mapping
 
@@ -23,6 +32,12 @@ from ..errors import MCPToolError
 
 #: Characters of an error message kept.
 MAX_ERROR_TEXT = 4000
+#: Longest text (characters) parsed as JSON; longer text stays a ``str``. Parsing expands text
+#: up to ~20x in host memory (``[[],[],...]``), so this bounds what one result can cost the host.
+MAX_JSON_TEXT = 4 * 1024 * 1024
+#: Deepest nesting of parsed JSON handed over; deeper text stays a ``str`` (the bridge's codec
+#: refuses values nested deeper than 100, and no real result needs this much).
+MAX_JSON_DEPTH = 64
 
 #: ``save(data, mime, kind) -> stand-in text``
 Saver = Callable[[bytes, str, str], str]
@@ -47,9 +62,12 @@ def shown_output_schema(output_schema: Mapping[str, Any] | None) -> Mapping[str,
     return output_schema
 
 
-def convert_result(result: Any, *, server: str, tool: str, output_schema: Mapping[str, Any] | None,
-                   save: Saver) -> Any:
+def convert_result(result: Any, *, server: str, tool: str, unwrap: bool, parse_json: bool, save: Saver) -> Any:
     """The Python value of a ``CallToolResult`` (see the module docs).
+
+    ``unwrap``: the tool's output schema is the SDK's ``{"result": value}``
+    wrapper (:func:`is_result_wrapper`, decided once per tool). ``parse_json``:
+    the tool has no output schema and its server parses JSON text.
 
     Raises:
         MCPToolError: the result has ``isError`` set.
@@ -64,10 +82,52 @@ def convert_result(result: Any, *, server: str, tool: str, output_schema: Mappin
         for block in result.content:  # images next to structured data still reach the artifacts
             if getattr(block, "type", "") in ("image", "audio"):
                 _binary(block, save)
-        if is_result_wrapper(output_schema) and isinstance(structured, Mapping) and set(structured) == {"result"}:
+        if unwrap and isinstance(structured, Mapping) and set(structured) == {"result"}:
             return structured["result"]
         return structured
-    return content_text(result.content, save)
+    blocks = result.content
+    if parse_json and blocks and len(blocks) == 1 and getattr(blocks[0], "type", "") == "text":
+        text = blocks[0].text
+        value = parse_json_text(text)
+        return text if value is None else value
+    return content_text(blocks, save)
+
+
+def parse_json_text(text: Any) -> dict[str, Any] | list[Any] | None:
+    """``text`` parsed when it is a JSON object or array within the bounds; None otherwise.
+
+    Never raises: invalid JSON, a scalar, text over :data:`MAX_JSON_TEXT`
+    characters, nesting deeper than :data:`MAX_JSON_DEPTH` (or than the
+    parser's recursion limit) and numbers Python will not convert all give
+    None, and the caller keeps the text.
+    """
+    if not isinstance(text, str) or len(text) > MAX_JSON_TEXT:
+        return None
+    start = len(text) - len(text.lstrip())
+    if start == len(text) or text[start] not in "[{":
+        return None  # a scalar or empty: the text itself is the value
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # invalid, a 5000-digit number, thousands of levels deep
+        return None
+    if not isinstance(value, (dict, list)) or _deeper_than(text, value, MAX_JSON_DEPTH):
+        return None
+    return value
+
+
+def _deeper_than(text: str, value: Any, limit: int) -> bool:
+    """True if ``value`` (parsed from ``text``) nests more than ``limit`` containers deep."""
+    if text.count("[") + text.count("{") <= limit:  # an upper bound on the depth: no walk needed
+        return False
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        for item in (node.values() if isinstance(node, dict) else node):
+            if isinstance(item, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((item, depth + 1))
+    return False
 
 
 def content_text(blocks: Any, save: Saver) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -27,7 +26,7 @@ from ..tools import RunContext, Tool
 from ..tools._json_schema import python_name
 from ._config import MCPServerConfig, load_config, parse_config
 from ._connection import ServerConnection
-from ._results import convert_result, extension_for, shown_output_schema, stand_in
+from ._results import convert_result, extension_for, is_result_wrapper, shown_output_schema, stand_in
 
 OnError = Literal["raise", "skip"]
 
@@ -297,12 +296,16 @@ class MCPToolset(Sequence[Tool[..., Any]]):
 
     def _make_tool(self, name: str, conn: ServerConnection, spec: Any) -> Tool[..., Any]:
         server, original = conn.name, spec.name
-        # Without an output schema the result is the content as text (see _results).
-        output_schema = shown_output_schema(spec.output_schema) or {"type": "string"}
+        # Decided once per tool, not per call (see _results): the SDK's {"result": x} wrapper is
+        # unwrapped; without an output schema the result is the text, or its JSON parsed.
+        unwrap = is_result_wrapper(spec.output_schema)
+        parse_json = spec.output_schema is None and conn.config.parse_json_text
+        output_schema = shown_output_schema(spec.output_schema) or (
+            {"type": ["object", "array", "string"]} if parse_json else {"type": "string"})
         timeout = conn.config.timeout
 
         def call(arguments: dict[str, Any], context: RunContext[Any] | None) -> Any:
-            return self._call(server, original, arguments, context, spec.output_schema, timeout)
+            return self._call(server, original, arguments, context, unwrap, parse_json, timeout)
 
         description = (spec.description or "").strip()
         title = getattr(spec, "title", None)
@@ -310,6 +313,8 @@ class MCPToolset(Sequence[Tool[..., Any]]):
             description = title or f"The {original!r} tool of MCP server {server!r} (it has no description)."
         if name != original:
             description += f"\n\n(MCP tool {original!r} of server {server!r}.)"
+        if parse_json:
+            description += "\n\nReturns: a dict or list when the server answers with a JSON object or array, else a str."
         # The call enforces `timeout` itself (and cancels it on the server), so the Tool has none: a Tool
         # timeout would add a thread hop per call. The sandbox's own limit is set a little after ours.
         tool = Tool.from_schema(name, description, spec.input_schema or {"type": "object"}, call,
@@ -333,21 +338,8 @@ class MCPToolset(Sequence[Tool[..., Any]]):
     # ------------------------------------------------------------------ calls (from any thread)
 
     def _submit(self, coroutine: Any, timeout: float | None) -> Any:
-        loop = self._runtime.loop
-        if loop is None or self._runtime.closed:
-            coroutine.close()
-            raise MCPServerError("the MCP connections are closed (the toolset was closed)")
-        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-        try:
-            # The coroutine enforces `timeout` itself; this bound only guards a stuck loop.
-            done, _ = concurrent.futures.wait([future], None if timeout is None else timeout + 30.0)
-        except BaseException:
-            future.cancel()  # the caller gave up (an interrupt): stop the call on the server too
-            raise
-        if not done:
-            future.cancel()
-            raise TimeoutError("the MCP connection did not answer")
-        return future.result()
+        """Run ``coroutine`` on the connections' loop and wait for it (from any other thread)."""
+        return self._runtime.call(coroutine, timeout)
 
     def _connection(self, server: str) -> ServerConnection:
         conn = self._connections.get(server)
@@ -357,14 +349,14 @@ class MCPToolset(Sequence[Tool[..., Any]]):
         return conn
 
     def _call(self, server: str, tool: str, arguments: dict[str, Any], context: RunContext[Any] | None,
-              output_schema: Any, timeout: float | None) -> Any:
+              unwrap: bool, parse_json: bool, timeout: float | None) -> Any:
         conn = self._connection(server)
-        if conn.failure is None and all(t.name != tool for t in conn.tools):
+        if conn.failure is None and tool not in conn.tool_names:
             raise MCPServerError(f"MCP server {server!r} no longer offers the tool {tool!r} "
                                  f"(it now offers: {', '.join(t.name for t in conn.tools) or 'none'})", server=server)
         progress = context.report_progress if context is not None else None
-        result = self._submit(conn.call_tool(tool, arguments, timeout, progress), timeout)
-        return convert_result(result, server=server, tool=tool, output_schema=output_schema,
+        result = self._runtime.call(conn.call_tool(tool, arguments, timeout, progress), timeout)
+        return convert_result(result, server=server, tool=tool, unwrap=unwrap, parse_json=parse_json,
                               save=self._saver(server, context))
 
     def _saver(self, server: str, context: RunContext[Any] | None) -> Any:
@@ -487,6 +479,20 @@ def _helper_tools(toolset: MCPToolset) -> list[Tool[..., Any]]:
     return tools
 
 
+class _Call:
+    """One coroutine run on the loop for a caller on another thread, which waits on ``done``."""
+
+    __slots__ = ("coroutine", "done", "task", "outcome", "cancelled")
+
+    def __init__(self, coroutine: Any) -> None:
+        self.coroutine = coroutine
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.task: asyncio.Task[Any] | None = None
+        self.outcome: tuple[bool, Any] | None = None  # (ok, value or exception), set once
+        self.cancelled = False
+
+
 class _Runtime:
     """The toolset's event loop thread; closing it stops every connection first."""
 
@@ -496,6 +502,86 @@ class _Runtime:
         self.tasks: list[asyncio.Future[Any]] = []
         self.closed = False
         self._lock = threading.Lock()
+        self._answer_lock = threading.Lock()
+        self._calls: set[_Call] = set()  # callers waiting now; close() answers the ones the loop left
+
+    # Every MCP tool call crosses from a host-call worker thread to this loop and back, so the
+    # crossing is kept to one wake-up each way: call_soon_threadsafe wakes the loop, which starts
+    # the task; the task's done-callback releases the caller's lock. (run_coroutine_threadsafe
+    # with concurrent.futures does the same with a Future, a Condition and more code per call.)
+
+    def call(self, coroutine: Any, timeout: float | None) -> Any:
+        """Run ``coroutine`` on the loop and return its result (call from any thread but the loop's).
+
+        ``coroutine`` enforces its own ``timeout``; the wait here is bounded a
+        little longer only to survive a stuck loop.
+
+        Raises:
+            MCPServerError: the toolset is closed or closes during the call.
+            TimeoutError: the loop did not answer within ``timeout`` + 30 s.
+            Exception: whatever the coroutine raised.
+        """
+        loop = self.loop
+        call = _Call(coroutine)
+        self._calls.add(call)
+        try:
+            if loop is None or self.closed:
+                coroutine.close()
+                raise MCPServerError("the MCP connections are closed (the toolset was closed)")
+            try:
+                loop.call_soon_threadsafe(self._start, call)
+            except RuntimeError:  # the loop closed in between
+                coroutine.close()
+                raise MCPServerError("the MCP connections are closed (the toolset was closed)") from None
+            try:
+                finished = call.done.acquire(timeout=-1 if timeout is None else timeout + 30.0)
+            except BaseException:
+                self._cancel(call)  # the caller gave up (an interrupt): stop the call on the server too
+                raise
+        finally:
+            self._calls.discard(call)
+        if not finished:
+            self._cancel(call)
+            raise TimeoutError("the MCP connection did not answer")
+        ok, value = call.outcome  # type: ignore[misc]
+        if ok:
+            return value
+        raise value
+
+    def _start(self, call: _Call) -> None:  # on the loop
+        if call.cancelled:
+            call.coroutine.close()
+            return
+        call.task = task = asyncio.ensure_future(call.coroutine)
+        task.add_done_callback(lambda _: self._finished(call))
+
+    def _finished(self, call: _Call) -> None:  # on the loop
+        task = call.task
+        assert task is not None
+        if task.cancelled():
+            self._answer(call, (False, MCPServerError("the MCP call was stopped (the toolset is closing)")))
+            return
+        exc = task.exception()
+        self._answer(call, (False, exc) if exc is not None else (True, task.result()))
+
+    def _answer(self, call: _Call, outcome: tuple[bool, Any]) -> None:
+        with self._answer_lock:
+            if call.outcome is not None:
+                return
+            call.outcome = outcome
+        call.done.release()
+
+    def _cancel(self, call: _Call) -> None:
+        call.cancelled = True
+        loop = self.loop
+
+        def cancel() -> None:
+            if call.task is not None:
+                call.task.cancel()
+
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs any more
+                loop.call_soon_threadsafe(cancel)
 
     def start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -551,6 +637,9 @@ class _Runtime:
         if not thread.is_alive():
             with contextlib.suppress(Exception):
                 loop.close()
+        # Callers whose call the stopped loop never finished must not wait for it.
+        for call in list(self._calls):
+            self._answer(call, (False, MCPServerError("the MCP connections were closed during the call")))
 
 
 @contextlib.asynccontextmanager

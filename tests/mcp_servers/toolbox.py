@@ -5,8 +5,9 @@ Run: ``python tests/mcp_servers/toolbox.py [stdio|http|sse] [--port N]``.
 Tools: text, structured output, an image, audio, an error, a resource link,
 a tool whose name is not an identifier, schemas with anyOf/oneOf, nested
 objects, arrays of objects and $ref, one that adds a tool (and announces the
-change), one that reports progress, one that is slow, and one that makes the
-server exit mid-call. Also a resource and a prompt.
+change), one that reports progress, one that is slow, one that makes the
+server exit mid-call, and one that answers with the text blocks it is given
+(JSON or not, no structured content). Also a resource and a prompt.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Annotated, Literal, Union
 import anyio
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ResourceLink
+from mcp.types import ImageContent, ResourceLink, TextContent
 from pydantic import BaseModel, Field
 
 # A valid 1x1 PNG.
@@ -111,6 +112,15 @@ def fail(message: str) -> str:
 def link() -> list[ResourceLink]:
     """A link to the hello note."""
     return [ResourceLink(type="resource_link", uri="note://hello", name="hello", mime_type="text/plain")]
+
+
+@app.tool(structured_output=False)
+def text_blocks(texts: list[str], image: bool = False) -> list[TextContent | ImageContent]:
+    """Answer with each of TEXTS as its own text block, no structured content (and an image block if IMAGE)."""
+    blocks: list[TextContent | ImageContent] = [TextContent(type="text", text=t) for t in texts]
+    if image:
+        blocks.append(ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png"))
+    return blocks
 
 
 @app.tool(name="get-user.info")
