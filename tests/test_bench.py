@@ -611,8 +611,11 @@ def test_progress_bar_shows_eta_and_running_success() -> None:
     bar = BarProgress(Console(file=buf, force_terminal=True, width=160))
     bar.start(total=4, done=1)
     bar.advance(Episode(key="s/t/codeact/0", suite="s", task="t", agent="codeact", repeat=0, success=True))
-    bar.advance(Episode(key="s/t/react-fc/0", suite="s", task="t", agent="react-fc", repeat=0, success=False))
+    bar.advance(Episode(key="s/t/react-fc/0", suite="s", task="t", agent="react-fc", repeat=0, success=False,
+                        outcome="wrong_answer"))
+    bar.advance(Episode(key="s/t/react-fc/1", suite="s", task="t", agent="react-fc", repeat=1, success=False,
+                        outcome="model_error"))
     bar.stop()
     text = buf.getvalue()
-    assert "2/4" in text and "ETA" in text and "codeact 1/1" in text and "react-fc 0/1" in text
+    assert "3/4" in text and "ETA" in text and "codeact 1/1" in text and "react-fc 0/1 (+1 errors)" in text
     assert isinstance(default_progress(), NoProgress)  # pytest's stderr is not a terminal

@@ -116,7 +116,8 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def codeact(*argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+def codeact(*argv: str, env: dict[str, str] | None = None,
+            timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "codeact.cli", *argv], env=env or cli_env(), capture_output=True,
                           text=True, timeout=timeout)
@@ -152,7 +153,8 @@ def test_each_episode_gets_one_outcome_and_success_is_over_the_episodes_that_ran
     # Turns over the solved episodes, and over all that ran with each failure at its turn limit (2).
     assert m["turns_solved"].mean == 1.0 and m["turns"].mean == pytest.approx((1 + 2 + 2 + 2) / 4)
     md = (out / "report.md").read_text()
-    assert "| agent | episodes | solved | wrong answer | turn limit | context overflow | model error * | timeout * |" in md
+    assert ("| agent | episodes | solved | wrong answer | turn limit | context overflow | model error * | timeout * |"
+            in md)
     assert "| react-json | 7 | 1 | 1 | 1 | 1 | 2 | 1 |" in md
     assert "3 of 7 episodes did not run to an answer or a turn limit" in md
     summary = json.loads((out / "report.json").read_text())["overall"]["react-json"]
@@ -281,7 +283,8 @@ def test_several_models_in_one_table(suite: Path, server: OpenAITestServer, tmp_
     assert sorted(r.body["model"] for r in preflight) == ["alpha", "beta"]  # one tiny request per model
     report = json.loads((out / "report.json").read_text())
     assert report["models"] == ["alpha", "beta"]
-    assert report["agents"] == ["alpha · react-json", "alpha · react-text", "beta · react-json", "beta · react-text"]
+    assert report["agents"] == ["alpha · react-json", "alpha · react-text",
+                                "beta · react-json", "beta · react-text"]
     assert {a: m["success_rate"]["mean"] for a, m in report["overall"].items()} == {
         "alpha · react-json": 1.0, "alpha · react-text": 1.0, "beta · react-json": 0.0, "beta · react-text": 0.0}
     md = (out / "report.md").read_text()

@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items()
-           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEACT_MODEL", "DOCKER_HOST", "CODEACT_SCRIPTED_REPLIES")}
+           if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEACT_MODEL", "DOCKER_HOST",
+                        "CODEACT_SCRIPTED_REPLIES")}
     out["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     out.update(extra)
     return out
 
 
-def codeact(*argv: str, environ: dict[str, str], cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+def codeact(*argv: str, environ: dict[str, str],
+            cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "codeact.cli", *argv], env=environ, capture_output=True, text=True,
                           timeout=120, cwd=cwd)

@@ -244,6 +244,7 @@ def paired(episodes: Sequence[Episode], a: str, b: str,
     def ratio(x: list[float], y: list[float]) -> float:
         return statistics.fmean(y) / statistics.fmean(x) if x and y and statistics.fmean(x) else math.nan
 
-    return Paired(a=a, b=b, tasks=len(values), success_diff=mean_stat(values, ci=True, lowest=-1.0, highest=1.0), b_better=better_b,
+    diff = mean_stat(values, ci=True, lowest=-1.0, highest=1.0)
+    return Paired(a=a, b=b, tasks=len(values), success_diff=diff, b_better=better_b,
                   a_better=better_a, ties=len(values) - better_b - better_a, sign_test_p=sign_test(better_b, better_a),
                   calls_ratio=ratio(calls_a, calls_b), tokens_ratio=ratio(tokens_a, tokens_b), per_task=diffs)

@@ -24,7 +24,8 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
     """success_rate.png (per agent, 95 % interval bars), turns_per_task.png, tokens_per_task.png."""
     directory.mkdir(parents=True, exist_ok=True)
     return [_success(report, directory / "success_rate.png"),
-            _per_task(report, directory / "turns_per_task.png", "turns", "turns (episodes that ran; failures at the limit)"),
+            _per_task(report, directory / "turns_per_task.png", "turns",
+                      "turns (episodes that ran; failures at the limit)"),
             _per_task(report, directory / "tokens_per_task.png", "tokens", "tokens per episode (prompt + completion)")]
 
 

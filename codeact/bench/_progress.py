@@ -1,4 +1,4 @@
-"""A progress bar for a bench run: done/total, ETA, and each agent's running success rate (stderr, terminals only)."""
+"""A progress bar for a bench run: done/total, ETA, each agent's running success count (stderr, terminals only)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class BarProgress:
         self._task: Any = None
         self._ok: Counter[str] = Counter()
         self._n: Counter[str] = Counter()
+        self._excluded: Counter[str] = Counter()
 
     def start(self, total: int, done: int) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
@@ -53,9 +54,15 @@ class BarProgress:
         self._task = self._bar.add_task("bench", total=total, rates="")
 
     def advance(self, episode: Episode) -> None:
-        self._n[episode.agent] += 1
+        # Solved out of the episodes that ran; those that failed in the infrastructure are shown apart.
+        if episode.ran:
+            self._n[episode.agent] += 1
+        else:
+            self._excluded[episode.agent] += 1
+            self._n.setdefault(episode.agent, 0)
         self._ok[episode.agent] += int(episode.success)
-        rates = "  ".join(f"{a} {self._ok[a]}/{n}" for a, n in self._n.items())
+        rates = "  ".join(f"{a} {self._ok[a]}/{n}" + (f" (+{self._excluded[a]} errors)" if self._excluded[a] else "")
+                          for a, n in self._n.items())
         if self._bar is not None:
             self._bar.update(self._task, advance=1, rates=rates)
 

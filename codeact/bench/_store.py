@@ -61,7 +61,7 @@ class Episode:
     agent: str
     repeat: int
     success: bool = False
-    outcome: str = "harness_error"  # see codeact.bench._outcomes
+    outcome: str = ""  # see codeact.bench._outcomes; when not given, derived from success and status
     error_kind: str = ""
     status: str = "error"  # the run's status, or "error"/"timeout" when it did not finish
     check: str = ""
@@ -95,6 +95,12 @@ class Episode:
     started: float = 0.0
     finished: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not self.outcome:
+            from ._outcomes import from_legacy
+
+            self.outcome = from_legacy({"success": self.success, "status": self.status})
+
     @property
     def turns_counted(self) -> int:
         """Turns for the metrics: the turns taken when it succeeded, else the task's turn limit."""
@@ -117,12 +123,8 @@ class Episode:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Episode:
         known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        if "outcome" not in data:  # written before outcomes were recorded
-            from ._outcomes import from_legacy
-
-            values["outcome"] = from_legacy(data)
-        return cls(**values)
+        # A line written before outcomes were recorded gets one from its success and status (__post_init__).
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def episode_key(suite: str, task: str, agent: str, repeat: int, model: str | None = None) -> str:
