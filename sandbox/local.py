@@ -15,10 +15,8 @@ subprocess's stdin and stdout pipes.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import os
 import queue
-import resource
 import shutil
 import signal
 import subprocess
@@ -42,6 +40,7 @@ from .result import FileInfo
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SYSTEMROOT")
 
 _RUNTIME_DIR = str(Path(__file__).parent / "runtime")
+_LAUNCHER = str(Path(__file__).parent / "_launch.py")
 
 
 def _parse_size(text: str | int | None) -> int | None:
@@ -107,24 +106,15 @@ class LocalKernel:
         #: The session's packages (sandbox.packages.SessionPackages), when installs are possible.
         self.packages: Any = None
 
-    def _preexec(self) -> None:
-        # Runs in the child between fork and exec.
-        if self._limits["as"]:
-            resource.setrlimit(resource.RLIMIT_AS, (self._limits["as"], self._limits["as"]))
-        if self._limits["fsize"]:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (self._limits["fsize"], self._limits["fsize"]))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        try:  # die with the host process, however it dies
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
-
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: str | None = None
                ) -> tuple[subprocess.Popen[bytes], Stream]:
         try:
-            proc = _spawner().popen(argv, cwd=cwd or self.workdir, env=env, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                    preexec_fn=self._preexec)
+            # Limits and the parent-death signal are set by a launcher after the fork, not by preexec_fn
+            # (see _launch.py: Python code in a forked child of a threaded process can deadlock).
+            launch = [sys.executable, "-I", "-S", _LAUNCHER, str(os.getpid()), str(self._limits["as"] or 0),
+                      str(self._limits["fsize"] or 0), "--", *argv]
+            proc = _spawner().popen(launch, cwd=cwd or self.workdir, env=env, stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             raise KernelStartError(f"could not start {self.python}: {exc}") from exc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
