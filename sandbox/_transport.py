@@ -8,8 +8,11 @@ out) or a local subprocess's pipes. :class:`Connection` owns that stream:
   than ``max_frame`` and hands each to the session's ``on_frame``; the
   kernel's own stderr is kept as a short tail for crash reports;
 * :meth:`Connection.send` writes without ever blocking the caller for long:
-  what the kernel does not read is queued, and a kernel that stops reading
-  for ``write_stall`` seconds is reported as broken;
+  what the kernel does not read is queued, up to ``max_queued`` bytes, and
+  what was queued must be read within ``write_stall`` seconds (plus a second
+  per MiB of it): a kernel that reads too little, or too slowly to keep up
+  with what it asks for, is reported as broken. Reading a byte now and then
+  is not progress: the backlog must go;
 * anything malformed, oversized or unexpected ends the connection with a
   reason (``on_closed``); nothing the kernel sends raises out of here.
 
@@ -40,6 +43,11 @@ _COALESCE = 64 * 1024
 # Reads stay below malloc's mmap threshold (128 KiB): a larger read buffer is mapped
 # and unmapped on every call, which costs more than the message it carries.
 _READ_SIZE = 1 << 16
+#: What one queued frame costs the host beyond its bytes (the objects that hold it): counted
+#: against ``max_queued``, so that a flood of tiny replies is bounded as well as a few large ones.
+_ENTRY_COST = 256
+#: The slowest a kernel may read a backlog: ``write_stall`` seconds plus one per this many bytes.
+_MIN_READ_RATE = 1 << 20
 
 
 class Stream(Protocol):
@@ -60,7 +68,7 @@ class Stream(Protocol):
         """Write what the stream takes now; raises BlockingIOError when it takes nothing."""
         ...
 
-    def send_many(self, views: list[memoryview]) -> int:
+    def send_many(self, views: list[memoryview | bytearray]) -> int:
         """Like :meth:`send` for several buffers in one call (gathered write where the stream can)."""
         ...
 
@@ -139,7 +147,7 @@ class SocketStream:
     def write_fd(self) -> int:
         return self.sock.fileno()
 
-    def send(self, data: memoryview) -> int:
+    def send(self, data: memoryview | bytearray) -> int:
         try:
             return self.sock.send(data)
         except ssl.SSLWantWriteError:
@@ -147,7 +155,7 @@ class SocketStream:
         except ssl.SSLWantReadError:
             raise BlockingIOError(errno.EAGAIN, "TLS would block") from None
 
-    def send_many(self, views: list[memoryview]) -> int:
+    def send_many(self, views: list[memoryview | bytearray]) -> int:
         if self.is_tls or len(views) == 1:
             return self.send(views[0])
         return self.sock.sendmsg(views)
@@ -195,7 +203,7 @@ class PipeStream:
     def send(self, data: memoryview) -> int:
         return self.send_many([data])
 
-    def send_many(self, views: list[memoryview]) -> int:
+    def send_many(self, views: list[memoryview | bytearray]) -> int:
         try:
             return os.writev(self.stdin, views)
         except BrokenPipeError:
@@ -227,16 +235,26 @@ class Connection:
     """
 
     def __init__(self, stream: Stream, *, max_frame: int, on_frame: FrameHandler, on_closed: CloseHandler,
-                 kinds: set[bytes] | None = None, write_stall: float = 30.0, name: str = "kernel") -> None:
+                 kinds: set[bytes] | None = None, write_stall: float = 30.0, max_queued: int | None = None,
+                 name: str = "kernel") -> None:
         self.stream = stream
         self.write_stall = write_stall
+        self.max_queued = max_queued
         self._on_frame = on_frame
         self._on_closed = on_closed
         self._parser = wire.FrameParser(max_frame, kinds=kinds)
         self._lock = threading.Lock()
-        self._out: deque[memoryview] = deque()
+        # Frames waiting for the kernel: large ones as views of their own buffers, small ones copied
+        # together into bytearrays of up to _COALESCE bytes (one write for many, little overhead each).
+        self._out: deque[memoryview | bytearray] = deque()
         self._out_bytes = 0
-        self._last_progress = time.monotonic()
+        self._out_cost = 0  # _out_bytes plus _ENTRY_COST per queued frame
+        self._queued_total = 0  # bytes ever queued, and ever written: progress is the second catching up
+        self._sent_total = 0
+        # (since, target, allowed): every byte queued up to ``target`` must be written within ``allowed``
+        # seconds of ``since``; None while nothing waits.
+        self._mark: tuple[float, int, float] | None = None
+        self._failure: str | None = None  # why this side ended the stream (the kernel's fault)
         self._last_read = time.monotonic()
         self._closed = False
         self._reason: str | None = None
@@ -253,22 +271,42 @@ class Connection:
         """Queue one frame for the kernel; raises ConnectionError once the stream is closed."""
         views = [memoryview(c) for c in wire.frame(kind, *chunks)]
         total = sum(len(v) for v in views)
-        if total <= _COALESCE and len(views) > 1:
-            views = [memoryview(b"".join(views))]  # one write, one wake-up on the other side
         with self._lock:
             if self._closed:
-                raise ConnectionError("the kernel's stream is closed")
-            was_idle = not self._out
-            for view in views:
-                self._out.append(view)
-                self._out_bytes += len(view)
-            if was_idle:
-                self._last_progress = time.monotonic()
+                raise ConnectionError(self._failure or "the kernel's stream is closed")
+            if total <= _COALESCE:  # one write, one wake-up on the other side
+                tail = self._out[-1] if self._out else None
+                if type(tail) is not bytearray or len(tail) + total > _COALESCE:
+                    tail = bytearray()
+                    self._out.append(tail)
+                    self._out_cost += _ENTRY_COST
+                for view in views:
+                    tail += view
+            else:
+                self._out.extend(views)
+                self._out_cost += _ENTRY_COST * len(views)
+            self._out_bytes += total
+            self._out_cost += total
+            self._queued_total += total
             if self.stream.direct_send:
                 self._flush_locked()
+            if self._out and self._mark is None:
+                self._set_mark_locked()
+            failure = None
+            if self.max_queued is not None and self._out_cost > self.max_queued:
+                failure = self._failure = (
+                    f"the kernel left {self._out_bytes:,} bytes of the host's messages unread "
+                    f"(at most {self.max_queued:,}: Limits.max_unread_bytes)")
+                self._closed = True
             pending = bool(self._out)
-        if pending:
+        if pending or failure:
             self._wake()
+        if failure:
+            raise ConnectionError(failure)
+
+    def _set_mark_locked(self) -> None:
+        backlog = self._queued_total - self._sent_total
+        self._mark = (time.monotonic(), self._queued_total, self.write_stall + backlog / _MIN_READ_RATE)
 
     def _flush_locked(self) -> None:
         while self._out:
@@ -279,16 +317,26 @@ class Connection:
                 return
             if written <= 0:
                 return
-            self._last_progress = time.monotonic()
             self._out_bytes -= written
+            self._out_cost -= written
+            self._sent_total += written
             while written:
-                view = self._out[0]
-                if written >= len(view):
-                    written -= len(view)
+                head = self._out[0]
+                if written >= len(head):
+                    written -= len(head)
                     self._out.popleft()
+                    self._out_cost -= _ENTRY_COST
                 else:
-                    self._out[0] = view[written:]
+                    if type(head) is bytearray:
+                        del head[:written]  # the write has let go of its buffer: it may shrink
+                    else:
+                        self._out[0] = head[written:]
                     written = 0
+            if self._mark is not None and self._sent_total >= self._mark[1]:
+                # Everything that waited at the mark is through: measure what waits now, from now.
+                self._mark = None
+                if self._out:
+                    self._set_mark_locked()
 
     def _wake(self) -> None:
         with self._lock:
@@ -318,11 +366,16 @@ class Connection:
             watching_write = False
             while True:
                 with self._lock:
+                    if self._failure is not None:
+                        reason = self._failure
+                        break
                     if self._closed:
                         break
                     wants_write = bool(self._out)
-                    if wants_write and time.monotonic() - self._last_progress > self.write_stall:
-                        reason = f"the kernel stopped reading its input for {self.write_stall:g} s"
+                    mark = self._mark
+                    if wants_write and mark is not None and time.monotonic() - mark[0] > mark[2]:
+                        reason = (f"the kernel did not read the host's messages: "
+                                  f"{mark[1] - self._sent_total:,} bytes waited more than {mark[2]:.0f} s")
                         break
                 if wants_write != watching_write:
                     if shared_fd:
@@ -370,10 +423,11 @@ class Connection:
         finally:
             selector.close()
             with self._lock:
-                already = self._closed
+                already = self._closed and self._failure is None  # closed by the host: no one's fault
                 self._closed = True
                 self._out.clear()
-                self._out_bytes = 0
+                self._out_bytes = self._out_cost = 0
+                self._mark = None
             self.stream.close()
             with self._lock:  # a closed fd number may be reused: never write to it again
                 for fd in (self._wake_r, self._wake_w):

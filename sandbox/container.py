@@ -220,20 +220,26 @@ class DockerKernel:
                 pass
 
     def oom_since(self, started: float) -> bool:
-        """Whether the engine logged an out-of-memory kill in the container since ``started``."""
+        """Whether the engine logged an out-of-memory kill in the container since ``started``.
+
+        One query of the events logged until now: an ``until`` in the future
+        would make the engine hold the answer open until then. The supervisor
+        reads the container's own OOM counter and says so first (see
+        :mod:`sandbox_init`); this is the fallback without its word.
+        """
         container = self.container_id
         if container is None:
             return False
-        for _ in range(10):  # the event may trail the kill by a moment
+        now = time.time()
+        try:
+            events = self.client.api.events(since=f"{max(started - 1, 0):.9f}", until=f"{now:.9f}", decode=True,
+                                            filters={"container": container, "event": ["oom"]})
             try:
-                events = self.client.api.events(since=int(started) - 1, until=int(time.time()) + 1, decode=True,
-                                                filters={"container": container, "event": ["oom"]})
-                if any(True for _ in events):
-                    return True
-            except Exception:
-                return False
-            time.sleep(0.05)
-        return False
+                return any(True for _ in events)
+            finally:
+                _close_quietly(events)
+        except Exception:
+            return False
 
     def memory_limit(self) -> str | None:
         return self.memory

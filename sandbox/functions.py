@@ -429,6 +429,8 @@ class HostCall:
 
 
 ReplySender = Callable[[int, int, list[Any]], None]
+#: Names listed when a call names an unregistered function.
+_NAMES_SHOWN = 20
 
 
 @dataclass
@@ -464,7 +466,8 @@ class FunctionDispatcher:
     time, counting calls that overran their timeout and are still running:
     Python cannot stop a thread). A call over the limit, to an unknown
     name, or over the run's budget is refused at once with an error the
-    sandbox code can read.
+    sandbox code can read. Refused calls count against the run's budget
+    too: a refusal costs the host a reply like any other call.
     """
 
     def __init__(self, functions: Iterable[Callable[..., Any] | HostFunction] = (), *,
@@ -492,6 +495,14 @@ class FunctionDispatcher:
                 raise FunctionRegistrationError(f"no host function named {name!r} is registered")
             del self.functions[name]
 
+    def unknown_name_message(self, name: str) -> str:
+        """What a call to an unregistered ``name`` is told (short: it is sent for every such call)."""
+        names = sorted(self.functions)
+        known = ", ".join(names[:_NAMES_SHOWN]) or "none"
+        if len(names) > _NAMES_SHOWN:
+            known += f", and {len(names) - _NAMES_SHOWN} more"
+        return f"host function {name[:100]!r} is not registered (available: {known})"
+
     def specs_json(self) -> str:
         return json.dumps([f.spec.to_json() for f in self.functions.values()])
 
@@ -506,11 +517,11 @@ class FunctionDispatcher:
         """Start a call that arrived from the sandbox; errors are answered at once (returns None)."""
         hf = self.functions.get(name)
         refusal: BaseException | None = None
-        if hf is None:
-            known = ", ".join(sorted(self.functions)) or "none"
-            refusal = NameError(f"host function {name!r} is not registered (available: {known})")
-        elif budget.calls >= budget.max_calls:
+        if budget.calls >= budget.max_calls:
             refusal = RuntimeError(f"this run made {budget.max_calls} host-function calls, the most one run may make")
+        elif hf is None:
+            refusal = NameError(self.unknown_name_message(name))
+        budget.calls += 1
         if refusal is None:
             with self._lock:
                 if self._closed:
@@ -525,7 +536,6 @@ class FunctionDispatcher:
             send(call_id, 1, encode_error(refusal))
             return None
         assert hf is not None
-        budget.calls += 1
         call = HostCall(call_id, name, self.timeout_of(hf), clock)
         call.payload_size = payload.nbytes
 
@@ -660,8 +670,7 @@ class FunctionDispatcher:
         result: Any = None
         exc: BaseException | None = None
         if hf is None:
-            known = ", ".join(sorted(self.functions)) or "none"
-            exc = NameError(f"host function {name!r} is not registered (available: {known})")
+            exc = NameError(self.unknown_name_message(name))
         else:
             timeout = self.timeout_of(hf)
             try:

@@ -12,9 +12,14 @@ it answers host-function calls. It keeps every limit on the host's clock:
   approving calls excluded), whatever the kernel sends;
 * each host call stops after its ``function_timeout`` (approval excluded);
 * everything the kernel sends is bounded (:class:`~sandbox.limits.Limits`)
-  and checked; a kernel that breaks the protocol is restarted, and the run
-  returns an error saying so. :meth:`KernelSandbox.run` never raises for
-  what the code does.
+  and checked, and so is what it makes the host hold (replies it leaves
+  unread, calls it makes between runs); a kernel that breaks the protocol
+  is restarted, and the run returns an error saying so.
+  :meth:`KernelSandbox.run` never raises for what the code does;
+* a kernel that dies (an exit, a signal, the OOM killer, a crash in C code)
+  ends its run at once: its stream closes, and in a container the supervisor
+  also says so, with whether the OOM killer did it (a hint: the exit code
+  comes from the backend, and no answer is waited for past the run's deadline).
 
 Recovery ladder on timeout: interrupt (SIGINT) -> a fresh kernel in the same
 environment (files stay) -> a new environment. State is kept when the
@@ -26,6 +31,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import signal
 import threading
 import time
 import weakref
@@ -54,7 +60,10 @@ KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', 
 #: Seconds a run waits for a file listing asked for after its code failed: bookkeeping, kept short so a
 #: kernel that never answers cannot stretch the run past its time limit by more than this.
 LISTING_RETRY_TIMEOUT = 5.0
-_SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER}
+#: Seconds a run that ended with its kernel SIGKILLed waits at most to learn whether the OOM killer did it
+#: (the supervisor says so moments after the kernel's stream closes; never past the run's own deadline).
+DEATH_HINT_WAIT = 2.0
+_SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER, wire.KIND_DIED}
 _KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON}
 
 
@@ -75,12 +84,23 @@ class KernelExit:
                 "use less memory (e.g. read files in chunks) or raise the memory limit",
             )
         how = f"exit code {self.code}" if self.code is not None and self.code >= 0 else "killed"
-        if self.code is not None and self.code > 128:
-            how = f"killed by signal {self.code - 128}"
-        elif self.code is not None and self.code < 0:
-            how = f"killed by signal {-self.code}"
+        number = self.signal
+        if number is not None:
+            try:
+                how = f"killed by {signal.Signals(number).name}, signal {number}"
+            except ValueError:
+                how = f"killed by signal {number}"
         detail = f": {self.detail}" if self.detail else ""
         return ExecutionError("KernelDied", f"the kernel process ended ({how}){detail}")
+
+    @property
+    def signal(self) -> int | None:
+        """The signal that ended the process (a shell's 128+N exit code counts), if one did."""
+        if self.code is not None and 128 < self.code < 128 + 65:
+            return self.code - 128
+        if self.code is not None and -65 < self.code < 0:
+            return -self.code
+        return None
 
 
 class KernelProcess(Protocol):
@@ -316,6 +336,15 @@ class KernelSandbox:
         self._prepared: str | None = None  # the connection file the supervisor made for the next kernel
         self._kernel_started = 0.0
         self._exit: KernelExit | None = None
+        #: The supervisor watches the current kernel (it said so in its hello) and will say when it ends;
+        #: the kernel's pid as the hello gave it, and what the supervisor said about its end (None: nothing yet).
+        self._watched = False
+        self._kernel_pid: int | None = None
+        self._oom_hint: bool | None = None
+        #: Whether ``_exit`` says all there is to know (the OOM question asked once, never again).
+        self._exit_settled = False
+        #: Host-function calls made while no code runs: refused, and paid for here (see _on_call).
+        self._idle_calls = CallBudget(self.limits.max_calls_per_run)
         self._violation: str | None = None
         self._exec: _Execution | None = None
         self._restarted_notice: str | None = None
@@ -346,8 +375,10 @@ class KernelSandbox:
             if session is not None:
                 session._on_closed(which, generation, reason)
 
+        # Only the kernel can leave what the host sends unread: the supervisor always reads its input.
+        max_queued = self.limits.max_queued if which == "kernel" else None
         return Connection(stream, max_frame=self.limits.max_frame, kinds=kinds, write_stall=self.limits.write_stall,
-                          on_frame=on_frame, on_closed=on_closed, name=which)
+                          max_queued=max_queued, on_frame=on_frame, on_closed=on_closed, name=which)
 
     def _open_environment(self) -> None:
         """Start the supervisor (a new environment) and connect to its stream."""
@@ -377,6 +408,11 @@ class KernelSandbox:
         self._kernels += 1
         self._violation = None
         self._exit = None
+        self._exit_settled = False
+        self._watched = False
+        self._kernel_pid = None
+        self._oom_hint = None
+        self._idle_calls = CallBudget(self.limits.max_calls_per_run)
         self._prepared = None
         self._set_state("starting")
         self._kernel_started = time.time()
@@ -463,7 +499,14 @@ class KernelSandbox:
                 return
             if kind == wire.KIND_HELLO:
                 if self._state == "starting":
+                    info = _small_json(body)
+                    pid = info.get("pid")
+                    self._kernel_pid = pid if type(pid) is int else None
+                    self._watched = info.get("watch") is True and self._kernel_pid is not None
                     self._set_state("ready")
+                return
+            if kind == wire.KIND_DIED:
+                self._on_died(_small_json(body))
                 return
         elif generation != self._kern_gen:
             return
@@ -486,10 +529,39 @@ class KernelSandbox:
             self._violation = f"the kernel sent a malformed message ({type(exc).__name__}: {str(exc)[:200]})"
             self._set_state("broken")
 
+    def _on_died(self, info: dict[str, Any]) -> None:
+        """The supervisor saw the watched kernel end. A hint from inside the container: it only ever
+        ends this kernel sooner and says whether the OOM killer was involved; the exit code comes from
+        the engine, and the kernel's own stream closing says the same thing a moment later."""
+        if not self._watched or self._state not in ("ready", "ended") or info.get("pid") != self._kernel_pid:
+            return  # not about the current kernel (or the supervisor was not watching it)
+        oom = info.get("oom")
+        with self._state_changed:
+            if self._oom_hint is None and type(oom) is bool:
+                self._oom_hint = oom
+            self._state_changed.notify_all()
+        kern = self._kern
+        if self._state == "ready" and kern is not None:
+            # Its stream may stay open a while (the engine waits for its output to drain): end it
+            # here, and the usual path (_on_closed) takes the exit code from the engine.
+            kern.close(wait=0)
+
     def _on_call(self, call_id: int, name: str, payload: memoryview) -> None:
         execution = self._exec
         send = self._reply_sender()
         if execution is None or not execution.user:
+            # Nothing runs, so no run pays for this call: the gap between two runs has a budget of its
+            # own. Refusing costs the host a reply; a kernel that keeps calling is stopped instead.
+            budget = self._idle_calls
+            budget.calls += 1
+            if budget.calls > budget.max_calls:
+                self._violation = (f"the kernel made more than {budget.max_calls} host-function calls while no "
+                                   "code was running")
+                self._set_state("broken")
+                kern = self._kern
+                if kern is not None:
+                    kern.close(wait=0)
+                return
             from .functions import encode_error
 
             send(call_id, wire.REPLY_ERROR, encode_error(RuntimeError(
@@ -563,6 +635,8 @@ class KernelSandbox:
         msg_id, parts = self._requests.execute(code, silent=not user, user_expressions=user_expressions)
         execution = _Execution(msg_id, user=user, limits=self.limits, output_limit=self.output_limit,
                                on_output=on_output, on_call=on_call)
+        if user:  # a new gap between runs begins after this one
+            self._idle_calls = CallBudget(self.limits.max_calls_per_run)
         self._exec = execution
         if self._state != "ready":
             execution.done.set()
@@ -622,18 +696,50 @@ class KernelSandbox:
                 "Files in the working directory were kept." + (self._restarted_notice or "")
             )
 
-    def _death_reason(self) -> ExecutionError:
+    def _death_reason(self, wait: float = 0.5) -> ExecutionError:
+        """What ended the kernel, as the run's error.
+
+        A kernel SIGKILLed may have been the OOM killer's victim: the
+        supervisor says so (waited for at most ``wait`` seconds), else the
+        backend is asked once, no longer than ``wait`` either. Asked once per
+        kernel: the next run does not wait again.
+        """
         if self._violation:
             return ExecutionError("ProtocolError", f"{self._violation}; the kernel was stopped")
         exit = self._exit or KernelExit(None)
-        if exit.code is not None and exit.code in (-9, 137) and not exit.oom:
+        if not self._exit_settled and exit.signal == signal.SIGKILL and not exit.oom:
+            if self._was_oom(wait):
+                exit = KernelExit(exit.code, True, exit.detail)
+            self._exit = exit
+            self._exit_settled = True
+        return exit.describe(self.process.memory_limit())
+
+    def _was_oom(self, wait: float) -> bool:
+        deadline = time.monotonic() + max(wait, 0.0)
+        if self._watched:
+            with self._state_changed:
+                while self._oom_hint is None and self._environment_alive():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._state_changed.wait(left)
+            if self._oom_hint is not None:
+                return self._oom_hint
+        # No word from the supervisor (an older image, or it went with its container): ask the backend,
+        # on a thread, so that an engine that does not answer cannot hold the run past its deadline.
+        answer: list[bool] = []
+        started = self._kernel_started
+
+        def ask() -> None:
             try:
-                if self.process.oom_since(self._kernel_started):
-                    exit = KernelExit(exit.code, True, exit.detail)
-                    self._exit = exit
+                answer.append(bool(self.process.oom_since(started)))
             except Exception:
                 pass
-        return exit.describe(self.process.memory_limit())
+
+        asker = threading.Thread(target=ask, daemon=True, name="sandbox-oom-query")
+        asker.start()
+        asker.join(max(deadline - time.monotonic(), 0.05))
+        return bool(answer and answer[0])
 
     def _retire_kernel(self) -> None:
         self._kern_gen += 1  # events of the old kernel's stream are ignored from now on
@@ -774,7 +880,7 @@ class KernelSandbox:
             )
             result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
         elif died:
-            result.error = self._death_reason()
+            result.error = self._death_reason(self._time_left(execution, limit))
             if self._violation:
                 result.notices.append(
                     "The sandbox broke the protocol between it and the host, so its kernel was stopped; "
@@ -833,6 +939,18 @@ class KernelSandbox:
                 except KernelStartError:
                     pass
         return result
+
+    def _time_left(self, execution: _Execution, limit: float | None) -> float:
+        """Seconds the run may still take for bookkeeping: up to its own deadline, at most DEATH_HINT_WAIT
+        (and a moment even past the deadline, so that a quick answer is not thrown away)."""
+        now = time.monotonic()
+        left = [DEATH_HINT_WAIT]
+        if limit is not None:
+            left.append(limit - execution.clock.code_time(now))
+        run_limit = self._max_run_time(limit)
+        if run_limit is not None:
+            left.append(run_limit - execution.clock.run_time(now))
+        return max(min(left), 0.2)
 
     def _limit_text(self, execution: _Execution, limit: float | None) -> str:
         if execution.timeout_kind == "run":
@@ -1027,6 +1145,17 @@ def _decode_output(data: Any, kind: str) -> Output | None:
     if not kept:
         return None
     return Output(kept, "result" if kind == "execute_result" else "display")
+
+
+def _small_json(body: bytearray, limit: int = 4096) -> dict[str, Any]:
+    """A short JSON object from the supervisor ({} for anything else: what it adds is only ever a hint)."""
+    if len(body) > limit:
+        return {}
+    try:
+        value = json.loads(bytes(body))
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 #: Evaluated in the kernel as a user expression: the working directory's files as JSON.

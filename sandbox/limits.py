@@ -44,10 +44,19 @@ class Limits:
     max_listed_files: int = 10_000
     #: One file downloaded from the sandbox (bytes).
     max_download_bytes: int = 256 * MiB
-    #: Seconds the kernel may leave the host's messages unread before it counts as broken.
+    #: Seconds the kernel may leave the host's messages unread before it counts as broken: what
+    #: was waiting must have been read within this time (plus a second per MiB of it).
     write_stall: float = 30.0
+    #: Bytes of replies the host holds for a kernel that has not read them yet (at least two
+    #: ``max_frame``: two largest replies at once); beyond it the kernel counts as broken and is replaced.
+    max_unread_bytes: int = 128 * MiB
 
     @property
     def max_frame(self) -> int:
         """The longest message the host accepts from the kernel: a payload plus framing."""
         return self.max_payload + MiB
+
+    @property
+    def max_queued(self) -> int:
+        """Bytes the host queues for a kernel that does not read (``max_unread_bytes``, at least two frames)."""
+        return max(self.max_unread_bytes, 2 * self.max_frame)

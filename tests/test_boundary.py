@@ -305,6 +305,217 @@ print(sizes[0], len(sizes), errors[:2], len(errors))
         assert sb.run("print(sink(b'ok'))").stdout == "2\n"
 
 
+def _session_containers(name: str) -> list[Any]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return client.containers.list(all=True, filters={"label": f"io.codeact.sandbox.session={name}"})
+    finally:
+        client.close()
+
+
+def _gone(name: str, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while _session_containers(name):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+# A thread floods calls to a name that is not registered; another reads the replies, 64 KiB every 2 s.
+# Each call is refused at once, and each refusal is a reply the host must hold until the kernel reads it.
+UNREAD_FLOOD = r"""
+import sandbox_runtime as s, sandbox_wire as w, sandbox_codec as c, os, threading, time
+payload = b''.join(bytes(x) for x in c.encode(((), {})))
+frame = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(1, 'no_such_tool', [payload])))
+link = s._state.link
+def slow_reader():
+    while True:
+        os.read(link.fd_in, 65536)
+        time.sleep(2)
+def flood():
+    batch = frame * 1000
+    while True:
+        os.write(link.fd_out, batch)
+threading.Thread(target=slow_reader, daemon=True).start()
+threading.Thread(target=flood, daemon=True).start()
+time.sleep(%s)
+print('the host held everything')
+"""
+
+
+def test_replies_the_kernel_never_reads_cannot_grow_host_memory() -> None:
+    """Finding 18.3: refused calls were free and their replies queued without a cap (1.9 GB in 75 s)."""
+    from sandbox import DockerSandbox, Limits
+
+    def echo(x: Any) -> Any:
+        return x
+
+    limits = Limits(max_payload=4 * 2**20, max_unread_bytes=16 * 2**20)
+    with DockerSandbox(functions=[echo], timeout=60, limits=limits) as sb:
+        name = sb.name
+        sb.run("open('kept.txt', 'w').write('kept')")
+        base = _rss()
+        peak = [base]
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(0.2):
+                peak[0] = max(peak[0], _rss())
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        started = time.monotonic()
+        try:
+            r = sb.run(UNREAD_FLOOD % 50)
+        finally:
+            stop.set()
+            watcher.join()
+        elapsed = time.monotonic() - started
+        assert r.error is not None and r.error.type == "ProtocolError", r.error
+        assert "unread" in r.error.message and "Limits.max_unread_bytes" in r.error.message, r.error
+        assert "the host held everything" not in r.stdout
+        assert elapsed < 45, elapsed  # stopped at the cap, long before the code's own 50 s
+        growth = peak[0] - base
+        assert growth < 100 * 2**20, f"host RSS grew by {growth / 2**20:.0f} MB under a 16 MB cap"
+        after = sb.run("print(open('kept.txt').read())")
+        assert after.stdout == "kept\n" and after.error is None, after  # a fresh kernel, files kept
+    assert _gone(name), "the session left a container behind"
+
+
+def test_reading_a_byte_now_and_then_is_not_progress() -> None:
+    """The write-stall guard measures the backlog going, not any byte read: a few megabytes of replies,
+    below the cap, read 64 KiB a second (each read was progress to the old guard) end the run soon after
+    the stall limit, not never."""
+    from sandbox import DockerSandbox, Limits
+
+    limits = Limits(write_stall=2.0)
+    with DockerSandbox(timeout=60, limits=limits) as sb:
+        started = time.monotonic()
+        r = sb.run(r"""
+import sandbox_runtime as s, sandbox_wire as w, sandbox_codec as c, os, threading, time
+payload = b''.join(bytes(x) for x in c.encode(((), {})))
+frame = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(1, 'no_such_tool', [payload])))
+link = s._state.link
+os.write(link.fd_out, frame * 20000)  # a few megabytes of refusals to read
+def trickle():
+    while True:
+        os.read(link.fd_in, 65536)
+        time.sleep(1)
+threading.Thread(target=trickle, daemon=True).start()
+time.sleep(50)
+print('never stopped')
+""")
+        elapsed = time.monotonic() - started
+        assert r.error is not None and r.error.type == "ProtocolError" and "did not read" in r.error.message, r.error
+        assert elapsed < 25, elapsed  # 2 s, plus a second per MiB waiting, plus a restart
+        assert sb.run("print('usable')").stdout == "usable\n"
+
+
+def test_calls_between_runs_are_paid_for() -> None:
+    """A thread left running after its run keeps calling: no run pays for those calls, so the gap between
+    runs has a budget of its own; past it the kernel is stopped and the next run says why."""
+    from sandbox import DockerSandbox, Limits
+
+    def echo(x: Any) -> Any:
+        return x
+
+    with DockerSandbox(functions=[echo], timeout=20, limits=Limits(max_calls_per_run=2000)) as sb:
+        r = sb.run("""
+import threading, sandbox_runtime as s
+refused = []
+def keep_calling():
+    while True:
+        try:
+            s.call('echo', (1,), {})
+        except Exception as e:
+            refused.append(type(e).__name__)
+threading.Thread(target=keep_calling, daemon=True).start()
+print('left running')
+""")
+        assert r.stdout == "left running\n", r
+        deadline = time.monotonic() + 30
+        while sb._state == "ready" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        after = sb.run("print(echo('next run'))")
+        assert after.stdout == "next run\n", after
+        assert after.restarted and any("while no code was running" in n for n in after.notices), after.notices
+
+
+# --- 18.6: the code cannot stop the supervisor -----------------------------------------------------------------
+
+
+def test_no_signal_from_the_code_stops_the_supervisor() -> None:
+    """Finding 18.6: SIGINT (Python's own handler) ended PID 1, the container and /workspace with it."""
+    from sandbox import DockerSandbox
+
+    with DockerSandbox(timeout=20) as sb:
+        sb.run("open('kept.txt', 'w').write('kept')\nstate = 1")
+        container = sb.container.id
+        r = sb.run("""
+import os, signal, time
+sent = []
+for sig in sorted(signal.valid_signals()):
+    if sig in (signal.SIGKILL, signal.SIGSTOP):
+        continue
+    try:
+        os.kill(1, sig)
+        sent.append(int(sig))
+    except OSError:
+        pass
+time.sleep(1)
+print(len(sent), os.path.exists('/proc/1'))
+""")
+        assert r.error is None, r.error
+        assert r.stdout.split()[1] == "True" and int(r.stdout.split()[0]) > 30, r.stdout
+        after = sb.run("print(open('kept.txt').read())\nprint(state)")
+        assert after.error is None and after.stdout == "kept\n1\n", after  # same kernel, same files
+        assert not after.restarted and sb.container.id == container
+        # Interrupts still reach the kernel: the supervisor relays them (SIGINT to the kernel, not itself).
+        timed = sb.run("import time\ntime.sleep(30)", timeout=1)
+        assert timed.error is not None and timed.error.type == "TimeoutError" and "kept" in timed.error.message
+        assert sb.run("print(state)").stdout == "1\n"
+
+
+# --- 18.7 and 19.1: a kernel that dies is noticed at once, whatever killed it ----------------------------------
+
+
+KERNEL_DEATHS = {
+    "self-SIGKILL": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "KernelDied", "SIGKILL"),
+    "os._exit": ("import os\nos._exit(3)", "KernelDied", "exit code 3"),
+    "segfault": ("import ctypes\nctypes.string_at(0)", "KernelDied", "SIGSEGV"),
+    "oom": ("x = bytearray(2 * 1024**3)", "MemoryError", "ran out of memory"),
+    # A child that holds the kernel's output open: the engine would wait for it before the stream closes.
+    "child-holds-its-stream": ("import os, time\nif os.fork() == 0:\n    time.sleep(600)\nos._exit(4)",
+                               "KernelDied", "exit code 4"),
+}
+
+
+@pytest.mark.parametrize("death", sorted(KERNEL_DEATHS))
+def test_a_dead_kernel_is_reported_at_once_and_the_next_run_is_ready(death: str) -> None:
+    """Findings 18.7 and 19.1: a self-SIGKILL came back after 19.8 s (a 2 s timeout, 3 s max_run_time)
+    and the next run took 10.3 s, while the host polled the engine's events with ``until`` in the future."""
+    from sandbox import DockerSandbox
+
+    code, error_type, cause = KERNEL_DEATHS[death]
+    with DockerSandbox(timeout=2, max_run_time=3, memory="256m") as sb:
+        sb.run("open('kept.txt', 'w').write('kept')")
+        started = time.monotonic()
+        r = sb.run(code)
+        died = time.monotonic() - started
+        assert r.error is not None and r.error.type == error_type and cause in r.error.message, r.error
+        assert any("fresh kernel" in n for n in r.notices), r.notices
+        started = time.monotonic()
+        after = sb.run("print(open('kept.txt').read())")
+        ready = time.monotonic() - started
+        assert after.stdout == "kept\n" and after.restarted, after
+        # Generous "did not hang" bounds (measured: about 0.05 s and 0.5 s); the old code took 10-20 s.
+        assert died < 3 + 2, f"the death was reported after {died:.1f} s"
+        assert ready < 5, f"the next run took {ready:.1f} s"
+
+
 # --- 5: malformed messages never raise on the host ------------------------------------------------------------------
 
 

@@ -216,9 +216,12 @@ def test_kernel_killed_from_outside_keeps_the_files(limited):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("how", ["kill", "rm -f"])
+@pytest.mark.parametrize("how", ["kill", "rm -f", "stop"])
 def test_container_killed_from_outside(how, client):
-    """The whole container goes (docker kill / rm -f): a new one, and the notice says its files are gone."""
+    """The whole container goes (docker kill / rm -f / stop): a new one, and the notice says its files are gone.
+
+    The supervisor ignores every signal the code could send it; ``docker stop`` still ends it (SIGTERM is
+    ignored, the engine's SIGKILL after the grace period is not)."""
     from sandbox import DockerSandbox
 
     with DockerSandbox(timeout=20) as sb:
@@ -227,6 +230,8 @@ def test_container_killed_from_outside(how, client):
         old_volumes = _volumes_of(sb.container)
         if how == "kill":
             client.api.kill(old_id)
+        elif how == "stop":
+            client.api.stop(old_id, timeout=1)
         else:
             client.api.remove_container(old_id, force=True)
         r = sb.run("import os\nprint(os.path.exists('kept.txt'))\nstate")

@@ -282,12 +282,27 @@ def test_too_many_calls_at_once_and_per_run_cap_are_refused():
         assert status == 1 and "too many host-function calls at once (at most 2" in str(err)
         release.set()
         time.sleep(0.2)
-        # Two hangs ran; the refused call did not count: three more may run, then the run's cap.
-        assert [b.call("add", i) for i in range(3)] == [(0, 1), (0, 2), (0, 3)]
+        # Two hangs ran and one call was refused: a refusal costs a reply too, so it counts. Two more
+        # may run, then the run's cap.
+        assert [b.call("add", i) for i in range(2)] == [(0, 1), (0, 2)]
         status, err = b.call("add", 1)
         assert status == 1 and "made 5 host-function calls, the most one run may make" in str(err)
     finally:
         release.set()
+
+
+def test_calls_to_unknown_names_count_against_the_run_and_their_answer_stays_short():
+    """Refusals are not free for the host (each is a reply): a flood of calls to names that do not exist
+    uses up the run's budget like real calls, and the refusal does not grow with the registry or the name."""
+    many = [HostFunction(add, name=f"tool_{i:03d}") for i in range(200)]
+    b = Bridge(FunctionDispatcher(many), max_calls=3)
+    for _ in range(3):
+        status, err = b.call("x" * 200)
+        assert status == 1 and type(err) is NameError
+        assert "tool_000" in str(err) and "and 180 more" in str(err) and len(str(err)) < 600, str(err)
+    status, err = b.call("tool_001", 1)
+    assert status == 1 and "made 3 host-function calls" in str(err)
+    assert b.budget.calls == 4 and b.records == []
 
 
 def test_call_records_keep_values_only_within_the_byte_budget():

@@ -399,14 +399,17 @@ def test_code_that_swallows_interrupts_gets_a_restarted_kernel(sb):
     assert after.stdout == "Oslo\n" and after.error.type == "NameError"
 
 
-@pytest.mark.parametrize("code", ["import os\nos._exit(1)", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"],
-                         ids=["os._exit", "SIGKILL"])
+@pytest.mark.parametrize("code, cause", [
+    ("import os\nos._exit(1)", "exit code 1"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+    ("import ctypes\nctypes.string_at(0)", "killed by SIGSEGV"),  # a crash in C code
+], ids=["os._exit", "SIGKILL", "segfault"])
 @pytest.mark.timeout(60)
-def test_kernel_death_is_reported_and_next_run_gets_a_fresh_kernel(sb, code):
+def test_kernel_death_is_reported_and_next_run_gets_a_fresh_kernel(sb, code, cause):
     ok(sb, "gone_soon = 1")
     r = sb.run(code)
     assert r.error is not None and r.error.type == "KernelDied"
-    assert "kernel process ended" in r.error.message
+    assert "kernel process ended" in r.error.message and cause in r.error.message, r.error
     assert any("fresh kernel" in n for n in r.notices)
     after = sb.run("print(weather('Oslo')['city'])\ngone_soon")
     assert after.restarted is True and any("restarted" in n and "gone" in n for n in after.notices)

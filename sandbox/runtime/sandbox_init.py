@@ -15,13 +15,21 @@ subprocess), with its own stream for host-function calls. The supervisor:
   kernel's interpreter never spends its time (or its GIL) on relaying:
   host ``J`` (shell) frames to the kernel's shell socket, the kernel's shell
   replies and iopub messages back as ``J`` frames; ``H`` once a kernel's
-  iopub messages reach the host;
+  iopub messages reach the host (its pid, and whether it is watched);
 * interrupts the kernel in a container (host ``X``: SIGINT);
+* in a container, watches the kernel process from the moment it is ready:
+  when it ends, however it ends (an exit, a signal, the out-of-memory
+  killer, a crash in C code), kills what it left and tells the host at once
+  (``D``: its pid and whether the container's memory cgroup counted an
+  out-of-memory kill). The kernel runs beside this process (``docker
+  exec``), not under it, so the end is seen through a pidfd, not SIGCHLD;
 * when its stream closes — the host closed the session or died, however it
   died — kills everything and exits, and with it the container. The code
-  cannot stop that: it cannot signal this process (the init of its PID
-  namespace ignores signals it has no handler for), nor trace it, read its
-  memory or open its file descriptors (this process is not dumpable).
+  cannot stop that: it cannot signal this process (every signal it may send
+  is ignored here, and the init of a PID namespace drops those it has no
+  handler for), nor trace it, read its memory or open its file descriptors
+  (this process is not dumpable). The host stops it with SIGKILL, which the
+  kernel delivers to a namespace's init from outside it.
 
 Runs with ``-I``: nothing is imported from the environment, the working
 directory or user site directories, which the kernel can write.
@@ -45,6 +53,43 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
 #: Seconds a prepared kernel may take before its messages reach us.
 START_TIMEOUT = 120.0
+#: Where the container's memory cgroup counts out-of-memory kills (cgroup v2, then v1): a line ``oom_kill N``.
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+#: Milliseconds between checks that the kernel lives, where a pidfd cannot say so at once.
+WATCH_POLL_MS = 200
+
+
+def ignore_signals():
+    """Ignore every signal that can be caught, so the code in the kernel cannot stop this process.
+
+    Python itself handles SIGINT (KeyboardInterrupt): before this, ``os.kill(1,
+    signal.SIGINT)`` from the code ended the container and its files. SIGCHLD
+    keeps its handler (it wakes the loop to reap orphans); SIGKILL and SIGSTOP
+    cannot be caught, and the kernel drops them when sent from inside the
+    namespace to its init. The host still stops the container: ``docker kill``
+    and ``docker rm -f`` send SIGKILL from outside the namespace.
+    """
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
+            continue
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError, RuntimeError):
+            pass  # a signal the C library reserves for itself
+
+
+def oom_kills():
+    """How many processes the container's memory cgroup has OOM-killed so far; None if it does not say."""
+    for path in OOM_COUNTERS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _prctl(option, value):
@@ -82,6 +127,11 @@ class KernelLink:
         self.ready = False
         self.prepared = time.monotonic()
         self.last_probe = 0.0
+        # Set by watch(): the kernel process, a pidfd that becomes readable when it ends, and the
+        # cgroup's OOM-kill count at that moment.
+        self.watched = None
+        self.pidfd = None
+        self.oom_kills = None
 
     def probe(self):
         """Ask for the kernel's info until an iopub message proves the subscription is live."""
@@ -101,7 +151,34 @@ class KernelLink:
         except (OSError, ValueError):
             return None
 
+    def watch(self, pid):
+        """Watch the kernel process ``pid`` (read once it is ready, before any code ran in it)."""
+        self.watched = pid
+        self.oom_kills = oom_kills()
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # an old kernel or a sandboxing runtime without pidfds: poll instead
+            self.pidfd = None
+
+    def alive(self):
+        """Whether the watched process is still running (a zombie counts as ended)."""
+        try:
+            with open("/proc/%d/stat" % self.watched, "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+    def unwatch(self):
+        pidfd, self.pidfd, self.watched = self.pidfd, None, None
+        if pidfd is not None:
+            try:
+                os.close(pidfd)
+            except OSError:
+                pass
+
     def close(self):
+        self.unwatch()
         for sock in (self.shell, self.iopub):
             try:
                 sock.close(0)
@@ -121,6 +198,7 @@ class Supervisor:
         self.context = zmq.Context()
         self.parser = wire.FrameParser(2**31, kinds={wire.KIND_JUPYTER, wire.KIND_INTERRUPT, wire.KIND_RESTART})
         self.kernel = None
+        self.poller = zmq.Poller()
 
     def send(self, kind, *chunks):
         """Write a frame to the host (blocking: the host always reads, or it is gone)."""
@@ -153,6 +231,7 @@ class Supervisor:
         if self.kernel is not None:
             old = self.kernel
             self.kernel = None
+            self.forget_pidfd(old)
             old.close()
             shutil.rmtree(old.directory, ignore_errors=True)
         if self.namespace_init:
@@ -196,7 +275,7 @@ class Supervisor:
     # --- the loop ----------------------------------------------------------------------------------
 
     def run(self):
-        poller = zmq.Poller()
+        poller = self.poller
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
@@ -204,6 +283,7 @@ class Supervisor:
         poller.register(self.fd_in, zmq.POLLIN)
         poller.register(wake_r, zmq.POLLIN)
         current = None
+        last_check = 0.0
         while True:
             kernel = self.kernel
             if kernel is not current:  # a new kernel: poll its sockets instead of the old one's
@@ -222,6 +302,14 @@ class Supervisor:
                 if time.monotonic() - kernel.prepared < START_TIMEOUT:
                     kernel.probe()
                     timeout = 50
+            elif kernel is not None and kernel.watched is not None and kernel.pidfd is None:
+                timeout = WATCH_POLL_MS  # no pidfd: look at the process now and then
+                now = time.monotonic()
+                if now - last_check >= WATCH_POLL_MS / 1000:
+                    last_check = now
+                    if not kernel.alive():
+                        self.kernel_ended(kernel)
+                        continue
             for item, _ in poller.poll(timeout):
                 if item == self.fd_in:
                     self.from_host()
@@ -232,8 +320,40 @@ class Supervisor:
                         pass
                     if self.namespace_init:
                         self.reap()
-                elif self.kernel is kernel and kernel is not None:
+                elif self.kernel is kernel and kernel is not None and kernel.pidfd is not None \
+                        and item == kernel.pidfd:
+                    self.kernel_ended(kernel)
+                elif self.kernel is kernel and kernel is not None and not isinstance(item, int):
                     self.kernel_messages(kernel, item)
+
+    def forget_pidfd(self, kernel):
+        if kernel.pidfd is not None:
+            try:
+                self.poller.unregister(kernel.pidfd)
+            except KeyError:
+                pass
+
+    def kernel_ended(self, kernel):
+        """The kernel process ended: pass on its last messages, tell the host, and kill what it left.
+
+        What it left would keep the kernel's stream to the host open (a child
+        holding its stderr) and has no kernel to serve; the next kernel's
+        preparation would kill it anyway.
+        """
+        self.forget_pidfd(kernel)
+        pid, before = kernel.watched, kernel.oom_kills
+        kernel.unwatch()
+        for sock in (kernel.iopub, kernel.shell):
+            self.kernel_messages(kernel, sock)
+        after = oom_kills()
+        oom = before is not None and after is not None and after > before
+        self.send(wire.KIND_DIED, json.dumps({"pid": pid, "oom": oom}).encode())
+        if self.namespace_init:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            self.reap()
 
     def from_host(self):
         try:
@@ -269,7 +389,15 @@ class Supervisor:
                     if channel == "iopub":  # the subscription works: the kernel is ready
                         kernel.ready = True
                         self.drain(kernel)
-                        self.send(wire.KIND_HELLO, json.dumps({"pid": kernel.pid()}).encode())
+                        pid = kernel.pid()
+                        # Watched in a container only: on the host (the local backend) the kernel is the
+                        # host's own child, and a pid the kernel wrote could name any process of the user's.
+                        if self.namespace_init and pid:
+                            kernel.watch(pid)
+                            if kernel.pidfd is not None:
+                                self.poller.register(kernel.pidfd, zmq.POLLIN)
+                        hello = {"pid": pid, "watch": kernel.watched is not None}
+                        self.send(wire.KIND_HELLO, json.dumps(hello).encode())
                         return
                     continue  # the probe's own replies
                 self.send(wire.KIND_JUPYTER, *wire.pack_parts(channel, parts))
@@ -300,6 +428,7 @@ class Supervisor:
 
 def main():
     _prctl(_PR_SET_DUMPABLE, 0)  # the kernel (same user) may not trace this process or open its files
+    ignore_signals()
     if os.getpid() != 1:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # local backend: die with the host process
     Supervisor().run()

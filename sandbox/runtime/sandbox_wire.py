@@ -14,7 +14,11 @@ The supervisor's stream (:mod:`sandbox_init`):
 
 ``K`` host: prepare a kernel (JSON: the parent of its directory); the supervisor
       kills the previous kernel and what it left, and answers ``P`` (JSON: connection file).
-``H`` a prepared kernel's messages reach the host (JSON).
+``H`` a prepared kernel's messages reach the host (JSON: its pid, and ``watch``: whether
+      the supervisor will say ``D`` when it ends).
+``D`` the watched kernel process ended (JSON: its pid, and ``oom``: whether the container's
+      memory cgroup counted an out-of-memory kill since it was ready). A hint: the host
+      bounds it and takes the exit code from the engine.
 ``J`` a Jupyter message, both ways: one channel byte (``s`` shell, ``i`` iopub,
       ``n`` stdin, ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
 ``X`` host: interrupt the kernel (SIGINT).
@@ -39,6 +43,7 @@ KIND_REPLY = b"R"
 KIND_INTERRUPT = b"X"
 KIND_RESTART = b"K"
 KIND_PREPARED = b"P"
+KIND_DIED = b"D"
 
 CHANNELS = {b"s": "shell", b"i": "iopub", b"n": "stdin", b"c": "control"}
 CHANNEL_BYTES = {name: code for code, name in CHANNELS.items()}
