@@ -242,6 +242,29 @@ def test_closing_stops_every_server_process():
         tools._submit(asyncio.sleep(0), 1)
 
 
+def test_closing_during_a_call_ends_the_call_with_an_error():
+    import threading
+
+    tools = MCPToolset([toolbox()]).open()
+    slow = by_name(tools)["slow"]
+    outcome: list[BaseException | str] = []
+
+    def call() -> None:
+        try:
+            outcome.append(slow.call({"seconds": 60}))
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.5)  # the call is running on the server
+    tools.close()
+    caller.join(60)  # generous: "did not hang", not a speed check
+    assert not caller.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], MCPServerError), outcome
+    assert "(the toolset was closed)" in str(outcome[0])
+
+
 def test_async_context_manager():
     async def main() -> str:
         async with open_mcp_tools([toolbox()]) as tools:

@@ -330,6 +330,9 @@ class ServerConnection:
             return MCPServerError(f"MCP server {self.name!r} refused {what}: {exc.error.message}", server=self.name)
         if self.failure is not None and not isinstance(exc, SdkError):
             return self.failure
+        if self._closing:  # we closed it (the toolset is closing), the server did nothing wrong
+            return MCPServerError(f"MCP server {self.name!r}: the connection was closed during {what} "
+                                  "(the toolset was closed)", server=self.name)
         failure = self._error(f"went away during {what} (it exited, crashed or closed the connection)")
         if not self._closing:
             self.failure = failure
