@@ -37,6 +37,7 @@ from .terminal import safe
 from .values import show
 from .events import (
     CodeAction,
+    CodeOutput,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -55,6 +56,10 @@ from .events import (
 OBSERVATION_LINES = 60
 #: Lines of streamed model text kept visible while it arrives.
 STREAM_LINES = 12
+#: Characters of a running code action's output kept for the live view (its tail; the observation has it all).
+LIVE_OUTPUT_CHARS = 16_000
+#: Characters of one line of live output shown (a line with no newline can be any length).
+LIVE_LINE_CHARS = 1_000
 
 STATUS_STYLE = {
     "success": "green",
@@ -131,6 +136,19 @@ def prose_of(model_output: str) -> str:
     return model_prose(model_output, limit=4000)
 
 
+def live_tail(text: str, lines: int = STREAM_LINES, width: int = LIVE_LINE_CHARS) -> str:
+    """The last ``lines`` lines of a running code's output as a terminal shows them.
+
+    A carriage return starts its line over (progress bars), each line is cut
+    to ``width`` characters, and the result is terminal-safe (:func:`safe`).
+    """
+    shown = []
+    for line in text.splitlines()[-lines:]:
+        line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        shown.append(line if len(line) <= width else line[: width - 1] + "…")
+    return safe("\n".join(shown))
+
+
 def answer_renderable(answer: Any) -> RenderableType:
     if answer is None:
         return Text("(no answer)", style="dim")
@@ -160,6 +178,7 @@ class Renderer:
         self.live_enabled = self.console.is_terminal if live is None else live
         self._live: Any = None
         self._stream = ""
+        self._output = ""  # the running code's output so far (its tail), shown live
         self._run_id = ""
         self._step = 0
         self._label = ""
@@ -203,6 +222,8 @@ class Renderer:
         if self._stream:
             tail = "\n".join(self._stream.splitlines()[-STREAM_LINES:])
             renderable = Group(Text(safe(tail), style="dim italic"), spinner)
+        elif self._output:
+            renderable = Group(Text(live_tail(self._output)), spinner)
         if self._live is None:
             self._live = Live(renderable, console=self.console, transient=True, refresh_per_second=12)
             self._live.start()
@@ -266,8 +287,17 @@ class Renderer:
 
     def _on_CodeAction(self, e: CodeAction) -> None:
         self.pause()
+        self._output = ""
         self.code(e.code)
         self.wait(f"step {e.step}: running the code")
+
+    def _on_CodeOutput(self, e: CodeOutput) -> None:
+        # What the code prints shows while it runs, above the spinner (terminals only); the
+        # observation panel then shows it all once, so piped output stays one copy.
+        if not self.live_enabled:
+            return
+        self._output = (self._output + e.text)[-LIVE_OUTPUT_CHARS:]
+        self._refresh()
 
     def _on_ToolCall(self, e: ToolCall) -> None:
         self.pause()
@@ -294,6 +324,7 @@ class Renderer:
     def _on_Observation(self, e: Observation) -> None:
         from .observation import NOTHING_PRINTED
 
+        self._output = ""
         self._step = e.step + 1
         if e.text.strip() == NOTHING_PRINTED and not e.error and not e.artifacts:
             # Usually the step that called final_answer(): the hint is for the model, not for
@@ -448,7 +479,9 @@ class Renderer:
         self.console.print(table)
 
     def run_record(self, record: Any) -> None:
-        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step."""
+        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live."""
+        from .observation import NOTHING_PRINTED
+
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
         meta.add_column()
@@ -467,7 +500,9 @@ class Renderer:
         for err in record.errors:
             errors_by_step.setdefault(err.step, []).append(err)
         for s in record.steps:
-            self.step_header(s.step, s.duration or s.model_time, s.usage.total_tokens)
+            # The same measure as the live header (ModelOutput.duration): the model's time, next to its
+            # tokens; the code's time is on the observation, as it is live.
+            self.step_header(s.step, s.model_time, s.usage.total_tokens)
             prose = prose_of(s.model_output)
             if s.code is None and not s.error and s.model_output.strip() and s.step == len(record.steps):
                 prose = ""  # the plain-text final answer, shown below
@@ -477,7 +512,9 @@ class Renderer:
                 self.code(s.code)
             for c in s.tool_calls:
                 self.tool_call(c.name, c.arguments, c.result, c.error, c.duration)
-            if s.observation is not None:
+            final_hint = (s.step == len(record.steps) and record.status == "success" and not s.error
+                          and not s.artifacts and (s.observation or "").strip() == NOTHING_PRINTED)
+            if s.observation is not None and not final_hint:  # live leaves that hint out too (_on_Observation)
                 self.observation(s.observation, error=bool(s.error), duration=s.sandbox_time, run_id=record.id)
             for a in s.artifacts:
                 self.console.print(Text.assemble(("  ↳ saved: ", "cyan"), (safe(a.path), "cyan underline")),
