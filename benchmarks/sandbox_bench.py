@@ -11,7 +11,9 @@ repetitions, against a target:
 * host-function call round trip (1,000 calls in one cell, per call);
 * a CPU-bound pure-Python snippet relative to plain CPython;
 * idle memory per docker session;
-* 16 concurrent docker sessions each running a small pandas workload.
+* 16 concurrent docker sessions each running a small pandas workload;
+* a kernel that dies (self-SIGKILL, a segfault in C, an OOM kill): how long
+  ``run()`` takes to report it, and the next ``run()`` to finish on a fresh kernel.
 
 Missed targets do not change the exit status; a measurement that could not be
 taken does (exit 1). See benchmarks/README.md.
@@ -45,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-GROUPS = ("cold", "pool", "roundtrip", "calls", "cpu", "memory", "concurrent", "breakdown")
+GROUPS = ("cold", "pool", "roundtrip", "calls", "cpu", "memory", "concurrent", "recovery", "breakdown")
 BENCH_LABEL = "io.codeact.benchmark"
 
 # The CPU-bound snippet: same code everywhere; it times itself so that kernel,
@@ -839,6 +841,46 @@ def bench_concurrent(b: Bench, client: Any) -> None:
     b.guarded("concurrent", f"{n} concurrent docker sessions", "s", conc, "0 errors")
 
 
+#: How code ends its own kernel, for the recovery group: (name, code).
+KERNEL_DEATHS = (
+    ("self-SIGKILL", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
+    ("segfault in C", "import ctypes\nctypes.string_at(0)"),
+    ("OOM kill (256m)", "x = bytearray(2 * 1024**3)"),
+)
+
+
+def bench_recovery(b: Bench, client: Any) -> None:
+    """A kernel that dies: how long run() takes to report it, and the next run() to have a fresh kernel."""
+    reps = b.args.recovery_reps
+
+    def deaths() -> list[Row]:
+        from sandbox.container import DockerSandbox
+
+        rows = []
+        with DockerSandbox(timeout=2, max_run_time=3, memory="256m") as sb:
+            check_result(sb.run("1"), "recovery warm-up")
+            for name, code in KERNEL_DEATHS:
+                reported, ready = [], []
+                for _ in range(reps):
+                    took, r = timed(lambda: sb.run(code))
+                    if r.error is None or r.error.type not in ("KernelDied", "MemoryError"):
+                        raise RuntimeError(f"{name}: the kernel did not die: {r.error}")
+                    reported.append(took)
+                    took, r = timed(lambda: sb.run("1"))
+                    check_result(r, f"{name}: next run")
+                    ready.append(took)
+                rows.append(make_row("recovery", f"docker: {name} -> run() reports it", "s", reported,
+                                     target_max=2.0))
+                rows.append(make_row("recovery", f"docker: {name} -> next run() done (fresh kernel)", "s", ready,
+                                     target_max=2.0))
+        return rows
+
+    if client is None:
+        b.add(Row("recovery", "docker: kernel death", "s", error=b.diagnostics["no_docker"]))
+        return
+    b.guarded("recovery", "docker: kernel death", "s", deaths, "<= 2 s")
+
+
 def bench_breakdown(b: Bench, client: Any) -> None:
     """No targets: reference costs that explain the docker cold start."""
     if client is None:
@@ -952,6 +994,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.mem_sessions = 2 if q else 4
     args.mem_idle = 3.0 if q else 10.0
     args.breakdown_reps = 2 if q else 5
+    args.recovery_reps = 2 if q else 5
     if args.sessions is None:
         args.sessions = 4 if q else 16
     groups = [g.strip() for g in args.only.split(",") if g.strip()] or list(GROUPS)
@@ -979,7 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
     funcs = {"cold": bench_cold, "pool": bench_pool, "roundtrip": bench_roundtrip, "calls": bench_calls,
              "cpu": bench_cpu, "memory": bench_memory, "concurrent": bench_concurrent,
-             "breakdown": bench_breakdown}
+             "recovery": bench_recovery, "breakdown": bench_breakdown}
     started = time.perf_counter()
     for g in GROUPS:
         if g not in args.groups:
