@@ -73,6 +73,11 @@ from .values import preview
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
 
+#: Added to the observation of a code action :meth:`ChatSession.interrupt` stopped, so that the model
+#: knows the KeyboardInterrupt came from the user (Ctrl-C, Stop) and not from its own code.
+USER_INTERRUPT_NOTE = ("Note: the user interrupted this code (Ctrl-C / Stop). Variables it set before the "
+                       "interruption are kept.")
+
 
 @dataclass(frozen=True)
 class RunLimits:
@@ -137,6 +142,10 @@ class _RunState:
     result: Any = None
     #: Names of the artifacts tools saved during the current step (for its Observation).
     tool_artifacts: list[str] = field(default_factory=list)
+    #: A code action is running in the sandbox now (set by ``_run_code``).
+    running_code: bool = False
+    #: The user interrupted the running code action (:meth:`ChatSession.interrupt`).
+    user_interrupted: bool = False
 
     def report(self, event: ToolCall) -> None:
         if self.tool_events is not None:
@@ -355,8 +364,13 @@ class ChatSession:
         """Interrupt the code action running now (callable from another thread).
 
         The code gets a KeyboardInterrupt, the model sees that as the
-        observation, and the kernel keeps its state.
+        observation with a note that the user interrupted it, and the kernel
+        keeps its state. To end the turn as well, set the ``cancel`` event
+        given to :meth:`stream` first (as ``codeact chat`` and the web UI do).
         """
+        state = self._state
+        if state is not None and state.running_code:
+            state.user_interrupted = True
         interrupt = getattr(self._sandbox, "interrupt", None)
         if interrupt is not None:
             interrupt()
@@ -498,6 +512,8 @@ class ChatSession:
                 tool_changes = self._tool_changes()  # an MCP server added or removed tools
                 if tool_changes:
                     text += "\n\n" + tool_changes
+                if state.user_interrupted:  # after the cut, so the model always learns who stopped it
+                    text += "\n\n" + USER_INTERRUPT_NOTE
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
                 yield emit(Observation(run_id=run_id, step=index, text=text, stdout=exec_result.stdout,
@@ -788,6 +804,8 @@ class ChatSession:
         """
         events: queue.Queue[Any] = queue.Queue()
         state.tool_events = events
+        state.user_interrupted = False
+        state.running_code = True
         done = object()
         outcome: dict[str, Any] = {}
 
@@ -819,6 +837,7 @@ class ChatSession:
             raise
         finally:
             state.tool_events = None
+            state.running_code = False
         if "error" in outcome:
             raise outcome["error"]
         yield outcome["result"]

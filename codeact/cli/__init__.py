@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import admin, doctor, logs, mcp, run  # noqa: F401 - each registers its commands on `cli`
+from . import admin, chat, doctor, logs, mcp, run  # noqa: F401 - each registers its commands on `cli`
 from . import bench  # noqa: F401 - `codeact bench`, CodeAct against ReAct on task suites
 from . import ui  # noqa: F401 - `codeact ui`, the web workspace
 from . import skills  # noqa: F401 - `codeact skills`, functions kept for later sessions

@@ -485,14 +485,20 @@ def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
 
 
 @contextmanager
-def sigint_guard() -> Iterator[None]:
-    """First Ctrl-C raises KeyboardInterrupt; the next one is ignored while the run cleans up; a third forces."""
+def sigint_guard(on_press: Callable[[], bool] | None = None) -> Iterator[None]:
+    """First Ctrl-C raises KeyboardInterrupt; the next one is ignored while the run cleans up; a third forces.
+
+    ``on_press`` sees each Ctrl-C first (on the main thread, inside the signal handler: it must not block,
+    so it sets flags and starts threads); when it returns True it has handled the press and the run goes on.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     presses = [0]
 
     def handler(signum: int, frame: Any) -> None:
+        if presses[0] == 0 and on_press is not None and on_press():
+            return
         presses[0] += 1
         if presses[0] == 1:
             raise KeyboardInterrupt
@@ -525,14 +531,18 @@ def mark_cancelled(log: RunLog | None, run_id: str | None, task: str) -> None:
 
 
 def drive(events: Iterator[Event], renderer: Renderer | None, log: RunLog | None, task: str,
-           *, quiet_renderer: Renderer | None = None) -> RunResult:
-    """Consume a run's events, rendering them; Ctrl-C cancels the run cleanly."""
+           *, quiet_renderer: Renderer | None = None, on_ctrl_c: Callable[[], bool] | None = None) -> RunResult:
+    """Consume a run's events, rendering them; Ctrl-C cancels the run cleanly.
+
+    ``on_ctrl_c`` may take a Ctrl-C over (see :func:`sigint_guard`): ``codeact chat`` interrupts the
+    running code and keeps the session.
+    """
     from ..events import CodeAction, ErrorEvent, Observation, RunFinished, RunStarted
 
     result: RunResult | None = None
     run_id: str | None = None
     in_code = False
-    with sigint_guard():
+    with sigint_guard(on_ctrl_c):
         try:
             for event in events:
                 if isinstance(event, RunStarted):
