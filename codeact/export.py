@@ -10,8 +10,16 @@ the files on disk.
 The notebook (:func:`export_notebook`) is for people: the task, then for each
 step the model's prose and a code cell with the outputs it produced (stdout,
 stderr, the error with its traceback, the images), then the answer. Open it
-in Jupyter to read the run or re-run it. A ReAct run's steps have no code: a
-markdown cell lists each step's tool calls and the observation instead.
+in Jupyter to read the run or re-run it: it runs top to bottom in a plain
+kernel (``jupyter nbconvert --execute``). A first code cell defines what the
+sandbox gave the code: ``final_answer`` and a stand-in for each tool that
+replays the results the tool returned in the run (the tools ran on the host
+and are not in the notebook). Cells that failed in the run are tagged
+``raises-exception`` so that running carries on past them as the run did;
+code that was interrupted or timed out is shown, not run. Notes written for
+the model (hints, file listings) are markdown, never a cell's output. A
+ReAct run's steps have no code: a markdown cell lists each step's tool calls
+and the observation instead.
 
 This module only reads: it turns :class:`~codeact.runlog.RunRecord` objects
 into files and never writes the run log.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import keyword
 import os
 import re
 import time
@@ -29,6 +38,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal, TextIO
 
 from .errors import RunLogError
+from .observation import NOTHING_PRINTED
 from .parsing import parse_reply
 from .runlog import ArtifactRecord, RunRecord, StepRecord, ToolCallRecord, jsonable
 from .values import show
@@ -197,6 +207,7 @@ def _error_output(nbf: Any, error: str) -> Any:
 
 
 def _step_outputs(nbf: Any, step: StepRecord) -> list[Any]:
+    """The cell's outputs: what the code itself produced. What the model was told goes in markdown."""
     outputs: list[Any] = []
     if step.stdout:
         outputs.append(nbf.new_output("stream", name="stdout", text=step.stdout))
@@ -211,11 +222,89 @@ def _step_outputs(nbf: Any, step: StepRecord) -> list[Any]:
         )
     if step.error:
         outputs.append(_error_output(nbf, step.error))
-    if not outputs and step.observation:
-        # Nothing raw was captured (some backends report only the observation):
-        # show what the model saw rather than an empty cell.
-        outputs.append(nbf.new_output("stream", name="stdout", text=step.observation))
     return outputs
+
+
+def _observation_note(step: StepRecord) -> str | None:
+    """Markdown with what the model saw, for a step whose code left no output of its own.
+
+    Some backends report only the observation; there it is all there is to show. It is
+    written for the model (a hint to print, the files written), so it is not a cell output.
+    """
+    if step.stdout or step.stderr or step.images or step.error or not step.observation:
+        return None
+    text = step.observation.strip()
+    if not text or text == NOTHING_PRINTED.strip():
+        return None
+    return f"*Observation (what the model saw after step {step.step}):*\n\n{_fence(text)}"
+
+
+#: Errors of code that did not finish on its own: run again it could loop for ever.
+_NOT_RERUN = ("KeyboardInterrupt", "TimeoutError")
+
+
+def _error_type(error: str | None) -> str:
+    if not error:
+        return ""
+    return error.strip().split(":", 1)[0].strip()
+
+
+def _setup_cell(nbf: Any, record: RunRecord) -> Any:
+    """The first code cell: ``final_answer`` and a stand-in for each tool, replaying the run's results."""
+    calls: dict[str, list[dict[str, Any]]] = {}
+    for step in record.steps:
+        for c in step.tool_calls:
+            if c.error:
+                calls.setdefault(c.name, []).append({"error": c.error})
+            elif _has_codec_nodes(c.result):  # not plain JSON: a summary, not the value
+                calls.setdefault(c.name, []).append({"unavailable": show(c.result, 200)})
+            else:
+                calls.setdefault(c.name, []).append({"result": c.result})
+    every = list(dict.fromkeys(list(record.tools) + list(calls)))
+    names = [t for t in every if t.isidentifier() and not keyword.iskeyword(t) and not t.lower().startswith("_codeact")
+             and t != "final_answer"]
+    others = [t for t in every if t not in names and t != "final_answer"]
+    recorded = json.dumps({n: calls.get(n, []) for n in names}, ensure_ascii=False, indent=1)
+    lines = [
+        "# Set up by the export: what the sandbox gave the code in the run.",
+        "# The tools ran on the host and are not here: each stand-in returns, call by call, what the",
+        "# tool returned in the run (plain JSON values exactly; others were only summarised).",
+        "# Replace a stand-in with the real function to run the code for real.",
+        "import json as _json",
+        "",
+        f"_CODEACT_RECORDED = _json.loads({recorded!r})",
+        "",
+        "",
+        "def _codeact_replay(name):",
+        "    calls = _CODEACT_RECORDED.get(name, [])",
+        "    if not calls:",
+        "        raise NotImplementedError(f'{name}: a tool of the run, with no recorded call left to replay; '",
+        "                                  'define it in this cell to run the code for real')",
+        "    call = calls.pop(0)",
+        "    if 'error' in call:",
+        "        raise RuntimeError(call['error'])",
+        "    if 'unavailable' in call:",
+        "        raise NotImplementedError(f'{name}: its result was not plain JSON and was only recorded as '",
+        "                                  f\"{call['unavailable']!r}; define {name} in this cell\")",
+        "    return call['result']",
+        "",
+        "",
+        "def final_answer(answer):",
+        "    \"\"\"Ends the run in the sandbox; here it shows the answer.\"\"\"",
+        "    print(f'final answer: {answer!r}')",
+    ]
+    for name in names:
+        lines += ["", "", f"def {name}(*args, **kwargs):",
+                  f"    \"\"\"Stand-in for the tool {name}: replays its results from the run.\"\"\"",
+                  f"    return _codeact_replay({name!r})"]
+    if others:
+        # ascii(): names from MCP servers could hold a newline that would end the comment
+        lines += ["", "# Not defined here (not plain Python names; reached another way in the sandbox): "
+                  + ", ".join(ascii(t) for t in others)]
+    if record.files:
+        lines += ["", "# The run's files were in its working directory: " + ", ".join(ascii(f) for f in record.files),
+                  "# Put them next to this notebook before running it."]
+    return nbf.new_code_cell(source="\n".join(lines), metadata={"codeact": {"setup": True}})
 
 
 def _fence(text: str, lang: str = "") -> str:
@@ -295,6 +384,8 @@ def to_notebook(record: RunRecord) -> NotebookNode:
     import nbformat.v4 as nbf  # lazy: only exports need it
 
     cells: list[Any] = [nbf.new_markdown_cell(_header_markdown(record))]
+    if any(step.code is not None for step in record.steps):
+        cells.append(_setup_cell(nbf, record))
     for step in record.steps:
         prose = model_prose(step.model_output)
         if prose:
@@ -316,6 +407,16 @@ def to_notebook(record: RunRecord) -> NotebookNode:
                 "artifacts": [a.path for a in step.artifacts],
             }
         }
+        error_type = _error_type(step.error)
+        if error_type in _NOT_RERUN:
+            # Interrupted or out of time in the run: it may never end when run again.
+            why = "was interrupted" if error_type == "KeyboardInterrupt" else "ran out of time"
+            cells.append(nbf.new_markdown_cell(
+                f"**Step {step.step}**: this code {why} in the run, so it is shown here, not run:\n\n"
+                f"{_fence(step.code, 'python')}\n\n{_fence(step.error or '')}", metadata=jsonable(meta)))
+            continue
+        if step.error:
+            meta["tags"] = ["raises-exception"]  # it failed in the run too: running the notebook carries on
         cells.append(
             nbf.new_code_cell(
                 source=step.code,
@@ -324,6 +425,9 @@ def to_notebook(record: RunRecord) -> NotebookNode:
                 metadata=jsonable(meta),
             )
         )
+        note = _observation_note(step)
+        if note:
+            cells.append(nbf.new_markdown_cell(note, metadata={"codeact": {"step": step.step}}))
     cells.append(nbf.new_markdown_cell(_answer_markdown(record)))
     return nbf.new_notebook(
         cells=cells,

@@ -776,16 +776,21 @@ def test_export_notebook(recorded: RunLog, tmp_path: Path) -> None:
     nbformat.validate(nb)
 
     kinds = [c.cell_type for c in nb.cells]
-    assert kinds == ["markdown", "markdown", "code", "markdown", "code", "code", "markdown"]
+    # The task, the set-up cell (final_answer and the tools' stand-ins), then the steps and the answer.
+    assert kinds == ["markdown", "code", "markdown", "code", "markdown", "code", "code", "markdown"]
     first = _text(nb.cells[0].source)
     assert "Plot sales.csv and report the total in EUR" in first
     assert "test-model" in first and "local" in first and "success" in first
+    setup = nb.cells[1]
+    assert setup.metadata["codeact"]["setup"] and "def final_answer(answer):" in _text(setup.source)
 
-    prose1 = _text(nb.cells[1].source)
+    prose1 = _text(nb.cells[2].source)
     assert "I'll load the data and plot it." in prose1 and "read_csv" not in prose1 and "```" not in prose1
 
-    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    code_cells = [c for c in nb.cells if c.cell_type == "code" and "setup" not in c.metadata["codeact"]]
     assert [c.execution_count for c in code_cells] == [1, 2, 3]
+    # The step that failed in the run is tagged so that running the notebook goes on past it.
+    assert [c.metadata.get("tags", []) for c in code_cells] == [[], ["raises-exception"], []]
     assert [_text(c.source) for c in code_cells] == [CODE1, CODE2, CODE3]
 
     out1 = code_cells[0].outputs
@@ -819,9 +824,10 @@ def test_export_notebook_odd_steps(log: RunLog, tmp_path: Path) -> None:
     log.export(rid, path)
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "markdown", "markdown"]
-    assert _text(nb.cells[1].outputs[0].text) == "hi"  # observation shown when no raw output
-    assert len(_text(nb.cells[2].source)) < 2100  # long prose is cut
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code", "markdown", "markdown", "markdown"]
+    # No raw output recorded: what the model saw is shown, as markdown (it is written for the model).
+    assert nb.cells[2].outputs == [] and "hi" in _text(nb.cells[3].source)
+    assert len(_text(nb.cells[4].source)) < 2100  # long prose is cut
     assert "Hello there!" in _text(nb.cells[-1].source)
 
     # The convenience export writes JSONL too.
