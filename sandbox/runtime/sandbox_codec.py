@@ -160,9 +160,11 @@ values with :class:`EncodeError` (a CodecError) so the sender learns first:
   by their constructors.
 - Keys with the same hash in a tagged dict or set (hash flooding); strings
   hash with a per-process random key.
-- Decoding is linear in the payload apart from these bounded steps, but one
-  ``json.loads`` call holds the GIL while it parses the header (about 1 s
-  for 64 MB on a slow core).
+- Decoding is linear in the payload apart from these bounded steps. One
+  ``json.loads`` call still holds the GIL while it parses the header: other
+  threads wait up to ~1.5 s for a header at the default ``max_items`` (5M
+  floats, or 60 MB of 4300-digit ints) on a busy 2-core VM; the rest of
+  decoding lets other threads run.
 
 Speed (Python 3.11, numpy 2.4, pandas 3.1, a 2-core VM; best of 5, measured
 with ``python sandbox/runtime/sandbox_codec.py --bench``)::
@@ -427,7 +429,7 @@ def json_items_within(text: str, max_items: float) -> bool:
     ``str.count`` calls (strings are stripped only when the raw count is over).
     Malformed JSON may be miscounted past the point where ``json`` stops at it.
     """
-    if _json_tokens(text) < max_items:  # commas inside strings count too: an upper bound
+    if max_items == math.inf or _json_tokens(text) < max_items:  # commas in strings count too: an upper bound
         return True
     bare = _JSON_ESCAPE.sub("", text) if "\\" in text else text
     if '"' in bare:
