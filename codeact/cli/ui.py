@@ -65,14 +65,14 @@ def ui(host: str, port: int, token: str | None, no_browser: bool, max_sessions: 
       codeact ui -f sales.csv --tools mytools.py:ALL --no-browser
       CODEACT_UI_TOKEN=$(openssl rand -hex 16) codeact ui --host 0.0.0.0
     """
+    if host not in ("127.0.0.1", "localhost", "::1") and not token:
+        raise UserError(f"--host {host} makes the page (which can run tools on this machine) reachable from "
+                        f"other machines: set a token explicitly with --token or {TOKEN_ENV}", exit_code=2)
     output_root = cfg.output_root(options["output_dir"])
     _, notes = renderers(output_root)
     tools = load_tools(options["tool_specs"])
     model = cfg.build_model(options["model"], base_url=options["base_url"], api_key=options["api_key"])
     backend = resolve_backend(options["backend"], notes)
-    if host not in ("127.0.0.1", "localhost", "::1") and not token:
-        raise UserError(f"--host {host} makes the page (which can run tools on this machine) reachable from "
-                        f"other machines: set a token explicitly with --token or {TOKEN_ENV}", exit_code=2)
     # MCP servers, as `chat` has them: connected once, shared by every session, closed at exit.
     toolset = open_mcp(options.get("mcp_files", ()), options.get("mcp_specs", ()),
                        options.get("mcp_on_error", "stop"), notes.warning)
