@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import threading
@@ -520,8 +521,9 @@ class ChatSession:
                                        stderr=exec_result.stderr, error=step.error,
                                        duration=exec_result.duration,
                                        truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
-                                       artifacts=parts.artifacts + [p for p, _ in parts.changed_files]
-                                       + state.tool_artifacts,
+                                       artifacts=list(dict.fromkeys(  # a figure saved as a file: named once
+                                           parts.artifacts + [p for p, _ in parts.changed_files]
+                                           + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
                 self.messages.append(Message("user", f"Observation:\n{text}"))
@@ -885,14 +887,9 @@ class ChatSession:
         images = exec_result.images
         if images or exec_result.files:
             output_dir.mkdir(parents=True, exist_ok=True)
-        for k, png in enumerate(images, 1):
-            name = f"step{step}_figure{k}.png"
-            if not budget.take(len(png), step):
-                parts.skipped.append((name, budget.reason(len(png))))
-                continue
-            path = write_confined(output_dir, name, png)
-            parts.artifacts.append(name)
-            result.artifacts.append(path)
+        # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
+        # the name the code gave it. Files go first for that reason.
+        kept: dict[bytes, str] = {}
         current = ({f.path: (f.size, f.mtime) for f in exec_result.files} if exec_result.files is not None
                    else self._file_snapshot())
         for rel, (size, mtime) in sorted(current.items()):
@@ -918,6 +915,20 @@ class ChatSession:
                 continue
             if target not in result.artifacts:
                 result.artifacts.append(target)
+            kept.setdefault(hashlib.sha256(data).digest(), rel)
+        for k, png in enumerate(images, 1):
+            digest = hashlib.sha256(png).digest()
+            if digest in kept:  # the same picture is already kept (a saved file, or shown twice)
+                parts.artifacts.append(kept[digest])
+                continue
+            name = f"step{step}_figure{k}.png"
+            if not budget.take(len(png), step):
+                parts.skipped.append((name, budget.reason(len(png))))
+                continue
+            path = write_confined(output_dir, name, png)
+            parts.artifacts.append(name)
+            result.artifacts.append(path)
+            kept[digest] = name
         snapshot.clear()
         snapshot.update(current)
         return parts, images

@@ -265,12 +265,22 @@ def _prepare_matplotlib():
     """Give matplotlib a writable config dir holding the font cache built into the image.
 
     Without it every new sandbox rebuilds the font cache (seconds) on the first plot.
+    Its matplotlibrc saves figures cropped as the inline backend shows them
+    (``bbox_inches="tight"``), so a plot both saved and shown is the same
+    file, which the agent keeps once.
     """
     seed = os.environ.get("SANDBOX_MPL_SEED")
     target = os.environ.get("MPLCONFIGDIR")
     if seed and target and os.path.isdir(seed) and not os.path.exists(target):
         try:
             shutil.copytree(seed, target)
+        except OSError:
+            pass
+    if target:
+        try:
+            os.makedirs(target, exist_ok=True)
+            with open(os.path.join(target, "matplotlibrc"), "w") as f:
+                f.write("savefig.bbox: tight\n")
         except OSError:
             pass
 
