@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from .errors import FunctionRegistrationError
+from .limits import Limits
 from .result import Elided, ExecutionError, FunctionCall
 from .runtime import sandbox_codec as codec
 
@@ -457,6 +458,8 @@ class _Job:
     payload: memoryview
     send: ReplySender
     max_payload: int
+    #: Host memory charged to this call's arguments until its thread lets them go.
+    memory: int = 0
 
 
 class FunctionDispatcher:
@@ -471,10 +474,14 @@ class FunctionDispatcher:
     """
 
     def __init__(self, functions: Iterable[Callable[..., Any] | HostFunction] = (), *,
-                 default_timeout: float | None = 60.0, max_concurrent: int = 32) -> None:
+                 default_timeout: float | None = 60.0, max_concurrent: int = 32,
+                 limits: Limits | None = None) -> None:
         self.functions = as_host_functions(functions)
         self.default_timeout = default_timeout
         self.max_concurrent = max_concurrent
+        self.limits = limits or Limits()
+        #: Estimated host memory held by the arguments of the calls on worker threads now.
+        self._held_memory = 0
         self._lock = threading.Lock()
         self._running: dict[int, HostCall] = {}
         self._busy_threads = 0
@@ -522,6 +529,7 @@ class FunctionDispatcher:
         elif hf is None:
             refusal = NameError(self.unknown_name_message(name))
         budget.calls += 1
+        cost = self.limits.call_memory(payload.nbytes)
         if refusal is None:
             with self._lock:
                 if self._closed:
@@ -530,8 +538,14 @@ class FunctionDispatcher:
                     refusal = RuntimeError(
                         f"too many host-function calls at once (at most {self.max_concurrent}, counting calls "
                         "that timed out but are still running); wait for some to finish")
+                elif self._held_memory and self._held_memory + cost > self.limits.max_call_memory:
+                    refusal = MemoryError(
+                        f"the arguments of the host-function calls running now hold up to "
+                        f"{self._held_memory / 2**20:.0f} MiB of the host's memory; this call's would add "
+                        f"{cost / 2**20:.0f} MiB, over Limits.max_call_memory: wait for some to finish")
                 else:
                     self._busy_threads += 1
+                    self._held_memory += cost
         if refusal is not None:
             send(call_id, 1, encode_error(refusal))
             return None
@@ -554,7 +568,7 @@ class FunctionDispatcher:
         with self._lock:
             self._running[call_id] = call
             worker = self._idle.pop() if self._idle else None
-        job = _Job(call, hf, payload, send, max_payload)
+        job = _Job(call, hf, payload, send, max_payload, cost)
         if worker is None:
             worker = _WorkerThread(self)
         worker.jobs.put(job)
@@ -612,7 +626,8 @@ class FunctionDispatcher:
         status, chunks = 1, []
         try:
             try:
-                decoded = codec.decode(job.payload, max_bytes=job.max_payload)
+                decoded = codec.decode(job.payload, max_bytes=job.max_payload,
+                                       max_items=self.limits.max_call_items)
                 if not (isinstance(decoded, tuple) and len(decoded) == 2 and isinstance(decoded[0], tuple)
                         and isinstance(decoded[1], dict) and all(isinstance(k, str) for k in decoded[1])):
                     raise codec.CodecError("a call's arguments must be (tuple, dict of str)")
@@ -647,10 +662,11 @@ class FunctionDispatcher:
             pass  # the stream is gone; the session reports that
         call.record(error, result, codec.encoded_size(chunks) if error is None else 0)
 
-    def _worker_idle(self, worker: "_WorkerThread") -> bool:
-        """A worker finished a job; True if it should wait for another."""
+    def _worker_idle(self, worker: "_WorkerThread", memory: int = 0) -> bool:
+        """A worker finished a job (and let go of its arguments); True if it should wait for another."""
         with self._lock:
             self._busy_threads -= 1
+            self._held_memory -= memory
             if self._closed or len(self._idle) >= 4:
                 return False
             self._idle.append(worker)
@@ -701,8 +717,9 @@ class _WorkerThread:
             if job is None:
                 return
             self._dispatcher._run_job(job)
+            memory = job.memory
             del job  # an idle worker must not hold the last call's payload and values
-            if not self._dispatcher._worker_idle(self):
+            if not self._dispatcher._worker_idle(self, memory):
                 return
 
 

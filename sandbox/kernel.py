@@ -318,7 +318,7 @@ class KernelSandbox:
         self.limits = limits or Limits()
         self.start_timeout = start_timeout
         self._dispatcher = FunctionDispatcher(functions, default_timeout=function_timeout,
-                                              max_concurrent=self.limits.max_concurrent_calls)
+                                              max_concurrent=self.limits.max_concurrent_calls, limits=self.limits)
         self._requests = _jupyter.Requests()
         self._closed = False
         #: Called once when the session closes (an engine pool releases its slot here).

@@ -50,11 +50,27 @@ class Limits:
     #: Bytes of replies the host holds for a kernel that has not read them yet (at least two
     #: ``max_frame``: two largest replies at once); beyond it the kernel counts as broken and is replaced.
     max_unread_bytes: int = 128 * MiB
+    #: One session snapshot (its files and pickled variables, bytes): what the host copies out of the
+    #: sandbox to save it, and into a new one to restore it. See :mod:`sandbox.snapshot`.
+    max_snapshot_bytes: int = 2048 * MiB
+    #: Values one call's arguments may hold once decoded (list elements, dict entries...). The
+    #: host-side cost of a value is up to ~70 bytes however short its text: this bounds the memory
+    #: of one call's arguments, not only its bytes on the wire. Big data travels as bytes/arrays.
+    max_call_items: int = 2_000_000
+    #: Host memory the arguments of the calls running at once may hold (estimated from each call's
+    #: payload and ``max_call_items`` before it is decoded). A call that would go over it is refused
+    #: at once, unless no other call is running (one call of ``max_payload`` always fits).
+    max_call_memory: int = 512 * MiB
 
     @property
     def max_frame(self) -> int:
         """The longest message the host accepts from the kernel: a payload plus framing."""
         return self.max_payload + MiB
+
+    def call_memory(self, payload_bytes: int) -> int:
+        """What a call's arguments may cost the host once decoded: the payload, a copy of its
+        buffers, and at most ``max_call_items`` values of ~72 bytes (a value takes >= 2 bytes of text)."""
+        return 2 * payload_bytes + min(36 * payload_bytes, 72 * self.max_call_items)
 
     @property
     def max_queued(self) -> int:
