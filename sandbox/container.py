@@ -246,6 +246,8 @@ class DockerKernel:
 
     def close(self) -> None:
         self.stop()
+        if self.packages is not None:
+            self.packages.close()  # its wheels may be evicted from the host's cache again
 
     # --- files (through the engine's archive API: works on remote engines too) -----------------
 

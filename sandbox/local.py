@@ -181,6 +181,8 @@ class LocalKernel:
 
     def close(self) -> None:
         self.stop()
+        if self.packages is not None:
+            self.packages.close()  # its wheels may be evicted from the host's cache again
 
 
 class LocalSandbox(KernelSandbox):
