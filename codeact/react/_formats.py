@@ -9,7 +9,9 @@
   holds ``Action: {"name": ..., "arguments": {...}}``; the result comes back
   as a user message ``Observation: ...``. One action per turn.
 * ``text`` (``react-text``): the same with ``Action: tool(arg=value, ...)``,
-  arguments written as Python literals.
+  arguments written as Python literals; the non-finite floats too
+  (``float('inf')``, ``float('-inf')``, ``float('nan')``, ``math.inf``,
+  ``math.nan``, ``inf``, ``nan``), read without evaluating anything.
 
 Every format also offers ``final_answer(answer)``; a reply with no action at
 all is taken as the final answer (as CodeAct takes a reply without code).
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
@@ -344,20 +347,92 @@ class TextFormat(_PromptedFormat):
             if isinstance(node, ast.Starred) or any(kw.arg is None for kw in call_node.keywords):
                 return None, f"write each argument out; * and ** unpacking is not allowed: {_clip(raw)}"
         try:
-            args = [ast.literal_eval(node) for node in call_node.args]
-            kwargs = {str(kw.arg): ast.literal_eval(kw.value) for kw in call_node.keywords}
+            args = [literal_value(node) for node in call_node.args]
+            kwargs = {str(kw.arg): literal_value(kw.value) for kw in call_node.keywords}
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             bad = next((n for n in [*call_node.args, *(kw.value for kw in call_node.keywords)] if not _is_literal(n)),
                        None)
             what = f"`{_clip(ast.unparse(bad), 60)}` is not" if bad is not None else "some value is not"
-            return None, (f"argument values must be Python literals (strings in quotes, numbers, True/False/None, "
-                          f"lists and dicts of them); {what}: {_clip(raw)}")
+            return None, (f"argument values must be Python literals (strings in quotes, numbers, float('inf'), "
+                          f"True/False/None, lists and dicts of them); {what}: {_clip(raw)}")
         return ActionCall(call_node.func.id, python=(tuple(args), kwargs), raw=raw), None
+
+
+#: Spellings of the non-finite floats the text format reads: bare names, ``math.<name>``, ``float('<text>')``.
+_NONFINITE_NAMES = {"inf": float("inf"), "Infinity": float("inf"), "nan": float("nan"), "NaN": float("nan")}
+_NONFINITE_MATH = {"inf": float("inf"), "nan": float("nan")}
+_NONFINITE_TEXT = {"inf": float("inf"), "+inf": float("inf"), "-inf": float("-inf"), "infinity": float("inf"),
+                   "+infinity": float("inf"), "-infinity": float("-inf"), "nan": float("nan"),
+                   "+nan": float("nan"), "-nan": float("nan")}
+
+
+class _NonFinite(ast.NodeTransformer):
+    """Replace the spellings of inf and nan by float constants, so ``ast.literal_eval`` reads them.
+
+    Only these exact shapes are replaced; nothing is looked up or called."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        value = _NONFINITE_NAMES.get(node.id)
+        return ast.copy_location(ast.Constant(value), node) if value is not None else node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == "math" and node.attr in _NONFINITE_MATH:
+            return ast.copy_location(ast.Constant(_NONFINITE_MATH[node.attr]), node)
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if (isinstance(node.func, ast.Name) and node.func.id == "float" and len(node.args) == 1
+                and not node.keywords and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            value = _NONFINITE_TEXT.get(node.args[0].value.strip().lower())
+            if value is not None:
+                return ast.copy_location(ast.Constant(value), node)
+        return node  # anything else stays a call, which literal_eval refuses
+
+
+def literal_value(node: ast.AST) -> Any:
+    """``ast.literal_eval`` of ``node``, also reading ``float('inf')``, ``math.inf``, ``inf``, ``nan`` and the like.
+
+    Raises:
+        ValueError: (and what ``literal_eval`` raises) the node is not such a literal.
+    """
+    import copy
+
+    return ast.literal_eval(_NonFinite().visit(copy.deepcopy(node)))
+
+
+def python_literal(value: Any) -> str:
+    """``value`` written as the text format reads it: ``repr``, with ``float('inf')``/``float('nan')`` for the
+    non-finite floats (whose repr, ``inf``, is not a literal), inside lists, tuples, sets and dicts too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({repr(value)!r})"
+    if type(value) in (list, tuple, set, frozenset, dict) and _has_nonfinite(value):
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{python_literal(k)}: {python_literal(v)}" for k, v in value.items()) + "}"
+        items = [python_literal(v) for v in value]
+        if isinstance(value, list):
+            return "[" + ", ".join(items) + "]"
+        if isinstance(value, tuple):
+            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+        return "{" + ", ".join(items) + "}"
+    return repr(value)
+
+
+def _has_nonfinite(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth > 50:
+        return False
+    if isinstance(value, dict):
+        return any(_has_nonfinite(k, depth + 1) or _has_nonfinite(v, depth + 1) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(_has_nonfinite(v, depth + 1) for v in value)
+    return False
 
 
 def _is_literal(node: ast.AST) -> bool:
     try:
-        ast.literal_eval(node)
+        literal_value(node)
         return True
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
@@ -386,4 +461,4 @@ def make_format(name: str) -> ActionFormat:
 
 __all__ = ["ActionCall", "ActionFormat", "CallOutcome", "Decision", "FORMATS", "FunctionCallingFormat",
            "JsonFormat", "TextFormat", "format_name", "make_format", "plain_answer", "final_answer_value",
-           "FINAL_ANSWER"]
+           "FINAL_ANSWER", "literal_value", "python_literal"]
