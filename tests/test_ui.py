@@ -121,6 +121,10 @@ def test_every_request_without_the_token_is_refused(tmp_path: Path) -> None:
             ("GET", f"/api/sessions/{sid}/files/a.csv", None, {}),
             ("POST", f"/api/sessions/{sid}/approvals/abc", b'{"allow": true}', {}),
             ("POST", f"/api/sessions/{sid}/messages", b'{"text": "hi"}', {}),
+            ("POST", f"/api/sessions/{sid}/run", b'{"code": "print(1)"}', {}),
+            ("POST", f"/api/sessions/{sid}/restart", b"{}", {}),
+            ("GET", f"/api/sessions/{sid}/variables", None, {}),
+            ("GET", "/api/runs/abc/files", None, {}),
             ("GET", "/api/runs/abc/artifacts/plot.png", None, {}),
             ("GET", "/api/runs", None, {}),
             ("GET", "/api/sessions", None, {"X-CodeAct-Token": "wrong"}),
@@ -144,6 +148,8 @@ def test_every_request_without_the_token_is_refused(tmp_path: Path) -> None:
 
         # A cookie alone does not change anything (CSRF): state-changing requests need the header.
         for method, path, body in [("POST", f"/api/sessions/{sid}/messages", b'{"text": "hi"}'),
+                                   ("POST", f"/api/sessions/{sid}/run", b'{"code": "print(1)"}'),
+                                   ("POST", f"/api/sessions/{sid}/restart", b"{}"),
                                    ("PUT", f"/api/sessions/{sid}/files/a.csv", b"x"),
                                    ("POST", f"/api/sessions/{sid}/approvals/abc", b'{"allow": true}'),
                                    ("POST", "/api/sessions", b""),
@@ -152,6 +158,10 @@ def test_every_request_without_the_token_is_refused(tmp_path: Path) -> None:
         # ... and another site's page cannot use the header either (Origin is checked).
         foreign = {**hdr, "Origin": "http://evil.example"}
         assert request(server, "POST", "/api/sessions", headers=foreign)[0] == 403
+        for path, body in [(f"/api/sessions/{sid}/run", b'{"code": "print(1)"}'), (f"/api/sessions/{sid}/restart", b"{}")]:
+            assert request(server, "POST", path, headers=foreign, body=body)[0] == 403, path
+        for path in (f"/api/sessions/{sid}/variables", "/api/runs/abc/files"):
+            assert request(server, "GET", path, headers={**hdr, "Host": f"evil.example:{server.port}"})[0] == 403
         # A DNS-rebinding page reaches us under its own name: refused even with the token.
         assert request(server, "GET", "/api/sessions", headers={**hdr, "Host": f"evil.example:{server.port}"})[0] == 403
 
@@ -166,6 +176,13 @@ def test_every_request_without_the_token_is_refused(tmp_path: Path) -> None:
         assert "sandbox" in headers["content-security-policy"]
         assert request(server, "POST", f"/api/sessions/{sid}/approvals/abc", headers=hdr,
                        body=b'{"allow": true}')[0] == 409  # no such approval open: refused for that reason
+        assert request(server, "GET", f"/api/sessions/{sid}/variables", headers=jar)[0] == 200
+        assert json.loads(request(server, "POST", f"/api/sessions/{sid}/restart", headers=hdr,
+                                  body=b"{}")[2]) == {"restarted": True}  # the upload opened the sandbox
+        assert request(server, "POST", f"/api/sessions/{sid}/run", headers=hdr, body=b'{"code": 1}')[0] == 400
+        assert request(server, "POST", f"/api/sessions/{sid}/run", headers=hdr,
+                       body=b'{"code": "print(1)"}')[0] == 202
+        wait_idle(server.workspace.get(sid))
 
 
 def test_a_non_loopback_host_needs_an_explicit_token(tmp_path: Path) -> None:
@@ -405,3 +422,149 @@ def test_history_shows_a_stored_dataframe_answer_as_a_table(tmp_path: Path) -> N
     assert len(answers) == 1
     assert "<td>Oslo</td>" in answers[0]["html"]
     assert "Lima" in answers[0]["text"] and "$" not in answers[0]["text"]
+
+
+# --------------------------------------------------------------------------- the analyst's own hand
+
+
+def test_a_users_cell_runs_as_a_code_action_and_the_model_is_told(tmp_path: Path) -> None:
+    """The cell: live output, tool calls, artifacts, the run log (as the user's code), the variables
+    panel, and a note on top of the model's next message."""
+    calls: list[int] = []
+
+    @tool
+    def double(n: int) -> int:
+        """Twice n."""
+        calls.append(n)
+        return 2 * n
+
+    cell = "x = double(21)\nopen('mine.txt', 'w').write('kept')\nprint('from the user', x)"
+    replies = ["```python\ny = x + 1\nprint(y)\n```", "y is 43."]
+    with serve(tmp_path, replies, tools=(double,)) as server:
+        session = server.workspace.create()
+        session.run_code(cell)
+        events = wait_idle(session)
+        kinds = [e["type"] for e in events]
+        assert kinds[:3] == ["RunStarted", "CodeAction", "ToolCall"] and kinds[-2:] == ["RunFinished", "Idle"]
+        started = events[0]
+        assert started["agent"] == "user" and started["task"] == cell
+        assert any(e["type"] == "CodeOutput" and "from the user 42" in e["text"] for e in events)  # live
+        (obs,) = [e for e in events if e["type"] == "Observation"]
+        assert obs["artifacts"] == ["mine.txt"] and calls == [21]
+        assert [e["status"] for e in events if e["type"] == "RunFinished"] == ["success"]
+        listing = session.variables()
+        assert {"name": "x", "type": "int", "repr": "42"} in listing["variables"]
+        assert not any(v["name"] in ("double", "final_answer", "In", "Out") for v in listing["variables"])
+
+        # Recorded as the user's code, apart from the model's runs.
+        record = server.history.log.get_run(started["run_id"])
+        assert record.agent == "user" and record.steps[0].code == cell and not record.steps[0].model_output
+        assert (tmp_path / "artifacts" / started["run_id"] / "mine.txt").read_text() == "kept"
+
+        after = session.last_seq
+        session.send("what is y?")
+        events = wait_idle(session)
+        first = server.workspace.factory(None).model.requests[0]
+        told = first[-1].content
+        assert told.endswith("what is y?") and "The user ran this code" in told
+        assert "x = double(21)" in told and "from the user 42" in told
+        assert [e["stdout"] for e in events if e["type"] == "Observation" and e["seq"] > after] == ["43\n"]
+        assert {"name": "y", "type": "int", "repr": "43"} in session.variables()["variables"]  # after the step
+        assert "The user ran" not in server.workspace.factory(None).model.requests[1][-1].content  # told once
+        assert [r.agent for r in server.history.log.list_runs()] == ["codeact", "user"]
+
+
+def test_stop_ends_a_users_cell_and_restart_clears_variables_keeps_files(tmp_path: Path) -> None:
+    with serve(tmp_path, ["```python\nprint(sorted(os.listdir('.')) if 'os' in globals() else 'no os')\n```",
+                          "ok"]) as server:
+        session = server.workspace.create()
+        assert session.restart() is False  # no kernel yet: nothing to restart
+        session.run_code("import os\nkeep = 1\nopen('data.txt', 'w').write('x')\n"
+                         "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.05)")
+        wait_for(session, lambda e: e["type"] == "CodeOutput" and "looping" in e["text"])
+        with pytest.raises(SessionBusy):
+            session.restart()
+        with pytest.raises(SessionBusy):
+            session.run_code("print(2)")
+        assert session.stop()
+        events = wait_idle(session)
+        (finished,) = [e for e in events if e["type"] == "RunFinished"]
+        assert finished["status"] == "cancelled"
+        assert "KeyboardInterrupt" in [e for e in events if e["type"] == "Observation"][0]["error"]
+        assert {v["name"] for v in session.variables()["variables"]} == {"keep"}  # the kernel kept them
+
+        assert session.restart() is True
+        assert session.variables()["variables"] == []
+        assert [f["path"] for f in session.files()["workspace"]] == ["data.txt"]  # files stay
+        assert wait_for(session, lambda e: e["type"] == "KernelRestarted")
+        session.send("what is left?")
+        events = wait_idle(session)
+        told = server.workspace.factory(None).model.requests[0][-1].content
+        assert "The user restarted the kernel" in told and "looping" in told  # the stopped cell, then the restart
+        assert told.index("looping") < told.index("restarted the kernel")
+        assert [e["stdout"] for e in events if e["type"] == "Observation"][-1] == "no os\n"
+
+
+def test_the_variable_listing_is_bounded_whatever_the_kernel_prints() -> None:
+    from codeact.ui._variables import MARKER, MAX_NAME, MAX_REPR, MAX_TYPE, MAX_VARIABLES, parse_listing
+
+    def listing(data: Any) -> str:
+        return "noise\n" + MARKER + json.dumps(data) + "\n"
+
+    many = [{"name": "<img src=x onerror=alert(1)>\u202e" + "n" * 100, "type": "T" * 100, "repr": "r\x1b[31m" * 40}
+            for _ in range(300)]
+    parsed = parse_listing(listing({"variables": many + [{"name": 5}, "junk", None], "total": 10**12}))
+    assert len(parsed.variables) == MAX_VARIABLES and parsed.total == MAX_VARIABLES  # an absurd total is ignored
+    first = parsed.variables[0]
+    assert len(first.name) <= MAX_NAME and len(first.type) <= MAX_TYPE and len(first.repr) <= MAX_REPR
+    assert "\u202e" not in first.name and "\\u202e" in first.name and "\x1b" not in first.repr
+    for hostile in ("[" * 100_000, '{"variables": 3}', "null", '{"variables": [[1], {"name": ""}]}', "x" * 10):
+        result = parse_listing(MARKER + hostile)
+        assert result.variables == () and (result.error or hostile.startswith('{"variables": [['))
+    assert parse_listing("x" * 10_000_000).error == "the kernel's variable listing was too large to show"
+    assert parse_listing("no marker at all").error
+    ok = parse_listing(listing({"variables": [{"name": "df", "type": "DataFrame", "repr": "3 x 2 (a, b)"}], "total": 7}))
+    assert ok.wire() == {"variables": [{"name": "df", "type": "DataFrame", "repr": "3 x 2 (a, b)"}], "total": 7,
+                         "error": None}
+
+
+@pytest.mark.docker
+def test_a_kernel_that_forges_its_variable_listing_gets_nothing_through(tmp_path: Path) -> None:
+    """As the attacker: the model's code takes over print() so the listing the host reads is forged
+    (thousands of entries, huge strings, markup, a JSON bomb), or never comes (print hangs)."""
+    from codeact.ui._chat import WorkspaceChat
+    from codeact.ui._variables import MAX_NAME, MAX_REPR, MAX_VARIABLES
+
+    forge = ("import builtins, json, sys, time\n"
+             "_print = builtins.print\n"
+             "def forged(*args, **kwargs):\n"
+             "    if args and str(args[0]).startswith('__codeact_variables__:'):\n"
+             "        sys.stdout.write('__codeact_variables__:' + MODE() + '\\n')\n"
+             "    else:\n"
+             "        _print(*args, **kwargs)\n"
+             "builtins.print = forged\n")
+    # More entries than the host keeps, each string over its limit, all within the sandbox's output cap.
+    flood = ("MODE = lambda: json.dumps({'variables': [{'name': '<img src=x onerror=alert(1)>' + 'n' * 60,"
+             " 'type': 'T' * 90, 'repr': 'r' * 170}] * 230, 'total': -5})\nprint('armed')")
+    bomb = "MODE = lambda: '[' * 200_000\nprint('bomb')"
+    hang = "def MODE():\n    while True:\n        time.sleep(1)\nprint('hang')"
+    model = ScriptedModel([f"```python\n{forge}{flood}\n```", f"```python\n{bomb}\n```",
+                           f"```python\n{hang}\n```", "```python\nprint('still here')\n```", "done"])
+    agent = CodeActAgent(model, sandbox="docker", log=False, output_dir=tmp_path / "out", max_steps=5)
+    chat = WorkspaceChat(agent)
+    seen: list[Any] = []
+    try:
+        started = time.monotonic()
+        for event in chat.stream("go"):
+            if isinstance(event, Observation):
+                seen.append(chat.variables)
+        elapsed = time.monotonic() - started
+    finally:
+        chat.close()
+    flooded, bombed, hung, after = seen
+    assert len(flooded.variables) == MAX_VARIABLES and flooded.total == MAX_VARIABLES
+    assert all(len(v.name) <= MAX_NAME and len(v.repr) <= MAX_REPR for v in flooded.variables)
+    assert bombed.variables == () and bombed.error
+    assert hung.variables == () and hung.error  # the listing's time limit ended it
+    assert after.error is None or after.variables == ()  # the session goes on
+    assert elapsed < 300  # did not hang (generous: the hanging listing takes its 10 s limit)

@@ -82,7 +82,7 @@ def browser() -> Iterator[Any]:
 
 @contextmanager
 def ui_server(tmp_path: Path, llm: OpenAITestServer, *, sandbox: str = "local", tools: tuple[Any, ...] = (),
-              options: UIOptions | None = None, api_key: str = "test-key") -> Iterator[UIServer]:
+              options: UIOptions | None = None, api_key: str = "test-key", skills: Any = None) -> Iterator[UIServer]:
     """A UI server whose sessions talk to ``llm`` through the real OpenAI client."""
     log = RunLog(tmp_path / "runs.db")
     out = tmp_path / "artifacts"
@@ -90,7 +90,7 @@ def ui_server(tmp_path: Path, llm: OpenAITestServer, *, sandbox: str = "local", 
 
     def factory(approve: Any) -> CodeActAgent:
         return CodeActAgent(model, list(tools), sandbox=sandbox, approve=approve, log=log, output_dir=out,
-                            stream_model=True, execution_timeout=60)
+                            stream_model=True, execution_timeout=60, skills=skills)
 
     settings = {"model": model.name, "base_url": model.base_url, "backend": sandbox,
                 "tools": [{"name": t.name, "requires_approval": t.requires_approval} for t in tools],
@@ -396,6 +396,8 @@ def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITest
         "display(pd.DataFrame({'cell': ['<img src=x onerror=\"window.__pwned=\\'cell\\'\">', "
         "'<script>window.__pwned=\"cell-script\"</script>']}))\n"
         f"open({hostile_name!r}, 'w').write('a\\n1\\n')\n"
+        "globals()['<img src=x onerror=\"window.__pwned=\\'var-name\\'\">'] = "
+        "'<img src=x onerror=\"window.__pwned=\\'var-value\\'\">'\n"
         "print('<img src=x onerror=\"window.__pwned=\\'stdout\\'\">')\n"
         "echo('<img src=x onerror=\"window.__pwned=\\'tool\\'\">')\n"
         "final_answer('<img src=x onerror=\"window.__pwned=\\'answer\\'\">')"))
@@ -418,6 +420,9 @@ def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITest
         expect(t.locator(".answer")).to_contain_text("<img src=x onerror=")
         expect(page.locator("#workspace-files")).to_contain_text(hostile_name)
         expect(page.locator("#artifact-files")).to_contain_text(hostile_name)
+        # The variables panel: names and values the kernel listed, shown as text.
+        expect(page.locator("#variables-table .var-name", has_text="<img src=x onerror=")).to_have_count(1)
+        expect(page.locator("#variables-table .var-repr", has_text="<img src=x onerror=")).to_have_count(1)
         # No handler attribute, javascript: URL or script element came from the sandbox.
         assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
             [...el.attributes].some((a) => a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))).length""") == 0
@@ -665,3 +670,178 @@ def test_codeact_ui_command_serves_the_page_and_hides_the_key(browser: Any, open
             proc.wait()
     assert proc.returncode in (0, 130), "".join(lines)
     assert secret not in "".join(lines)
+
+
+# --------------------------------------------------------------------------- the analyst's own hand
+
+
+def variable(page: Any, name: str) -> Any:
+    """The variables panel's row of ``name``."""
+    return page.locator("#variables-table tr.variable").filter(
+        has=page.locator(".var-name", has_text=re.compile(f"^{re.escape(name)}$")))
+
+
+def test_the_analyst_runs_code_sees_variables_and_the_model_is_told(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    """A cell of the analyst's own runs in the session's kernel (the run log keeps it as the user's code),
+    the variables panel follows every step, the model's next message says what the analyst ran and saw,
+    and the Files panel follows the run opened in History."""
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("y = x + 1\nopen('theirs.txt', 'w').write('theirs')\nprint('y is', y)"))
+    openai_server.plan_text(code_reply("import time\nprint('waiting', flush=True)\nwhile True:\n    time.sleep(0.1)"))
+    cell = "x = 41\nopen('mine.txt', 'w').write('mine')\nprint('from me', x)"
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        expect(page.locator("#variables-note")).to_contain_text("No kernel yet")
+        page.click("#mode-code")
+        expect(page.locator("#message")).to_be_hidden()
+        page.fill("#cell", cell)
+        page.press("#cell", "Shift+Enter")
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".user-msg")).to_contain_text("You ran code")
+        expect(t.locator(".step-label")).to_have_text("Your code")
+        expect(t.locator("pre.code")).to_contain_text("x = 41")
+        expect(t.locator(".live-output")).to_have_text("from me 41\n")
+        expect(t.locator(".run-status")).to_contain_text("success · your code")
+        expect(page.locator("#cell")).to_have_value(cell)  # kept, as in a notebook
+        expect(variable(page, "x").locator(".var-type")).to_have_text("int")
+        expect(variable(page, "x").locator(".var-repr")).to_have_text("41")
+        expect(page.locator("#workspace-files")).to_contain_text("mine.txt")
+        assert openai_server.chat_requests == []  # the model was not asked anything
+
+        page.click("#mode-message")
+        send(page, "What is y?")
+        t = turn(page, 2)
+        expect(t.locator(".live-output").nth(1)).to_contain_text("waiting")
+        # Refreshed after step 1, while the turn still runs (step 2 never ends by itself).
+        expect(variable(page, "y").locator(".var-repr")).to_have_text("42")
+        assert t.locator(".run-status").count() == 0
+        page.click("#stop")
+        expect(wait_turn_done(page, 2).locator(".run-status")).to_contain_text("cancelled")
+        told = openai_server.chat_requests[0].messages[-1]["content"]
+        assert told.endswith("What is y?") and "The user ran this code" in told
+        assert cell in told and "from me 41" in told
+        assert "The user ran" not in openai_server.chat_requests[1].messages[-1]["content"]  # told once
+
+        records = server.history.log.list_runs()
+        assert [r.agent for r in records] == ["codeact", "user"]
+        assert server.history.log.get_run(records[1].id).steps[0].code == cell
+
+        # History: the Files panel shows the files of the run on screen, not the session's.
+        page.click("#show-history")
+        row = page.locator("#history-list tr.run", has_text="Your code:")
+        expect(row).to_contain_text("x = 41")
+        row.click()
+        expect(page.locator("#files-title")).to_have_text(f"Files of run {records[1].id}")
+        expect(page.locator("#variables-panel")).to_be_hidden()
+        expect(page.locator("#session-files")).to_be_hidden()
+        expect(page.locator("#artifact-files")).to_have_text(re.compile(r"^\s*mine\.txt"))
+        assert download(page, page.locator("#artifact-files a", has_text="mine.txt")) == b"mine"
+        expect(page.locator("#history-events .user-msg")).to_contain_text("You ran code")
+        page.click("#show-history")
+        page.locator("#history-list tr.run", has_text="What is y?").click()
+        expect(page.locator("#files-title")).to_have_text(f"Files of run {records[0].id}")
+        expect(page.locator("#artifact-files")).to_contain_text("theirs.txt")
+        expect(page.locator("#artifact-files")).not_to_contain_text("mine.txt")
+        page.click("#history-back")
+        expect(page.locator("#files-title")).to_have_text("Files")
+        expect(page.locator("#workspace-files")).to_contain_text("mine.txt")
+        expect(page.locator("#workspace-files")).to_contain_text("theirs.txt")
+        expect(page.locator("#variables-panel")).to_be_visible()
+
+
+def test_a_cell_is_stopped_like_the_agents_code_and_restart_asks_first(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    openai_server.plan_text(code_reply("print(sorted(k for k in globals() if not k.startswith('_')))"))
+    openai_server.plan_text("Nothing of yours is left.")
+    with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
+        page.click("#mode-code")
+        page.fill("#cell", "import time\nkeep = 'still here'\nopen('kept.txt', 'w').write('x')\n"
+                           "print('looping', flush=True)\nwhile True:\n    time.sleep(0.1)")
+        page.click("#run-cell")
+        t = turn(page, 1)
+        expect(t.locator(".live-output")).to_contain_text("looping")
+        expect(page.locator("#restart-kernel")).to_be_disabled()  # not while code runs
+        page.click("#stop")
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".run-status")).to_contain_text("cancelled")
+        expect(t.locator("details.error summary")).to_contain_text("KeyboardInterrupt")
+        expect(variable(page, "keep").locator(".var-repr")).to_have_text("'still here'")  # the kernel kept it
+
+        page.click("#restart-kernel")
+        dialog = page.locator("#restart-dialog")
+        expect(dialog).to_be_visible()
+        expect(dialog).to_contain_text("Files in the working directory stay")
+        dialog.locator("[data-close]").click()  # changed their mind
+        expect(dialog).to_be_hidden()
+        page.wait_for_timeout(500)
+        expect(variable(page, "keep")).to_have_count(1)
+        assert page.locator(".note.restart").count() == 0
+
+        page.click("#restart-kernel")
+        page.click("#restart-confirm")
+        expect(page.locator(".note.restart")).to_contain_text("Kernel restarted")
+        expect(page.locator("#variables-note")).to_have_text("No variables.")
+        expect(variable(page, "keep")).to_have_count(0)
+        expect(page.locator("#workspace-files")).to_contain_text("kept.txt")  # files stay
+
+        page.click("#mode-message")
+        send(page, "What is defined now?")
+        t = wait_turn_done(page, 2)
+        expect(t.locator(".live-output")).not_to_contain_text("keep")
+        told = openai_server.chat_requests[0].messages[-1]["content"]
+        assert "looping" in told and "interrupted" in told  # the stopped cell ...
+        assert "The user restarted the kernel" in told  # ... then the restart
+        assert len(server.history.log.list_runs()) == 2
+
+
+def test_a_skill_save_shows_its_whole_code_and_diff(browser: Any, openai_server: OpenAITestServer,
+                                                    tmp_path: Path) -> None:
+    """Approving a skill means reading it: the page shows all of its code (past the 2,000 characters an
+    argument gets) and, when it replaces one, the diff, as text."""
+    from playwright.sync_api import expect
+
+    from codeact.skills import SkillStore
+
+    store = SkillStore(tmp_path / "skills")
+    body = "".join(f"    total += {i}  # step {i:02d} <img src=x onerror=\"window.__pwned='skill'\">\n"
+                   for i in range(60))
+
+    def skill(last: str) -> str:
+        return (f"def summarize(values):\n    '''Add the values up, with a fixed offset.'''\n    total = 0\n{body}"
+                f"    {last}\n\nsave_skill(summarize)\nprint('saved')")
+
+    first, second = skill("return total + sum(values)"), skill("return total * 2 + sum(values)")
+    assert len(first) > 4000
+    openai_server.plan_text(code_reply(first))
+    openai_server.plan_text("Saved.")
+    openai_server.plan_text(code_reply(second))
+    openai_server.plan_text("Replaced.")
+    with ui_server(tmp_path, openai_server, skills=store) as server, open_page(browser, server.url) as page:
+        send(page, "Save a summarize skill")
+        card = page.locator(".approval.pending")
+        expect(card.locator(".skill-title")).to_contain_text("Save skill summarize(values)")
+        code = card.locator("pre.skill-code")
+        expect(code).to_contain_text("return total + sum(values)")  # the end of it, far past 2,000 characters
+        assert code.inner_text().count("total += ") == 60
+        assert code.evaluate("(e) => getComputedStyle(e).overflowY") == "auto"  # scrollable
+        assert card.locator("pre.skill-diff").count() == 0  # a new skill has no diff
+        card.locator("button.approve").click()
+        wait_turn_done(page, 1)
+        assert "return total + sum(values)" in store.get("summarize").source
+
+        send(page, "Make it count twice")
+        card = page.locator(".approval.pending")
+        expect(card.locator(".skill-title")).to_contain_text("Replace skill summarize(values)")
+        expect(card.locator("pre.skill-diff .add")).to_contain_text("+    return total * 2 + sum(values)")
+        expect(card.locator("pre.skill-diff .del")).to_contain_text("-    return total + sum(values)")
+        card.locator("button.deny").click()
+        wait_turn_done(page, 2)
+        assert "return total + sum(values)" in store.get("summarize").source  # denied: unchanged
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__pwned") is None
+        assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
+            [...el.attributes].some((a) => a.name.startsWith('on'))).length""") == 0
+        assert len(server.workspace.sessions()) == 1

@@ -146,6 +146,33 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             return _error(exc)
         return JSONResponse({"started": True}, status_code=202)
 
+    async def run_code(request: Request) -> Response:
+        try:
+            session = workspace.get(request.path_params["sid"])
+            code = (await _body(request)).get("code")
+            if not isinstance(code, str):
+                raise UIError("send {\"code\": \"...\"}")
+            await run_in_threadpool(session.run_code, code)
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc)
+        return JSONResponse({"started": True}, status_code=202)
+
+    async def restart(request: Request) -> Response:
+        try:
+            session = workspace.get(request.path_params["sid"])
+            restarted = await run_in_threadpool(session.restart)
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc)
+        return JSONResponse({"restarted": restarted})
+
+    async def variables(request: Request) -> Response:
+        try:
+            session = workspace.get(request.path_params["sid"])
+            listing = session.variables()
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc)
+        return JSONResponse(listing)
+
     async def stop(request: Request) -> Response:
         try:
             session = workspace.get(request.path_params["sid"])
@@ -270,6 +297,16 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             return _error(exc)
         return _attachment(data, PurePosixPath(path).name)
 
+    async def run_files(request: Request) -> Response:
+        from ._session import list_artifacts
+
+        try:
+            rid = await run_in_threadpool(history.resolve, request.path_params["rid"])
+            found = await run_in_threadpool(list_artifacts, options.output_root, [rid])
+        except Exception as exc:  # noqa: BLE001
+            return _error(exc)
+        return JSONResponse({"run_id": rid, "artifacts": found})
+
     async def runs(request: Request) -> Response:
         try:
             listing = await run_in_threadpool(history.runs)
@@ -316,6 +353,9 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         Route("/api/sessions/{sid}", close_session, methods=["DELETE"]),
         Route("/api/sessions/{sid}/messages", send_message, methods=["POST"]),
         Route("/api/sessions/{sid}/stop", stop, methods=["POST"]),
+        Route("/api/sessions/{sid}/run", run_code, methods=["POST"]),
+        Route("/api/sessions/{sid}/restart", restart, methods=["POST"]),
+        Route("/api/sessions/{sid}/variables", variables, methods=["GET"]),
         Route("/api/sessions/{sid}/approvals/{aid}", decide, methods=["POST"]),
         Route("/api/sessions/{sid}/events", events),
         Route("/api/sessions/{sid}/files", files, methods=["GET"]),
@@ -326,6 +366,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         Route("/api/runs/{rid}", run_events),
         Route("/api/runs/{rid}/notebook", notebook),
         Route("/api/runs/{rid}/script", script),
+        Route("/api/runs/{rid}/files", run_files, methods=["GET"]),
         Route("/api/runs/{rid}/artifacts/{path:path}", artifact),
         Route("/api/history/blobs/{n:int}", history_blob),
     ]

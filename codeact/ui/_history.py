@@ -57,11 +57,18 @@ class History:
         if self.log is None:
             return []
         return [{"id": r.id, "task": r.task[:300], "model": r.model, "backend": r.backend, "status": r.status,
+                 "agent": r.agent,
                  "started": r.started, "duration": r.duration, "steps": r.step_count,
                  "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens}
                 for r in self.log.list_runs(limit=limit)]
 
     # --- one run ----------------------------------------------------------------------------
+
+    def resolve(self, run_id: str) -> str:
+        """The full id of a run named by id or unique prefix (``run_id`` itself with no log)."""
+        if self.log is None:
+            return run_id
+        return str(self.log.get_run(run_id).id)
 
     def store_blob(self, mime: str, data: bytes) -> str:
         with self._lock:
@@ -93,6 +100,7 @@ class History:
                 wire["seq"] = raw.get("seq", 0)
                 events.append(wire)
         return {"run": {"id": record.id, "task": record.task, "status": record.status, "model": record.model,
+                        "agent": record.agent,
                         "backend": record.backend, "started": record.started, "steps": record.step_count},
                 "events": events}
 

@@ -27,7 +27,13 @@ from sandbox.hostfiles import UnsafePath, check_relative_path, read_confined
 
 from ..errors import CodeActError, SessionBusy, SessionNotFound, UIError
 from ..events import CodeAction, CodeOutput, Observation, RunStarted
+from ._chat import workspace_chat
+from ._variables import VariableListing
 from ._wire import dumps, event_wire, shown
+
+#: Characters of each text field of a skill-save approval (its code, diff, docstring) sent to the
+#: page: far above what the skill store accepts (64 kB of code), so the page shows them whole.
+SKILL_TEXT_LIMIT = 1_000_000
 
 #: Builds the agent of one UI session; it must pass ``approve`` on to :class:`CodeActAgent`.
 AgentFactory = Callable[[Callable[[Any], bool]], Any]
@@ -207,36 +213,64 @@ class UISession:
         if not text.strip():
             raise UIError("the message is empty")
         with self._lock:
-            self._check_open()
-            if self._busy:
-                raise SessionBusy("a turn is running in this session; wait for it to end or press Stop")
-            self._busy = True
-            self.touch()
-            cancel = threading.Event()
-            self._cancel = cancel
+            cancel = self._begin("a turn is running in this session; wait for it to end or press Stop")
             files, self._pending_files = self._pending_files, []
             if self.title.startswith("Session ") and not self._run_ids:
                 self.title = " ".join(text.split())[:40] or self.title
-            self._turn = threading.Thread(target=self._run_turn, args=(text, files, cancel), daemon=True,
-                                          name=f"codeact-ui-{self.id}")
-            self._turn.start()
+            self._start(lambda chat: chat.stream(text, files=files, cancel=cancel), cancel)
+
+    def run_code(self, code: str) -> None:
+        """Run the analyst's own ``code`` in the session's kernel (a thread of its own), as a code action runs.
+
+        Its events follow on the stream; the model is told what ran and what it showed with the next message.
+        """
+        if not code.strip():
+            raise UIError("the cell is empty")
+        with self._lock:
+            cancel = self._begin("code is running in this session; wait for it to end or press Stop")
+            files, self._pending_files = self._pending_files, []
+
+            def cell(chat: Any) -> Any:
+                if not hasattr(chat, "run_cell"):
+                    raise UIError("this session's agent cannot run your code (it is not a CodeAct agent)")
+                for path in files:  # --file files go in with the first thing that runs, as with a message
+                    chat.upload(path)
+                return chat.run_cell(code, cancel=cancel)
+
+            self._start(cell, cancel)
+
+    def _begin(self, busy_message: str) -> threading.Event:
+        """Mark the session busy for a turn or a cell (holding ``self._lock``); returns its cancel event."""
+        self._check_open()
+        if self._busy:
+            raise SessionBusy(busy_message)
+        self._busy = True
+        self.touch()
+        cancel = threading.Event()
+        self._cancel = cancel
+        return cancel
+
+    def _start(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
+        self._turn = threading.Thread(target=self._run_turn, args=(events, cancel), daemon=True,
+                                      name=f"codeact-ui-{self.id}")
+        self._turn.start()
 
     def _open_chat(self) -> Any:
         """The chat session, opened on first use (and again after the idle timeout freed it)."""
         if self._chat is None:
-            self._chat = self._factory(self._approve).session()
+            self._chat = workspace_chat(self._factory(self._approve))
             if self._sandbox_freed:
                 self._sandbox_freed = False
                 self.publish({"type": "Notice", "message": "A new sandbox was started: variables, files and "
                                                            "history from before the idle timeout are gone."})
         return self._chat
 
-    def _run_turn(self, text: str, files: list[Path], cancel: threading.Event) -> None:
+    def _run_turn(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
         live_chars: dict[int, int] = {}
         try:
             with self._lock:
                 chat = self._open_chat()
-            for event in chat.stream(text, files=files, cancel=cancel):
+            for event in events(chat):
                 self.touch()
                 if isinstance(event, RunStarted):
                     self._run_ids.append(event.run_id)
@@ -288,6 +322,43 @@ class UISession:
             threading.Thread(target=self._interrupt_again, args=(chat,), daemon=True).start()
         return True
 
+    def restart(self) -> bool:
+        """Restart the kernel (the page asked for confirmation): variables go, files stay.
+
+        Returns False when the session has no sandbox yet. The model is told with the next message.
+        """
+        with self._lock:
+            self._check_open()
+            if self._busy:
+                raise SessionBusy("code is running in this session; press Stop (or wait) before restarting")
+            chat = self._chat
+            if chat is None:
+                return False
+            if not hasattr(chat, "restart"):
+                raise UIError("this session's agent cannot restart its kernel (it is not a CodeAct agent)")
+            self._busy = True  # nothing else may use the sandbox while its kernel restarts
+        self.touch()
+        try:
+            restarted = chat.restart()
+        finally:
+            with self._lock:
+                self._busy = False
+        if restarted:
+            self.publish({"type": "KernelRestarted",
+                          "message": "Kernel restarted: variables, imports and definitions are gone; files were "
+                                     "kept. The model is told with your next message."})
+        return restarted
+
+    def variables(self) -> dict[str, Any]:
+        """The kernel's variables after the last code that ran (the model's or the analyst's)."""
+        with self._lock:
+            self._check_open()
+            chat, busy = self._chat, self._busy
+        listing = getattr(chat, "variables", None) if chat is not None else VariableListing()
+        if not isinstance(listing, VariableListing):
+            listing = VariableListing(error="this session's agent has no variables panel (not a CodeAct agent)")
+        return {**listing.wire(), "busy": busy, "sandbox_open": chat is not None}
+
     def _interrupt_again(self, chat: Any) -> None:
         """Code that started just after Stop missed the first interrupt: send it again (a few times)."""
         for _ in range(5):
@@ -303,7 +374,7 @@ class UISession:
         """The agent's approver: ask the page and wait for its answer (on the agent's worker thread)."""
         aid = uuid.uuid4().hex[:12]
         call = {"id": aid, "run_id": request.run_id, "step": request.step, "tool": request.tool,
-                "arguments": {str(k): shown(v, 2000) for k, v in request.arguments.items()}}
+                **_approval_details(request)}
         if self._options.auto_approve:
             self.publish({"type": "ApprovalResolved", **call, "allowed": True,
                           "reason": "approved automatically (--yes)"})
@@ -372,25 +443,8 @@ class UISession:
                     pass
             workspace = list(self._last_listing) if self._chat is not None else []
             run_ids = list(self._run_ids)
-        return {"workspace": workspace, "stale": busy, "artifacts": self._artifacts(run_ids),
+        return {"workspace": workspace, "stale": busy, "artifacts": list_artifacts(self._options.output_root, run_ids),
                 "pending": [p.name for p in self._pending_files]}
-
-    def _artifacts(self, run_ids: list[str]) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        for rid in run_ids:
-            root = self._options.output_root / rid
-            if not root.is_dir():
-                continue
-            for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not follow links
-                for filename in sorted(filenames):
-                    full = Path(dirpath) / filename
-                    if full.is_symlink() or not full.is_file():
-                        continue
-                    found.append({"run_id": rid, "path": full.relative_to(root).as_posix(),
-                                  "size": full.stat().st_size})
-                    if len(found) >= 1000:
-                        return found
-        return found
 
     def download(self, path: str) -> bytes:
         """A file from the sandbox's working directory."""
@@ -450,6 +504,30 @@ class UISession:
         return read_artifact(self._options.output_root, run_id, path, self._options.download_limit)
 
 
+def list_artifacts(output_root: Path, run_ids: list[str], limit: int = 1000) -> list[dict[str, Any]]:
+    """The files the runs saved (``<output_root>/<run id>/...``), without following links, at most ``limit``."""
+    found: list[dict[str, Any]] = []
+    for rid in run_ids:
+        try:
+            check_relative_path(rid)
+        except UnsafePath:
+            continue
+        root = output_root / rid
+        if "/" in rid or root.is_symlink() or not root.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not follow links
+            dirnames.sort()
+            for filename in sorted(filenames):
+                full = Path(dirpath) / filename
+                if full.is_symlink() or not full.is_file():
+                    continue
+                found.append({"run_id": rid, "path": full.relative_to(root).as_posix(),
+                              "size": full.stat().st_size})
+                if len(found) >= limit:
+                    return found
+    return found
+
+
 def read_artifact(output_root: Path, run_id: str, path: str, limit: int) -> bytes:
     """A file a run saved (``<output_root>/<run id>/<path>``), read without following links."""
     try:
@@ -468,6 +546,26 @@ def read_artifact(output_root: Path, run_id: str, path: str, limit: int) -> byte
         raise
     except Exception as exc:  # FileTransferError and OSError: say which file
         raise SessionNotFound(f"no artifact {path} in run {run_id}: {exc}") from None
+
+
+def _approval_details(request: Any) -> dict[str, Any]:
+    """What the page shows of an approval request: the arguments, each cut to 2,000 characters; a skill
+    save (:class:`~codeact.skills.SkillApproval`) also whole, its code and diff to read before saying yes."""
+    from ..skills import SkillApproval
+
+    if not isinstance(request, SkillApproval):
+        return {"arguments": {str(k): shown(v, 2000) for k, v in request.arguments.items()}}
+
+    def text(value: Any) -> str:
+        value = value if isinstance(value, str) else ""
+        if len(value) <= SKILL_TEXT_LIMIT:
+            return value
+        return value[:SKILL_TEXT_LIMIT] + f"\n[... {len(value) - SKILL_TEXT_LIMIT:,} more characters not shown]"
+
+    return {"arguments": {"name": shown(request.name, 200), "signature": shown(request.signature, 2000)},
+            "skill": {"name": text(request.name)[:200], "signature": text(request.signature),
+                      "docstring": text(request.docstring), "code": text(request.code), "diff": text(request.diff),
+                      "replaces": request.previous is not None, "store": text(request.store)[:1000]}}
 
 
 def _message(exc: BaseException) -> str:

@@ -114,7 +114,7 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
     out = _base(event)
     if isinstance(event, RunStarted):
         out.update(task=event.task, model=event.model, backend=event.backend, tools=list(event.tools),
-                   files=[str(f) for f in event.files])
+                   files=[str(f) for f in event.files], agent=event.agent)
     elif isinstance(event, TextDelta):
         out.update(text=event.text)
     elif isinstance(event, ModelOutput):

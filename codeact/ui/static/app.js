@@ -29,6 +29,8 @@
     current: null,
     source: null,
     historyRun: null,
+    viewedRun: null, // the History run on screen: the Files panel shows its files, not the session's
+    mode: 'message', // the composer: a message to the agent, or code of the analyst's own
   };
 
   // --------------------------------------------------------------------------- small helpers
@@ -153,6 +155,29 @@
     return pre;
   }
 
+  // A skill save to approve: its whole code and the diff against the skill it replaces, as text (scrollable).
+  function skillBox(skill) {
+    const box = el('div', 'skill');
+    box.appendChild(el('div', 'skill-title',
+      `${skill.replaces ? 'Replace' : 'Save'} skill ${skill.name}${skill.signature} in ${skill.store}`));
+    if (skill.docstring) box.appendChild(el('pre', 'skill-doc', skill.docstring));
+    box.appendChild(el('div', 'label', 'Code'));
+    const code = codeBlock(skill.code);
+    code.classList.add('skill-code');
+    box.appendChild(code);
+    if (skill.diff) {
+      box.appendChild(el('div', 'label', 'Changes from the saved skill'));
+      const diff = el('pre', 'skill-diff');
+      for (const line of String(skill.diff).split('\n')) {
+        const cls = line.startsWith('+') && !line.startsWith('+++') ? 'add'
+          : line.startsWith('-') && !line.startsWith('---') ? 'del' : line.startsWith('@@') ? 'hunk' : null;
+        diff.appendChild(el('span', cls, `${line}\n`));
+      }
+      box.appendChild(diff);
+    }
+    return box;
+  }
+
   // --------------------------------------------------------------------------- a conversation view
 
   class View {
@@ -204,7 +229,7 @@
         const node = el('section', 'step');
         node.dataset.step = ev.step;
         const head = el('div', 'step-head');
-        head.appendChild(el('span', 'step-label', `Step ${ev.step}`));
+        head.appendChild(el('span', 'step-label', t.user ? 'Your code' : `Step ${ev.step}`));
         s = { el: node, head, meta: el('span', 'step-meta'), raw: '', model: null, streaming: null,
           code: null, tools: null, output: null, outputChars: 0, outputCut: false, pending: [],
           sawLive: false, prose: null };
@@ -307,12 +332,22 @@
 
     onRunStarted(ev) {
       const t = this.turn(ev.run_id);
-      const user = el('div', 'user-msg');
-      user.appendChild(el('div', 'who', 'You'));
-      user.appendChild(el('div', 'text', ev.task));
-      if (ev.files && ev.files.length) user.appendChild(el('div', 'files-note', `Files: ${ev.files.join(', ')}`));
-      t.el.appendChild(user);
-      t.el.appendChild(el('div', 'turn-meta', `${ev.model} · ${ev.backend} · run ${ev.run_id}`));
+      if (ev.agent === 'user') { // the analyst's own code: the step below shows it
+        t.user = true;
+        t.el.classList.add('user-run');
+        const user = el('div', 'user-msg user-code');
+        user.appendChild(el('div', 'who', 'You ran code in the session'));
+        user.appendChild(el('div', 'hint', 'The model is told what you ran and what it showed with your next message.'));
+        t.el.appendChild(user);
+        t.el.appendChild(el('div', 'turn-meta', `your code · ${ev.backend} · run ${ev.run_id}`));
+      } else {
+        const user = el('div', 'user-msg');
+        user.appendChild(el('div', 'who', 'You'));
+        user.appendChild(el('div', 'text', ev.task));
+        if (ev.files && ev.files.length) user.appendChild(el('div', 'files-note', `Files: ${ev.files.join(', ')}`));
+        t.el.appendChild(user);
+        t.el.appendChild(el('div', 'turn-meta', `${ev.model} · ${ev.backend} · run ${ev.run_id}`));
+      }
       if (!this.readOnly) setBusy(this.sessionId, true);
     }
 
@@ -363,6 +398,7 @@
       const args = Object.entries(ev.arguments || {}).map(([k, v]) => `${k}=${v}`).join(', ');
       call.appendChild(el('span', 'tool-args', `(${args})`));
       card.appendChild(call);
+      if (ev.skill) card.appendChild(skillBox(ev.skill));
       return card;
     }
 
@@ -458,8 +494,9 @@
         }
         s.el.appendChild(list);
       }
+      if (!this.readOnly) refreshVariables();
       const seen = el('details', 'observation');
-      seen.appendChild(el('summary', null, `What the model saw (${ev.text.length.toLocaleString()} characters${ev.truncated ? ', cut' : ''}) · ran ${fmtSeconds(ev.duration)}`));
+      seen.appendChild(el('summary', null, `${this.turn(ev.run_id).user ? 'What the model will be told' : 'What the model saw'} (${ev.text.length.toLocaleString()} characters${ev.truncated ? ', cut' : ''}) · ran ${fmtSeconds(ev.duration)}`));
       seen.appendChild(el('pre', null, ev.text));
       s.el.appendChild(seen);
     }
@@ -521,8 +558,8 @@
       const line = el('div', `run-status ${ev.status}`);
       const icon = { success: '✔', max_steps: '●', cancelled: '■', error: '✘' }[ev.status] || '…';
       const tokens = ev.output_tokens ? ` · ${ev.input_tokens} in / ${ev.output_tokens} out tokens` : '';
-      line.appendChild(el('span', null,
-        `${icon} ${ev.status} · ${ev.steps} step${ev.steps === 1 ? '' : 's'} · ${fmtSeconds(ev.duration)}${tokens}`));
+      const steps = t.user ? 'your code' : `${ev.steps} step${ev.steps === 1 ? '' : 's'}`;
+      line.appendChild(el('span', null, `${icon} ${ev.status} · ${steps} · ${fmtSeconds(ev.duration)}${tokens}`));
       if (ev.error && ev.status !== 'success') line.appendChild(el('span', 'run-error', ` — ${ev.error}`));
       if (state.settings.history && ev.run_id && !this.readOnly) {
         const open = el('button', 'link', 'Open in History');
@@ -539,7 +576,13 @@
       if (!this.readOnly) {
         setBusy(this.sessionId, false);
         refreshFiles();
+        refreshVariables();
       }
+    }
+
+    onKernelRestarted(ev) {
+      this.note(ev.message, 'note warning restart');
+      if (!this.readOnly) refreshVariables();
     }
 
     onNotice(ev) { this.note(ev.message); }
@@ -549,7 +592,7 @@
       refreshFiles();
     }
 
-    onSandboxFreed(ev) { this.note(ev.message, 'note warning'); refreshFiles(); }
+    onSandboxFreed(ev) { this.note(ev.message, 'note warning'); refreshFiles(); refreshVariables(); }
 
     onSessionClosed(ev) { this.note(`Session closed: ${ev.message}`, 'note warning'); }
 
@@ -563,6 +606,8 @@
     if (s) s.busy = busy;
     if (sid === state.current) {
       $('send').disabled = busy;
+      $('run-cell').disabled = busy;
+      $('restart-kernel').disabled = busy;
       $('stop').disabled = !busy;
     }
     renderTabs();
@@ -670,10 +715,13 @@
     state.current = sid;
     if (location.hash !== `#${sid}`) history.replaceState(null, '', `#${sid}`);
     $('send').disabled = s.busy;
+    $('run-cell').disabled = s.busy;
+    $('restart-kernel').disabled = s.busy;
     $('stop').disabled = !s.busy;
     renderTabs();
     connect(s);
     refreshFiles();
+    refreshVariables();
     sessionChosen();
   }
 
@@ -744,6 +792,104 @@
     }
   }
 
+  // The analyst's own code: run in the session's kernel like a code action (same limits, output, Stop).
+  let running = false;
+  async function runCell() {
+    const box = $('cell');
+    const code = box.value;
+    if (!code.trim() || running) return;
+    running = true;
+    $('run-cell').disabled = true;
+    try {
+      if (!state.current) await sessionReady;
+      const sid = state.current;
+      $('run-cell').disabled = true;
+      await api(`/api/sessions/${sid}/run`, { method: 'POST', json: { code } });
+      loadSessions().catch(() => {}); // the code stays in the cell, as in a notebook
+    } catch (err) {
+      banner(err.message);
+      $('run-cell').disabled = false;
+    } finally {
+      running = false;
+    }
+  }
+
+  function setMode(mode) {
+    state.mode = mode;
+    const code = mode === 'code';
+    $('message').hidden = code;
+    $('send').hidden = code;
+    $('cell').hidden = !code;
+    $('run-cell').hidden = !code;
+    for (const [id, on] of [['mode-message', !code], ['mode-code', code]]) {
+      $(id).classList.toggle('active', on);
+      $(id).setAttribute('aria-selected', String(on));
+    }
+    $(code ? 'cell' : 'message').focus();
+  }
+
+  async function restartKernel() {
+    const sid = state.current;
+    $('restart-dialog').close();
+    if (!sid) return;
+    $('restart-kernel').disabled = true;
+    try {
+      const data = await api(`/api/sessions/${sid}/restart`, { method: 'POST', json: {} });
+      if (!data.restarted) banner('This session has no kernel yet: it starts with the first message or code.', 'info');
+    } catch (err) {
+      banner(err.message);
+    } finally {
+      const s = state.sessions.get(sid);
+      if (sid === state.current) $('restart-kernel').disabled = Boolean(s && s.busy);
+      refreshVariables();
+    }
+  }
+
+  // --------------------------------------------------------------------------- variables
+
+  // Names, types and reprs come from the kernel (hostile): bounded by the server, set here as text only.
+  let variablesRequest = 0;
+  let variablesTimer = null;
+  function refreshVariables() {
+    if (variablesTimer !== null) return; // many steps in a burst (a replay): one request
+    variablesTimer = setTimeout(() => { variablesTimer = null; loadVariables(); }, 50);
+  }
+
+  async function loadVariables() {
+    const sid = state.current;
+    if (!sid) return;
+    const mine = ++variablesRequest;
+    let data;
+    try {
+      data = await api(`/api/sessions/${sid}/variables`);
+    } catch (err) {
+      return;
+    }
+    if (mine !== variablesRequest || sid !== state.current) return;
+    const table = $('variables-table');
+    table.textContent = '';
+    const vars = data.variables || [];
+    if (vars.length) {
+      const head = el('tr');
+      for (const h of ['Name', 'Type', 'Value']) head.appendChild(el('th', null, h));
+      table.appendChild(head);
+    }
+    for (const v of vars) {
+      const row = el('tr', 'variable');
+      const value = el('td', 'var-repr', v.repr);
+      value.title = v.repr;
+      row.append(el('td', 'var-name', v.name), el('td', 'var-type', v.type), value);
+      table.appendChild(row);
+    }
+    const note = $('variables-note');
+    if (data.error) note.textContent = data.error;
+    else if (!data.sandbox_open) note.textContent = 'No kernel yet: it starts with the first message or code.';
+    else if (!vars.length) note.textContent = 'No variables.';
+    else if (data.total > vars.length) note.textContent = `Showing ${vars.length} of ${data.total}.`;
+    else note.textContent = '';
+    note.hidden = !note.textContent;
+  }
+
   async function stop() {
     if (!state.current) return;
     try {
@@ -757,6 +903,7 @@
 
   let filesRequest = 0;
   async function refreshFiles() {
+    if (state.viewedRun) return refreshRunFiles(state.viewedRun);
     const sid = state.current;
     if (!sid) return;
     const mine = ++filesRequest;
@@ -766,7 +913,10 @@
     } catch (err) {
       return;
     }
-    if (mine !== filesRequest || sid !== state.current) return;
+    if (mine !== filesRequest || sid !== state.current || state.viewedRun) return;
+    $('files-title').textContent = 'Files';
+    $('files-run-note').hidden = true;
+    $('session-files').hidden = false;
     const ws = $('workspace-files');
     ws.textContent = '';
     for (const f of data.workspace) {
@@ -788,6 +938,30 @@
         `/api/runs/${encodeURIComponent(f.run_id)}/artifacts/${encodePath(f.path)}`, f.run_id));
     }
     if (!data.artifacts.length) art.appendChild(el('li', 'hint', 'None yet.'));
+  }
+
+  // A History run on screen: its own artifacts (the session's workspace is not that run's).
+  async function refreshRunFiles(runId) {
+    const mine = ++filesRequest;
+    let data;
+    try {
+      data = await api(`/api/runs/${encodeURIComponent(runId)}/files`);
+    } catch (err) {
+      data = { artifacts: [] };
+    }
+    if (mine !== filesRequest || state.viewedRun !== runId) return;
+    $('files-title').textContent = `Files of run ${runId}`;
+    const note = $('files-run-note');
+    note.textContent = 'The run you are viewing in History. Its sandbox\'s working directory is not kept; these are the files it saved.';
+    note.hidden = false;
+    $('session-files').hidden = true;
+    const art = $('artifact-files');
+    art.textContent = '';
+    for (const f of data.artifacts) {
+      art.appendChild(fileItem(f.path, f.size,
+        `/api/runs/${encodeURIComponent(f.run_id)}/artifacts/${encodePath(f.path)}`, f.run_id));
+    }
+    if (!data.artifacts.length) art.appendChild(el('li', 'hint', 'This run saved no files.'));
   }
 
   function fileItem(path, size, href, runId) {
@@ -855,6 +1029,11 @@
     $('history-view').hidden = !show;
     $('conversations').hidden = show;
     $('composer').hidden = show;
+    $('variables-panel').hidden = show; // the live session's kernel, not the viewed run's
+    if (!show && state.viewedRun) {
+      state.viewedRun = null;
+      refreshFiles();
+    }
   }
 
   async function openHistory() {
@@ -877,7 +1056,8 @@
     for (const run of data.runs) {
       const row = el('tr', `run ${run.status}`);
       row.dataset.run = run.id;
-      row.append(el('td', null, fmtTime(run.started)), el('td', 'task', run.task), el('td', 'status', run.status),
+      row.append(el('td', null, fmtTime(run.started)),
+        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : run.task), el('td', 'status', run.status),
         el('td', null, run.steps), el('td', null, run.model || ''));
       row.addEventListener('click', () => { dialog.close(); openRun(run.id); });
       table.appendChild(row);
@@ -894,6 +1074,8 @@
       return;
     }
     state.historyRun = data.run.id;
+    state.viewedRun = data.run.id;
+    refreshFiles();
     const root = $('history-events');
     const view = new View(root, { readOnly: true });
     view.clear();
@@ -951,6 +1133,17 @@
       d.addEventListener('click', (e) => { if (e.target.matches('[data-close]')) d.close(); });
     }
     $('send').addEventListener('click', send);
+    $('run-cell').addEventListener('click', runCell);
+    $('mode-message').addEventListener('click', () => setMode('message'));
+    $('mode-code').addEventListener('click', () => setMode('code'));
+    $('restart-kernel').addEventListener('click', () => $('restart-dialog').showModal());
+    $('restart-confirm').addEventListener('click', restartKernel);
+    $('cell').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.shiftKey || e.ctrlKey || e.metaKey) && !e.isComposing) {
+        e.preventDefault();
+        if (!$('run-cell').disabled) runCell();
+      }
+    });
     $('stop').addEventListener('click', stop);
     $('new-session').addEventListener('click', createSession);
     $('show-history').addEventListener('click', openHistory);
