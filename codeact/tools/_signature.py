@@ -448,7 +448,7 @@ class ToolSignature:
         """
         params = self.signature.parameters
         positional = [p for p in params.values() if p.kind in POSITIONAL]
-        usage = f"; its signature is {self.usage()}"
+        usage = _SignatureHint(self)  # rendered only in an error message, not on every call
         out: dict[str, Any] = {p.name: value for p, value in zip(positional, args)}
         if len(args) > len(positional):
             if self.var_positional is None:
@@ -478,3 +478,15 @@ class ToolSignature:
         if extra:
             out[self.var_keyword.name] = extra  # type: ignore[union-attr]
         return out
+
+
+class _SignatureHint:
+    """``; its signature is name(...)`` for :meth:`ToolSignature.bind`'s errors, rendered when formatted."""
+
+    __slots__ = ("signature",)
+
+    def __init__(self, signature: ToolSignature) -> None:
+        self.signature = signature
+
+    def __format__(self, spec: str) -> str:
+        return f"; its signature is {self.signature.usage()}"
