@@ -55,7 +55,7 @@ __all__ = [
     "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "Elided", "FileInfo", "SandboxError",
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
-    "PackagePolicy", "PackageInstallError",
+    "PackagePolicy", "PackageInstallError", "Snapshot", "SnapshotStore", "SnapshotError", "RestoreReport",
 ]
 
 _LAZY = {
@@ -67,6 +67,10 @@ _LAZY = {
     "PackagePolicy": ".packages",
     "EnginePool": ".engine_pool",
     "Engine": ".engines",
+    "Snapshot": ".snapshot",
+    "SnapshotStore": ".snapshot",
+    "SnapshotError": ".snapshot",
+    "RestoreReport": ".snapshot",
 }
 
 

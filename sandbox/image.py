@@ -68,7 +68,8 @@ def recipe_dir() -> Path:
 def runtime_files() -> list[Path]:
     """The in-kernel runtime: the modules copied into the image (stdlib-only)."""
     runtime = Path(__file__).parent / "runtime"
-    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_codec.py")]
+    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_codec.py",
+                                                    "sandbox_snapshot.py")]
 
 
 # --------------------------------------------------------------------------- the recipe

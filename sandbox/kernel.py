@@ -1096,6 +1096,49 @@ class KernelSandbox:
     def closed(self) -> bool:
         return self._closed
 
+    # --- durable sessions (sandbox.snapshot) --------------------------------------------------
+
+    #: What :meth:`restore` brought back (a :class:`sandbox.snapshot.RestoreReport`), on restored sessions.
+    restored: Any = None
+
+    def snapshot(self, *, since: Any = None, store: Any = None, timeout: float = 300.0) -> Any:
+        """Save this session (files, variables, packages, working directory) to one file; returns a Snapshot.
+
+        ``since=`` an earlier snapshot of this session saves incrementally:
+        variables whose fingerprint did not change are not pickled or copied
+        out of the sandbox again, and when nothing changed at all ``since``
+        itself is returned. ``store`` is a :class:`~sandbox.snapshot.SnapshotStore`
+        or a directory (default: the data dir's ``snapshots``). Raises
+        :class:`~sandbox.snapshot.SnapshotError` saying why it could not.
+
+        Example::
+
+            snap = sb.snapshot()
+            print(snap.manifest.describe())     # what was saved, and why anything was not
+            again = sb.snapshot(since=snap)     # cheap when little changed
+        """
+        from .snapshot import take
+
+        return take(self, since=since, store=store, timeout=timeout)
+
+    @classmethod
+    def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> Any:
+        """A new, started session of this backend holding ``snapshot`` (a Snapshot or a snapshot file's path).
+
+        ``options`` are the constructor's (``engine=``, ``memory=``, ...): a
+        snapshot taken on one engine restores on any other. The packages the
+        session had installed are installed again from the host's cache. The
+        session's :attr:`restored` says what came back and what did not.
+
+        Example::
+
+            with DockerSandbox.restore(snap, engine=second_engine) as sb:
+                print(sb.restored.describe())
+        """
+        from .snapshot import restore
+
+        return restore(cls, snapshot, functions, **options)
+
 
 class _ConnHolder:
     """The session's current connections, for its finalizer (which must not hold the session)."""

@@ -1693,6 +1693,21 @@ class RestrictedSandbox:
         """True after :meth:`close`."""
         return self._closed
 
+    def snapshot(self, **options: Any) -> NoReturn:
+        """Not supported: raises :class:`~sandbox.snapshot.SnapshotError` (use the docker or local backend)."""
+        from .snapshot import SnapshotError
+
+        raise SnapshotError("the restricted backend cannot save sessions: its namespace lives in this process, "
+                            "among the host's own objects; use the docker (or local) backend for durable sessions")
+
+    @classmethod
+    def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> NoReturn:
+        """Not supported: raises :class:`~sandbox.snapshot.SnapshotError` (restore into DockerSandbox instead)."""
+        from .snapshot import SnapshotError
+
+        raise SnapshotError("the restricted backend cannot restore sessions: a snapshot's variables are unpickled, "
+                            "which runs code the session wrote; restore it with DockerSandbox.restore(...)")
+
     def _ensure_open(self) -> None:
         if self._closed:
             raise SandboxClosed("this restricted sandbox was closed; open a new one")

@@ -1,0 +1,526 @@
+"""Runs INSIDE the sandbox kernel: the kernel's half of session snapshots (see sandbox/snapshot.py).
+
+Standard library only at import; saving and loading need ``cloudpickle`` in
+the kernel (the standard image has it) and say so clearly when it is absent.
+
+The host drives four steps, each one call with a JSON argument and a JSON
+answer (a user expression):
+
+* :func:`scan` fingerprints every user variable and the working directory,
+  cheaply: the same immutable object, the same bytes of an array or a
+  DataFrame's blocks (crc32), or the same pickle of small plain data. It
+  says whether anything changed since the snapshot the host names.
+* :func:`save` pickles what changed, one file per variable (named by the
+  sha256 of its bytes) in a staging directory the host then copies out, and
+  returns the manifest: every variable with its type and size, and for each
+  one that could not be saved, why.
+* :func:`done` removes the staging directory and, when the host kept the
+  snapshot, makes it the base of the next incremental save.
+* :func:`load` unpickles the variables the host lists, in their order, into
+  the user namespace, rebinds functions defined in the session to it, and
+  reports what was restored and what failed.
+
+Variables refer to each other by name, not by copy: a function that uses a
+global DataFrame does not carry the DataFrame, and two names for one object
+are one object again after a restore (except around a cycle between
+variables, saved by value instead).
+
+Nothing here is a boundary: the code in the kernel can replace it, and the
+host trusts none of its answers (it bounds and validates them).
+"""
+
+import json
+import os
+import shutil
+import sys
+import types
+import zlib
+
+#: Must match sandbox/snapshot.py.
+FORMAT = 1
+#: Names never saved: the runtime's own, and what IPython puts in every namespace.
+_RUNTIME_NAMES = ("ToolError", "HostFunctionError", "install", "PackageInstallError")
+_ATOMIC = (int, float, complex, bool, str, bytes, type(None), range)
+#: Plain data up to this many items is fingerprinted by its pickle (cheap); larger plain data is pickled at save.
+_SMALL_ITEMS = 10_000
+
+
+class _State:
+    def __init__(self):
+        self.token = None  # the snapshot the fingerprints below belong to (committed by the host)
+        self.entries = {}  # name -> (fingerprint, blob, strong ref for identity fingerprints)
+        self.files = None
+        self.pending = None  # (entries, files digest) of the scan not yet committed
+        self.saved = None  # entries of the last save, waiting for done()
+
+
+_state = _State()
+
+
+def _shell():
+    import sandbox_runtime
+
+    return sandbox_runtime._state.shell
+
+
+def _cloudpickle():
+    try:
+        import cloudpickle
+    except ImportError:
+        raise RuntimeError("snapshots need cloudpickle in the sandbox: use the standard image "
+                           "(`codeact image build`) or install('cloudpickle') first") from None
+    return cloudpickle
+
+
+def _user_variables():
+    """(name, value) of what the code defined: no hidden, runtime or host-function names, no modules of stubs."""
+    shell = _shell()
+    import sandbox_runtime
+
+    hidden = getattr(shell, "user_ns_hidden", {})
+    stubs = {id(s) for s in sandbox_runtime._state.stubs.values()}
+    runtime = {id(getattr(sandbox_runtime, n, None)) for n in ("ToolError", "install_packages", "PackageInstallError")}
+    out = []
+    for name, value in list(shell.user_ns.items()):
+        if not isinstance(name, str) or name.startswith("_") or not name.isidentifier():
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        if id(value) in stubs or id(value) in runtime or getattr(value, "__sandbox_namespace__", False):
+            continue
+        if name in _RUNTIME_NAMES and id(value) in runtime:
+            continue
+        out.append((name, value))
+    return out
+
+
+# --- fingerprints -----------------------------------------------------------------------------
+
+
+def _crc(buffer):
+    return zlib.crc32(memoryview(buffer).cast("B"))
+
+
+def _array_fp(array):
+    np = sys.modules.get("numpy")
+    if np is None or type(array) is not np.ndarray or array.dtype.hasobject:
+        return None
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        return None
+    return ("nd", array.dtype.str, array.shape, array.strides, _crc(array))
+
+
+def _frame_fp(frame):
+    pd = sys.modules.get("pandas")
+    if pd is None or type(frame) not in (pd.DataFrame, pd.Series):
+        return None
+    import pickle
+
+    try:
+        blocks = []
+        for block in frame._mgr.blocks:
+            fp = _array_fp(block.values)
+            if fp is None:
+                return None
+            blocks.append((fp, bytes(block.mgr_locs.as_array.tobytes()) if frame.ndim == 2 else b""))
+        index = frame.index
+        if type(index) is pd.RangeIndex:
+            index_fp = ("range", index.start, index.stop, index.step, index.name)
+        else:
+            index_fp = _array_fp(getattr(index, "_values", None))
+            if index_fp is None:
+                return None
+        columns = pickle.dumps(frame.columns if frame.ndim == 2 else frame.name, 5)
+        meta = pickle.dumps((frame.attrs, frame.flags.allows_duplicate_labels), 5)
+        return ("frame", type(frame).__name__, tuple(blocks), index_fp, zlib.crc32(columns), zlib.crc32(meta))
+    except Exception:
+        return None
+
+
+def _plain(value, budget):
+    """True for builtin data (no functions, no classes of the session) of at most ``budget[0]`` items."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        t = type(v)
+        if t in _ATOMIC:
+            continue
+        if t in (list, tuple, set, frozenset):
+            stack.extend(v)
+        elif t is dict:
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        else:
+            return False
+    return True
+
+
+def _fingerprint(name, value):
+    """(fingerprint, strong ref) or (None, None) when only pickling can tell."""
+    if type(value) in _ATOMIC:
+        previous = _state.entries.get(name)
+        if previous is not None and previous[2] is value:
+            return previous[0], value
+        return ("id", id(value)), value
+    fp = _array_fp(value) if type(value).__module__ == "numpy" else None
+    if fp is None and type(value).__module__.startswith("pandas"):
+        fp = _frame_fp(value)
+    if fp is None and _plain(value, [_SMALL_ITEMS]):
+        import pickle
+
+        try:
+            data = pickle.dumps(value, 5)
+            fp = ("plain", len(data), zlib.crc32(data))
+        except Exception:
+            fp = None
+    return fp, None
+
+
+def _files_digest(root, exclude):
+    import hashlib
+    import stat
+
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not (dirpath == root and d.startswith(exclude)))
+        for fn in sorted(filenames):
+            full = os.path.join(dirpath, fn)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            h.update(("%s\0%o\0%d\0%d\n" % (os.path.relpath(full, root), stat.S_IFMT(st.st_mode), st.st_size,
+                                            st.st_mtime_ns)).encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def scan(spec_json):
+    """Fingerprint the namespace and the working directory; JSON: ``{"changed", "files", "cwd"}``."""
+    spec = json.loads(spec_json)
+    entries = {}
+    for name, value in _user_variables():
+        try:
+            fp, ref = _fingerprint(name, value)
+        except Exception:
+            fp, ref = None, None
+        entries[name] = (fp, None, ref)
+    files = _files_digest(spec["workdir"], spec["exclude"])
+    _state.pending = (entries, files)
+    base = _state.entries if spec.get("since") is not None and spec.get("since") == _state.token else None
+    changed = base is None or files != _state.files or set(base) != set(entries) or any(
+        fp is None or base[name][0] != fp for name, (fp, _, _) in entries.items())
+    return json.dumps({"changed": changed, "files": files, "cwd": os.getcwd()})
+
+
+# --- saving -----------------------------------------------------------------------------------
+
+
+def _pickler_class(cloudpickle):
+    class Pickler(cloudpickle.Pickler):
+        """Other top-level variables are written as references to their names (see the module docs)."""
+
+        def __init__(self, file, root, root_name, names):
+            super().__init__(file, protocol=5)
+            self.root, self.root_name, self.names, self.refs = root, root_name, names, set()
+
+        def persistent_id(self, obj):
+            if type(obj) in _ATOMIC:
+                return None
+            name = self.names.get(id(obj))
+            if name is None or name == self.root_name:
+                return None  # the variable itself, by value (another name for it refers to this one)
+            self.refs.add(name)
+            return name
+
+    return Pickler
+
+
+def _dump(pickler_class, name, value, names):
+    import io
+
+    buf = io.BytesIO()
+    pickler = pickler_class(buf, value, name, names)
+    pickler.dump(value)
+    return buf.getvalue(), sorted(pickler.refs)
+
+
+def _cycles(deps):
+    """Names in a cycle of references between variables (Tarjan's strongly connected components)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), set(), [0]
+
+    def visit(v):
+        work = [(v, iter(deps.get(v, ())))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        while work:
+            node, children = work[-1]
+            for w in children:
+                if w not in deps:
+                    continue
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(deps.get(w, ()))))
+                    break
+                if w in on:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        component.append(w)
+                        if w == node:
+                            break
+                    if len(component) > 1:
+                        out.update(component)
+
+    for v in list(deps):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _order(deps):
+    """Variables in an order where each comes after those it refers to."""
+    done, order = set(), []
+    for start in sorted(deps):
+        stack = [(start, iter(sorted(deps[start])))]
+        if start in done:
+            continue
+        done.add(start)
+        while stack:
+            node, children = stack[-1]
+            for w in children:
+                if w in deps and w not in done:
+                    done.add(w)
+                    stack.append((w, iter(sorted(deps[w]))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+def _write_blob(directory, data):
+    import hashlib
+
+    blob = hashlib.sha256(data).hexdigest()
+    path = os.path.join(directory, blob)
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(data)
+    return blob
+
+
+def save(spec_json):
+    """Pickle what changed into ``spec["dir"]``; JSON: the manifest (see sandbox/snapshot.py)."""
+    spec = json.loads(spec_json)
+    cloudpickle = _cloudpickle()
+    directory = spec["dir"]
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory, mode=0o700)
+    reuse = set(spec.get("reuse") or ())
+    pending_entries, files = _state.pending or ({}, None)
+    base = _state.entries if spec.get("since") is not None and spec.get("since") == _state.token else {}
+    variables = _user_variables()
+    import copyreg
+
+    for _, v in variables:  # pickling an instance caches __slotnames__ on its class: do it first, so that a
+        for cls in ((v, type(v)) if isinstance(v, type) else (type(v),)):  # class pickles the same every time
+            if getattr(cls, "__module__", None) == "__main__":
+                try:
+                    copyreg._slotnames(cls)
+                except Exception:
+                    pass
+    names = {}
+    for n, v in variables:  # one owner per object: the first name; other names refer to it
+        if type(v) not in _ATOMIC:
+            names.setdefault(id(v), n)
+    pickler_class = _pickler_class(cloudpickle)
+    results, deps, blobs, entries = {}, {}, {}, {}
+    for name, value in variables:
+        fp, _, ref = pending_entries.get(name, (None, None, None))
+        old = base.get(name)
+        kind = type(value)
+        row = {"name": name, "type": "%s.%s" % (kind.__module__, kind.__qualname__), "size": 0}
+        try:
+            row["size"] = int(sys.getsizeof(value))
+        except Exception:
+            pass
+        if fp is not None and old is not None and old[0] == fp and old[1] in reuse:
+            row.update(saved=True, blob=old[1], bytes=old[3] if len(old) > 3 else 0, reused=True,
+                       refs=list(old[4]) if len(old) > 4 else [])
+            deps[name] = set(row["refs"])
+            entries[name] = old
+            results[name] = row
+            continue
+        try:
+            data, refs = _dump(pickler_class, name, value, names)
+        except BaseException as exc:  # noqa: B902 - a __reduce__ may raise anything, even SystemExit
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            row.update(saved=False, reason=("%s: %s" % (type(exc).__name__, exc))[:500])
+            results[name] = row
+            continue
+        deps[name] = set(refs)
+        blobs[name] = data
+        row.update(saved=True, refs=refs)
+        results[name] = row
+        entries[name] = (fp, None, ref, len(data), tuple(refs))
+    # Variables in a reference cycle are saved by value, each on its own (no name can be loaded first).
+    for name in _cycles(deps):
+        try:
+            data = cloudpickle.dumps(dict(variables)[name], protocol=5)
+        except Exception as exc:
+            results[name].update(saved=False, reason=("%s: %s" % (type(exc).__name__, exc))[:500])
+            results[name].pop("blob", None)
+            deps.pop(name, None)
+            continue
+        blobs[name] = data
+        results[name].update(refs=[], reused=False)
+        deps[name] = set()
+        entries[name] = (entries[name][0], None, entries[name][2], len(data), ())
+    for name, data in blobs.items():
+        blob = _write_blob(directory, data)
+        results[name].update(blob=blob, bytes=len(data), reused=blob in reuse)
+        entries[name] = (entries[name][0], blob) + tuple(entries[name][2:])
+    for name, row in results.items():
+        if row.get("saved") and name in deps:
+            row["refs"] = sorted(r for r in deps[name] if r in deps)
+    order = _order({n: {r for r in deps[n] if r in deps} for n in deps})
+    rows = [results[n] for n in order] + [r for n, r in results.items() if not r.get("saved")]
+    _state.saved = (spec.get("token"), entries, files)
+    return json.dumps({"format": FORMAT, "variables": rows, "cwd": _relative_cwd(spec.get("workdir")), "files": files,
+                       "python": "%d.%d.%d" % sys.version_info[:3], "pickler": "cloudpickle " + cloudpickle.__version__})
+
+
+def _relative_cwd(workdir):
+    """The working directory, relative to the sandbox's own when inside it (another sandbox has another one)."""
+    cwd = os.getcwd()
+    if workdir and (cwd == workdir or cwd.startswith(workdir.rstrip("/") + "/")):
+        return os.path.relpath(cwd, workdir)
+    return cwd
+
+
+def done(spec_json):
+    """Remove the staging directory; ``commit``: the saved state is the base of the next incremental save."""
+    spec = json.loads(spec_json)
+    if spec.get("dir"):
+        shutil.rmtree(spec["dir"], ignore_errors=True)
+    if spec.get("commit") and _state.saved is not None and _state.saved[0] == spec.get("token"):
+        _state.token, _state.entries, _state.files = _state.saved
+    _state.saved = None
+    _state.pending = None
+    return json.dumps({"ok": True})
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def _rebind(value, namespace, seen):
+    """A function or class defined in the session, with its functions looking up globals in ``namespace``.
+
+    cloudpickle gives each function a private copy of the globals it used;
+    the session's own functions must see the restored namespace instead.
+    """
+    if id(value) in seen:
+        return value
+    seen.add(id(value))
+    if isinstance(value, types.FunctionType):
+        g = value.__globals__
+        if g is namespace or g.get("__name__") != "__main__":
+            return value
+        for key, item in g.items():  # names the function used that the namespace lacks (saved by value)
+            if not key.startswith("__"):
+                namespace.setdefault(key, item)
+        new = types.FunctionType(value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__)
+        new.__kwdefaults__ = value.__kwdefaults__
+        new.__dict__.update(value.__dict__)
+        for attr in ("__qualname__", "__doc__", "__module__", "__annotations__"):
+            try:
+                setattr(new, attr, getattr(value, attr))
+            except (AttributeError, TypeError):
+                pass
+        return new
+    if isinstance(value, type) and value.__module__ == "__main__":
+        for key, item in list(vars(value).items()):
+            replaced = None
+            if isinstance(item, types.FunctionType):
+                replaced = _rebind(item, namespace, seen)
+            elif isinstance(item, (staticmethod, classmethod)) and isinstance(item.__func__, types.FunctionType):
+                replaced = type(item)(_rebind(item.__func__, namespace, seen))
+            elif isinstance(item, property):
+                parts = [_rebind(f, namespace, seen) if isinstance(f, types.FunctionType) else f
+                         for f in (item.fget, item.fset, item.fdel)]
+                replaced = property(*parts, item.__doc__)
+            if replaced is not None and replaced is not item:
+                try:
+                    setattr(value, key, replaced)
+                except (AttributeError, TypeError):
+                    pass
+    return value
+
+
+def load(spec_json):
+    """Unpickle the listed variables from ``spec["dir"]`` into the namespace; JSON: what was restored, what failed."""
+    spec = json.loads(spec_json)
+    cloudpickle = _cloudpickle()
+    import pickle
+
+    directory = spec["dir"]
+    namespace = _shell().user_ns
+    loaded, failed = {}, []
+
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid):
+            if pid in loaded:
+                return loaded[pid]
+            raise pickle.UnpicklingError("it refers to %r, which was not restored" % (pid,))
+
+    try:
+        for row in spec["variables"]:
+            name = row["name"]
+            try:
+                with open(os.path.join(directory, row["blob"]), "rb") as f:
+                    loaded[name] = Unpickler(f).load()
+            except BaseException as exc:  # noqa: B902 - unpickling runs the snapshot's code
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                failed.append([name, ("%s: %s" % (type(exc).__name__, exc))[:500]])
+        seen = set()
+        for name, value in loaded.items():
+            namespace[name] = _rebind(value, namespace, seen)
+        cwd_ok = True
+        try:
+            if spec.get("cwd"):
+                os.chdir(os.path.join(spec.get("workdir") or os.getcwd(), spec["cwd"]))
+        except OSError:
+            cwd_ok = False
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    # What was loaded is the base of the next incremental save against this snapshot.
+    entries = {}
+    for row in spec["variables"]:
+        name = row["name"]
+        if name in loaded and name in namespace:
+            try:
+                fp, ref = _fingerprint(name, namespace[name])
+            except Exception:
+                fp, ref = None, None
+            entries[name] = (fp, row["blob"], ref, row.get("bytes", 0), tuple(row.get("refs") or ()))
+    _state.token, _state.entries = spec.get("token"), entries
+    _state.files = spec.get("files")
+    del cloudpickle
+    return json.dumps({"restored": sorted(loaded), "failed": failed, "cwd": cwd_ok})
