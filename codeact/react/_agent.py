@@ -41,6 +41,7 @@ from ..prompting import FileDescription
 from ..prompts import Prompt, load_prompt
 from ..tools import Tool, ensure_tools
 from ..tools._context import RunHooks, run_hooks
+from .. import telemetry
 from ..values import preview, show
 from ._formats import FINAL_ANSWER, ActionCall, ActionFormat, CallOutcome, final_answer_value, make_format
 
@@ -57,6 +58,7 @@ class _TurnState:
     result: RunResult | None = None
     artifact_files: int = 0
     artifact_bytes: int = 0
+    trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
 
 
 class ReActAgent(AgentRuns):
@@ -183,6 +185,7 @@ class ReActSession:
         self._files: list[FileDescription] = []
         self._approvals = Approvals(agent.approve)
         self._tools = {t.name: t for t in agent.tools}
+        self._tool_list = list(agent.tools)  # the agent's, plus those add_tools offered later
         self._closed = False
 
     def __enter__(self) -> ReActSession:
@@ -193,6 +196,26 @@ class ReActSession:
 
     def close(self) -> None:
         self._closed = True
+
+    def add_tools(self, tools: Sequence[Tool[Any, Any] | Callable[..., Any]]) -> str:
+        """Offer more tools from the next turn on; returns a note for the model ('' for function calling,
+        whose requests carry every tool's schema; the new tools as the prompt lists them otherwise).
+
+        Raises:
+            CodeActError: the session is closed, or a tool's name is taken.
+        """
+        if self._closed:
+            raise CodeActError("this chat session is closed; start a new one with agent.session()")
+        new = ensure_tools(tools)
+        taken = [t.name for t in new if t.name in self._tools or t.name == FINAL_ANSWER]
+        if taken or len({t.name for t in new}) != len(new):
+            raise CodeActError(f"cannot add tool(s) {', '.join(taken) or 'with one name twice'}: the name is taken")
+        for t in new:
+            self._tools[t.name] = t
+            self._tool_list.append(t)
+        if self.agent.format.tools_param(new) is not None:
+            return ""
+        return "New tools you can use from now on:\n" + self.agent.format.render_tools(new).rsplit("\n", 1)[0]
 
     def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
              cancel: threading.Event | None = None) -> RunResult:
@@ -213,8 +236,9 @@ class ReActSession:
         emit = recorder(agent._runlog())
         file_paths = [Path(f) for f in files]
         missing = [str(p) for p in file_paths if not p.is_file()]
+        state.trace = telemetry.start_run(agent=agent.kind, run_id=run_id, model=agent.model, backend=HOST, task=task)
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"), backend=HOST,
-                              tools=[t.name for t in agent.tools], files=[p.name for p in file_paths],
+                              tools=[t.name for t in self._tool_list], files=[p.name for p in file_paths],
                               agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version))
         try:
             if missing:
@@ -245,6 +269,8 @@ class ReActSession:
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
             emit(RunFinished(run_id=run_id, result=result))
+            if state.trace is not None:
+                state.trace.end(result)
             raise
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
@@ -256,6 +282,8 @@ class ReActSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+        if state.trace is not None:
+            state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
 
     # --- pieces of a turn ----------------------------------------------------------------
@@ -289,7 +317,7 @@ class ReActSession:
         fmt = agent.format
         response: ModelResponse = yield from _relay(
             model_turn(agent.model, self._context_messages(), step, run_id=state.run_id, stream=agent.stream_model,
-                       cancel=cancel, tools=fmt.tools_param(agent.tools)), emit)
+                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list)), emit)
         result.usage = result.usage + step.usage
         decision = fmt.parse(response)
         if decision.problem is not None:
@@ -366,7 +394,8 @@ class ReActSession:
                 arguments = dict(call.arguments or {})
             with run_hooks(self._run_hooks(state, tool, reported)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=step.index, deps=agent.deps,
-                                    approvals=self._approvals, report=reported.append)
+                                    approvals=self._approvals, report=reported.append,
+                                    trace=state.trace, call_id=call.call_id)
         except ToolArgumentError as exc:
             yield from _flush(reported, step, emit)
             return (yield from invalid(str(exc)))
