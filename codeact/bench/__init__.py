@@ -50,7 +50,7 @@ from ._runner import BenchConfig, BenchRun, select_tasks
 from ._sweep import run_bench
 from ._store import Episode, ResultsDir
 from ._suites import BUILTIN_SUITES, list_suites, load_suite, load_suites
-from ._task import DEFAULT_MAX_TURNS, Oracle, Suite, Task, TaskContext
+from ._task import DEFAULT_MAX_TURNS, Oracle, Suite, Task, TaskContext, UserTurn, reply_oracle
 
 __all__ = [
     "BUILTIN_SUITES",
@@ -76,6 +76,7 @@ __all__ = [
     "Suite",
     "Task",
     "TaskContext",
+    "UserTurn",
     "all_of",
     "artifact",
     "build_report",
@@ -89,6 +90,7 @@ __all__ = [
     "load_suites",
     "numeric",
     "plan_code",
+    "reply_oracle",
     "run_bench",
     "run_plan",
     "select_tasks",

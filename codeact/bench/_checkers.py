@@ -57,13 +57,18 @@ class CheckContext:
             files the code wrote) and files in the episode's working directory
             (where host tools write).
         workdir: the episode's working directory on the host.
-        result: the run's :class:`~codeact.events.RunResult` (None if the run never started).
+        result: the run's :class:`~codeact.events.RunResult` (None if the run never started);
+            in a multi-turn task, this user turn's run.
+        turn: in a multi-turn task, the user turn just finished (0-based); None otherwise.
+        state: the episode's ``TaskContext.state`` (what the tool factory left for its checker).
     """
 
     task_id: str = ""
     artifacts: tuple[Path, ...] = ()
     workdir: Path | None = None
     result: Any = None
+    turn: int | None = None
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 class Checker(Protocol):

@@ -29,8 +29,9 @@ from typing import Any
 from ..messages import Message, ModelResponse, ToolCallRequest, Usage
 from ..models import estimate_tokens
 from ..react import observation_text
+from ..react._formats import python_literal
 from ._plan import FINAL_ANSWER, PlanTrace, TracedCall, run_plan
-from ._task import Task, TaskContext
+from ._task import Oracle, Task, TaskContext
 
 #: The model name that selects the oracle (``codeact bench run --model oracle``).
 ORACLE = "oracle"
@@ -77,23 +78,29 @@ class OracleModel(WholeReplies):
     def __init__(self, task: Task, kind: str, *, context: TaskContext, observation_limit: int = 8000) -> None:
         from ..errors import BenchError
 
-        if task.oracle is None:
+        oracles = [task.turn_oracle(i) for i in range(max(1, len(task.turns)))]
+        if any(o is None for o in oracles):
             raise BenchError(f"task {task.key} has no oracle solution; run it with a real model")
         self.name = ORACLE
         self.kind = kind
         self.task = task
         self.observation_limit = observation_limit
-        self._turn = 0
-        self._code = ""
-        self._turns: list[tuple[TracedCall, ...]] = []
-        self._answer: Any = None
+        self._oracles: list[Oracle] = oracles  # type: ignore[assignment]
+        self._user = 0  # the user turn being answered (multi-turn tasks)
+        self._turn = 0  # model calls within this user turn
+        self._turns: list[list[tuple[TracedCall, ...]]] = []  # per user turn: the model turns of calls
+        self._answers: list[Any] = []
         self._context = context
         self._planned = False
-        if kind == "codeact":
-            self._code = task.oracle.code_action()
+
+    def start_turn(self, index: int) -> None:
+        """The harness sends user turn ``index`` next (multi-turn tasks): answer that turn's plan from its start."""
+        self._user, self._turn = index, 0
 
     def _plan(self) -> None:
-        """Run the plan on the shadow tools (on the first model call: its cost is the model's, not the harness's)."""
+        """Run the plans on the shadow tools (on the first model call: its cost is the model's, not the harness's).
+
+        A multi-turn task's plans run one after another on the same shadow tools, as its turns do."""
         if self._planned or self.kind == "codeact":
             return
         context = self._context
@@ -101,12 +108,17 @@ class OracleModel(WholeReplies):
             shadow = TaskContext(task_id=context.task_id, workdir=Path(shadow_dir), files=dict(context.files),
                                  repeat=context.repeat, seed=context.seed)
             tools = {t.name: t for t in self.task.build_tools(shadow)}
-            trace: PlanTrace = run_plan(self.task.oracle.plan, tools)
-        turns = list(trace.turns)
-        if self.kind != "react-fc":  # one action per turn
-            turns = [(c,) for turn in turns for c in turn]
-        self._turns = turns
-        self._answer = trace.answer
+            for oracle in self._oracles:
+                if oracle.reply is not None:
+                    self._turns.append([])
+                    self._answers.append(oracle.reply)
+                    continue
+                trace: PlanTrace = run_plan(oracle.plan, tools)
+                turns = list(trace.turns)
+                if self.kind != "react-fc":  # one action per turn
+                    turns = [(c,) for turn in turns for c in turn]
+                self._turns.append(turns)
+                self._answers.append(trace.answer)
         self._planned = True
 
     def __repr__(self) -> str:
@@ -114,9 +126,11 @@ class OracleModel(WholeReplies):
 
     @property
     def planned_turns(self) -> int:
-        """Model calls this oracle needs: its tool-call turns plus the final answer."""
+        """Model calls this oracle needs (over every user turn): its tool-call turns plus each final answer."""
         self._plan()
-        return 1 if self.kind == "codeact" else len(self._turns) + 1
+        if self.kind == "codeact":
+            return len(self._oracles)
+        return sum(len(turns) + 1 for turns in self._turns)
 
     # --- the Model protocol ----------------------------------------------------------------
 
@@ -129,27 +143,35 @@ class OracleModel(WholeReplies):
     # --- replies ---------------------------------------------------------------------------
 
     def _reply(self, messages: list[Message]) -> Message:
+        oracle = self._oracles[min(self._user, len(self._oracles) - 1)]
         if self.kind == "codeact":
             if self._turn == 0:
-                return Message("assistant", f"```python\n{self._code}\n```")
+                if oracle.reply is not None:  # prose, no code: the agent's answer for this turn
+                    return Message("assistant", oracle.reply)
+                return Message("assistant", f"```python\n{oracle.code_action()}\n```")
             last = next((m.content for m in reversed(messages) if m.role == "user"), "")
             return Message("assistant", "The oracle's code action did not finish the task. Its output:\n"
                            + last[:2000])
+        turns = self._turns[self._user] if self._user < len(self._turns) else []
         if self._turn > 0:
-            problem = self._check_observations(messages, self._turns[self._turn - 1] if self._turn <= len(
-                self._turns) else ())
+            problem = self._check_observations(messages, turns[self._turn - 1] if self._turn <= len(turns) else ())
             if problem:
                 return Message("assistant", f"Final Answer: oracle stopped: {problem}")
-        if self._turn < len(self._turns):
-            return self._action(self._turns[self._turn])
-        if self._turn == len(self._turns):
+        if oracle.reply is not None and self._turn == 0:
+            return Message("assistant", oracle.reply if self.kind == "react-fc" else f"Final Answer: {oracle.reply}")
+        if self._turn < len(turns):
+            return self._action(turns[self._turn])
+        if self._turn == len(turns):
             return self._final()
         return Message("assistant", "Final Answer: oracle stopped: the agent asked for more turns than the plan has")
+
+    def _call_id(self, turn: int, index: int) -> str:
+        return f"call_{self._user}_{turn}_{index}" if self.task.turns else f"call_{turn}_{index}"
 
     def _action(self, calls: tuple[TracedCall, ...]) -> Message:
         if self.kind == "react-fc":
             requests = tuple(
-                ToolCallRequest(f"call_{self._turn}_{i}", c.call.name, json.dumps(c.arguments, ensure_ascii=False))
+                ToolCallRequest(self._call_id(self._turn, i), c.call.name, json.dumps(c.arguments, ensure_ascii=False))
                 for i, c in enumerate(calls)
             )
             return Message("assistant", "", tool_calls=requests)
@@ -157,19 +179,20 @@ class OracleModel(WholeReplies):
         if self.kind == "react-json":
             action = json.dumps({"name": c.call.name, "arguments": c.arguments}, ensure_ascii=False)
             return Message("assistant", f"Action: {action}")
-        parts = [repr(a) for a in c.call.args] + [f"{k}={v!r}" for k, v in c.call.kwargs.items()]
+        parts = [python_literal(a) for a in c.call.args] + [f"{k}={python_literal(v)}"
+                                                            for k, v in c.call.kwargs.items()]
         return Message("assistant", f"Action: {c.call.name}({', '.join(parts)})")
 
     def _final(self) -> Message:
-        answer = self._answer
+        answer = self._answers[self._user] if self._user < len(self._answers) else None
         if self.kind == "react-fc":
-            request = ToolCallRequest(f"call_{self._turn}_0", FINAL_ANSWER,
+            request = ToolCallRequest(self._call_id(self._turn, 0), FINAL_ANSWER,
                                       json.dumps({"answer": answer}, ensure_ascii=False))
             return Message("assistant", "", tool_calls=(request,))
         if self.kind == "react-json":
             return Message("assistant", "Action: " + json.dumps(
                 {"name": FINAL_ANSWER, "arguments": {"answer": answer}}, ensure_ascii=False))
-        return Message("assistant", f"Action: {FINAL_ANSWER}(answer={answer!r})")
+        return Message("assistant", f"Action: {FINAL_ANSWER}(answer={python_literal(answer)})")
 
     def _check_observations(self, messages: list[Message], calls: tuple[TracedCall, ...]) -> str | None:
         """None when the agent showed exactly what the shadow's calls returned; else what differs."""
@@ -182,7 +205,7 @@ class OracleModel(WholeReplies):
                 if m.role == "tool" and m.tool_call_id is not None:
                     got[m.tool_call_id] = m.content
             for i, (c, want) in enumerate(zip(calls, expected)):
-                have = got.get(f"call_{self._turn - 1}_{i}")
+                have = got.get(self._call_id(self._turn - 1, i))
                 if have != want:
                     return f"the result of {c.call.name} was {_clip(have)}, the plan expected {_clip(want)}"
             return None

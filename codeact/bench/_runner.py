@@ -179,9 +179,9 @@ def _close_quietly(sandbox: Any) -> None:
         pass
 
 
-def _on_demand(kind: str, tools: Sequence[Any]) -> bool:
+def _on_demand(kind: str, tools: Sequence[Any], task: Task | None = None) -> bool:
     """Whether a CodeAct kind will show its tools on demand (``auto`` decides by the stubs' size)."""
-    mode = CODEACT_VARIANTS.get(kind, "auto")
+    mode = _disclosure(kind, task)
     if mode != "auto" or not tools:
         return mode == "on_demand"
     from ..catalog import DEFAULT_TOOL_BUDGET, ToolCatalog, resolve_disclosure
@@ -372,7 +372,7 @@ class _Runner:
             return given(task, kind, ctx) if _is_factory(given) else given
         name = spec.model or self.config.models[0]
         if name == ORACLE:
-            if agent_base(kind) == "codeact" and _on_demand(kind, tools):
+            if agent_base(kind) == "codeact" and _on_demand(kind, tools, task):
                 # Tools found on demand: the oracle must search for them as a model would.
                 from .suites.many_tools_oracle import SearchingOracle
 
@@ -406,29 +406,28 @@ class _Runner:
         fatal: str | None = None  # the kind of the run's fatal error event
         raised: BaseException | None = None  # what broke the episode outside the agent's run
         watched: WatchedModel | None = None
+        turns: _TurnsSeen | None = None
         try:
             tools = task.build_tools(ctx)
-            watched = WatchedModel(self._model(spec, ctx, tools))
+            held = {name for turn in task.turns for name in turn.new_tools}
+            unknown = held - {t.name for t in tools}
+            if unknown:
+                raise BenchError(f"task {task.key}: its turns add tools it does not have: {', '.join(sorted(unknown))}")
+            offered = [t for t in tools if t.name not in held]
+            watched = WatchedModel(self._model(spec, ctx, offered))
             model = watched
             if agent_base(kind) == "codeact" and self.pool is not None:
                 waited = time.perf_counter()
                 sandbox = self.pool.acquire()
                 episode.setup_time = time.perf_counter() - waited
-            agent = self._agent(kind, model, tools, limit, sandbox)
+            agent = self._agent(kind, model, offered, limit, sandbox, task)
             episode.prompt, episode.prompt_version = agent.prompt.name, agent.prompt.version
-            for event in agent.stream(task.instruction, files=task.files, cancel=cancel):
-                if isinstance(event, RunStarted):
-                    episode.run_id = event.run_id
-                elif isinstance(event, ToolCall):
-                    episode.tool_calls += 1
-                    episode.tool_errors += int(event.error is not None)
-                    episode.tool_time += event.duration
-                elif isinstance(event, ErrorEvent) and event.kind in ("parse", "action"):
-                    episode.invalid_actions += 1
-                elif isinstance(event, ErrorEvent) and event.fatal:
-                    fatal = event.kind
-                elif isinstance(event, RunFinished):
-                    result = event.result
+            if task.turns:
+                turns = _TurnsSeen()
+                result, fatal = self._turns(task, agent, model, tools, ctx, cancel, episode, turns)
+            else:
+                result, fatal = self._consume(agent.stream(task.instruction, files=task.files, cancel=cancel),
+                                              episode)
         except Exception as exc:  # a broken task, tool factory, oracle or sandbox: this episode's error
             episode.error = f"{type(exc).__name__}: {exc}"
             raised = exc
@@ -438,7 +437,7 @@ class _Runner:
                     self._closer.submit(_close_quietly, sandbox)
                 except RuntimeError:  # an abandoned episode ending after the run closed its closer
                     _close_quietly(sandbox)
-        self._settle(episode, task, result, workdir)
+        self._settle(episode, task, result, workdir, ctx, turns)
         if raised is not None:
             episode.outcome, episode.error_kind = classify_exception(raised)
         elif result is None:
@@ -446,17 +445,78 @@ class _Runner:
         else:
             episode.outcome, episode.error_kind = classify_run(result.status, fatal,
                                                                watched.error if watched else None, episode.success)
-        if episode.run_id:
-            try:
-                self.log.link_episode(episode.run_id, episode.key)
-            except Exception:  # noqa: BLE001 - the link is a convenience
-                pass
+        for run_id in (turns.run_ids if turns is not None else [episode.run_id]):
+            if run_id:
+                try:
+                    self.log.link_episode(run_id, episode.key)
+                except Exception:  # noqa: BLE001 - the link is a convenience
+                    pass
         episode.finished = time.time()
         episode.wall_time = time.perf_counter() - t0
         episode.harness_time = max(0.0, episode.wall_time - episode.run_time - episode.setup_time)
         return episode
 
-    def _agent(self, kind: str, model: Any, tools: list[Any], limit: int, sandbox: Any) -> Any:
+    def _consume(self, events: Any, episode: Episode) -> tuple[RunResult | None, str | None]:
+        """Count one agent run's events into ``episode``; return its result and the kind of its fatal error."""
+        result: RunResult | None = None
+        fatal: str | None = None
+        for event in events:
+            if isinstance(event, RunStarted):
+                episode.run_id = episode.run_id or event.run_id
+            elif isinstance(event, ToolCall):
+                episode.tool_calls += 1
+                episode.tool_errors += int(event.error is not None)
+                episode.tool_time += event.duration
+            elif isinstance(event, ErrorEvent) and event.kind in ("parse", "action"):
+                episode.invalid_actions += 1
+            elif isinstance(event, ErrorEvent) and event.fatal:
+                fatal = event.kind
+            elif isinstance(event, RunFinished):
+                result = event.result
+        return result, fatal
+
+    def _turns(self, task: Task, agent: Any, model: Any, tools: list[Any], ctx: TaskContext,
+               cancel: threading.Event, episode: Episode, seen: _TurnsSeen) -> tuple[RunResult | None, str | None]:
+        """A multi-turn task: every user turn to one session, each under its own turn limit, checked after it.
+
+        Returns the combined result (steps and usage of every turn; the last turn's answer and status).
+        A turn that does not end with an answer (turn limit, error, cancel) ends the episode."""
+        by_name = {t.name: t for t in tools}
+        combined: RunResult | None = None
+        fatal: str | None = None
+        start_turn = getattr(model, "start_turn", None)  # the oracle follows the user turns
+        session = agent.session()
+        try:
+            for index, turn in enumerate(task.turns):
+                message = turn.message
+                if turn.new_tools:
+                    note = session.add_tools([by_name[n] for n in turn.new_tools])
+                    message = f"{note}\n\n{message}" if note else message
+                agent.max_steps = self.config.max_turns or turn.max_turns
+                if callable(start_turn):
+                    start_turn(index)
+                run_id_before = episode.run_id
+                episode.run_id = None
+                result, fatal = self._consume(session.stream(message, files=task.files if index == 0 else (),
+                                                             cancel=cancel), episode)
+                if episode.run_id:
+                    seen.run_ids.append(episode.run_id)
+                episode.run_id = run_id_before or episode.run_id
+                if result is None:
+                    break
+                seen.model_calls.append(result.usage.requests)
+                combined = result if combined is None else _combine(combined, result)
+                if result.status != "success":
+                    break
+                check = CheckContext(task_id=task.id, workdir=ctx.workdir, result=result, turn=index,
+                                     state=ctx.state)
+                seen.verdicts.append(run_check(task.checker(), result.answer, turn.expected, check))
+        finally:
+            session.close()
+        return combined, fatal
+
+    def _agent(self, kind: str, model: Any, tools: list[Any], limit: int, sandbox: Any, task: Task | None = None
+               ) -> Any:
         if agent_base(kind) == "codeact":
             from ..agent import CodeActAgent
 
@@ -465,12 +525,13 @@ class _Runner:
                                 max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
-                                tool_disclosure=CODEACT_VARIANTS.get(kind, "auto"))  # type: ignore[arg-type]
+                                tool_disclosure=_disclosure(kind, task))  # type: ignore[arg-type]
         from ..react import ReActAgent
 
         return ReActAgent(model, tools, format=kind, max_steps=limit, log=self.log, stream_model=self.config.stream)
 
-    def _settle(self, episode: Episode, task: Task, result: RunResult | None, workdir: Path) -> None:
+    def _settle(self, episode: Episode, task: Task, result: RunResult | None, workdir: Path,
+                ctx: TaskContext | None = None, turns: _TurnsSeen | None = None) -> None:
         """Fill in the outcome, the costs and the checker's verdict from the run's result."""
         if result is not None:
             episode.status = result.status
@@ -489,9 +550,20 @@ class _Runner:
         files = [p for p in workdir.rglob("*") if p.is_file()]
         artifacts = [Path(p) for p in (result.artifacts if result is not None else [])] + files
         episode.artifacts = [p.name for p in artifacts]
-        if result is not None and result.status == "success":
-            ctx = CheckContext(task_id=task.id, artifacts=tuple(artifacts), workdir=workdir, result=result)
-            verdict = run_check(task.checker(), result.answer, task.expected, ctx)
+        if turns is not None:
+            episode.user_turns = len(turns.model_calls)
+            episode.user_turns_passed = sum(1 for v in turns.verdicts if v.ok)
+            episode.turn_model_calls = list(turns.model_calls)
+        if turns is not None and result is not None and result.status == "success":
+            verdict = turns.verdict(len(task.turns))
+        elif turns is not None and result is not None and result.status == "max_steps":
+            verdict = CheckResult(False, f"user turn {len(turns.model_calls) - 1}: the turn limit "
+                                         f"({self.config.max_turns or task.turns[len(turns.model_calls) - 1].max_turns})"
+                                         " was reached without an answer")
+        elif result is not None and result.status == "success":
+            check = CheckContext(task_id=task.id, artifacts=tuple(artifacts), workdir=workdir, result=result,
+                                 state=ctx.state if ctx is not None else {})
+            verdict = run_check(task.checker(), result.answer, task.expected, check)
         elif result is not None and result.status == "max_steps":
             verdict = CheckResult(False, f"the turn limit ({episode.turn_limit}) was reached without an answer")
         else:
@@ -500,3 +572,39 @@ class _Runner:
         if self.config.price_in is not None and self.config.price_out is not None:
             episode.cost = (episode.input_tokens * self.config.price_in
                             + episode.output_tokens * self.config.price_out) / 1_000_000
+
+
+def _disclosure(kind: str, task: Task | None) -> str:
+    """What a CodeAct kind shows of the tools: its variant's mode, else the task's (``auto`` by default)."""
+    mode = CODEACT_VARIANTS.get(kind, "auto")
+    if mode == "auto" and task is not None:
+        return task.tool_disclosure
+    return mode
+
+
+@dataclass
+class _TurnsSeen:
+    """A multi-turn episode as it went: each user turn's model calls, verdict and run id."""
+
+    model_calls: list[int] = field(default_factory=list)
+    verdicts: list[CheckResult] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+
+    def verdict(self, total: int) -> CheckResult:
+        failed = [(i, v) for i, v in enumerate(self.verdicts) if not v.ok]
+        if failed:
+            index, first = failed[0]
+            more = f" ({len(failed)} of {total} user turns failed)" if len(failed) > 1 else ""
+            return CheckResult(False, f"user turn {index}: {first.detail}{more}")
+        if len(self.verdicts) < total:
+            return CheckResult(False, f"only {len(self.verdicts)} of {total} user turns ran")
+        return CheckResult(True, f"all {total} user turns passed")
+
+
+def _combine(first: RunResult, later: RunResult) -> RunResult:
+    """One result for several user turns: every step and artifact, summed usage and time, the last answer."""
+    from dataclasses import replace
+
+    return replace(later, run_id=first.run_id, task=first.task, steps=[*first.steps, *later.steps],
+                   usage=first.usage + later.usage, duration=first.duration + later.duration,
+                   artifacts=[*first.artifacts, *later.artifacts])

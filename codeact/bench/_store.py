@@ -52,7 +52,9 @@ class Episode:
     ``model_time`` waiting for the model, ``sandbox_time`` running code
     (CodeAct; it includes the tool calls the code made), ``tool_time`` tool
     calls, ``setup_time`` waiting for a sandbox, ``harness_time`` the rest
-    of the harness's own work (tools, checks, records).
+    of the harness's own work (tools, checks, records). A multi-turn task
+    (several user messages to one session) adds ``user_turns``,
+    ``user_turns_passed`` and ``turn_model_calls``; its costs cover every turn.
     """
 
     key: str
@@ -94,6 +96,10 @@ class Episode:
     artifacts: list[str] = field(default_factory=list)
     started: float = 0.0
     finished: float = 0.0
+    #: Multi-turn tasks: user turns sent, user turns whose check passed, and each sent turn's model calls.
+    user_turns: int = 0
+    user_turns_passed: int = 0
+    turn_model_calls: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.outcome:

@@ -13,7 +13,9 @@ A suite module (or file) offers a function that returns its tasks::
         return [Task(id="t1", instruction="...", tools=[...], expected=...), ...]
 
 and is named on the command line as ``path/to/my_suite.py``, ``my_pkg.my_suite``,
-or with a function other than ``tasks``: ``my_suite.py:hard_tasks``. Relative
+or with a function other than ``tasks``: ``my_suite.py:hard_tasks``. A shipped
+suite's part is named the same way (``bfcl-multi-turn:base``) and is a suite
+of its own, named so. Relative
 file paths in tasks are relative to the suite file's directory.
 """
 
@@ -35,6 +37,7 @@ BUILTIN_SUITES = {
     "tool-chains": "codeact.bench.suites.tool_chains",
     "data-analysis": "codeact.bench.suites.data_analysis",
     "many-tools": "codeact.bench.suites.many_tools",
+    "bfcl-multi-turn": "codeact.bench.suites.bfcl_multi_turn",
 }
 
 
@@ -57,6 +60,14 @@ def load_suite(spec: str) -> Suite:
         module = importlib.import_module(BUILTIN_SUITES[spec])
         return _from_module(module, "tasks", spec, spec)
     target, _, function = spec.partition(":")
+    if target in BUILTIN_SUITES:  # a part of a shipped suite, e.g. bfcl-multi-turn:base (a suite of its own)
+        module = importlib.import_module(BUILTIN_SUITES[target])
+        if not function.isidentifier() or function.startswith("_") or function == "tasks" \
+                or not callable(getattr(module, function, None)):
+            raise BenchError(f"suite {target} has no part {function!r}"
+                             + (f"; parts: {', '.join(getattr(module, 'PARTS', ()))}" if getattr(module, "PARTS", ())
+                                else ""))
+        return _from_module(module, function, spec, spec)
     if function and not function.isidentifier():
         target, function = spec, ""  # a Windows drive letter, not a function
     function = function or "tasks"

@@ -36,6 +36,9 @@ class TaskContext:
     files: dict[str, Path] = field(default_factory=dict)
     repeat: int = 0
     seed: int = 0
+    #: The episode's own scratch space: a tool factory leaves here what its checker needs (the tools'
+    #: state, e.g. the API instances of a BFCL task); the checker finds it as ``CheckContext.state``.
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 ToolFactory = Callable[[TaskContext], Sequence[Union[Tool[Any, Any], Callable[..., Any]]]]
@@ -53,9 +56,50 @@ class Oracle:
 
     plan: Plan
     code: str | None = None
+    #: A reply in prose instead of acting (every agent kind answers with this text and calls no tool):
+    #: a turn the agent cannot do yet, where it should ask for what is missing.
+    reply: str | None = None
 
     def code_action(self) -> str:
         return self.code if self.code is not None else plan_code(self.plan)
+
+
+def _no_calls() -> Any:
+    return None
+    yield  # pragma: no cover - makes this a generator function
+
+
+def reply_oracle(text: str) -> Oracle:
+    """An oracle that answers ``text`` without calling a tool (e.g. asks the user for a missing detail)."""
+    return Oracle(plan=_no_calls, code="", reply=text)
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    """One user message of a multi-turn task, sent to the same session after the previous turn ended.
+
+    Attributes:
+        message: what the user says.
+        max_turns: model calls allowed in this user turn.
+        expected: the expected answer of this turn, handed to the task's checker.
+        oracle: the reference solution of this turn (its plan runs on the state
+            the earlier turns left).
+        new_tools: names of the task's tools first offered in this turn (held
+            back before it); the agent is told about them with the message.
+    """
+
+    message: str
+    max_turns: int = DEFAULT_MAX_TURNS
+    expected: Any = None
+    oracle: Oracle | None = None
+    new_tools: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, str) or not self.message.strip():
+            raise BenchError("a user turn's message is empty")
+        if not isinstance(self.max_turns, int) or self.max_turns < 1:
+            raise BenchError(f"a user turn's max_turns must be a positive integer, got {self.max_turns!r}")
+        object.__setattr__(self, "new_tools", tuple(self.new_tools))
 
 
 @dataclass(frozen=True)
@@ -78,6 +122,18 @@ class Task:
         tags: free-form labels (domain, skill) for filtering and reports.
         oracle: the reference solution (needed for ``--model oracle``).
         suite: the suite's name (filled in when the suite loads).
+        turns: a multi-turn task's user turns (:class:`UserTurn`), sent one
+            after another to one session (one kernel for CodeAct, one
+            conversation for ReAct), each with its own turn limit. The checker
+            runs after every user turn (``CheckContext.turn`` says which; the
+            answer and expected value are that turn's); the task is solved
+            when every turn passes. ``instruction`` may then be empty (it
+            becomes the first turn's message), and ``max_turns`` is the sum
+            of the turns' limits.
+        tool_disclosure: what the ``codeact`` agent shows of the tools:
+            ``auto`` (every stub while they fit its budget, else a catalogue
+            to search) or ``all`` (every stub, for a benchmark that shows every
+            model every function). Agent variants that fix it keep theirs.
 
     Example::
 
@@ -100,16 +156,29 @@ class Task:
     tags: tuple[str, ...] = ()
     oracle: Oracle | None = None
     suite: str = ""
+    turns: tuple[UserTurn, ...] = ()
+    tool_disclosure: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.match(self.id):
             raise BenchError(f"task id {self.id!r} must be 1-100 letters, digits, '_', '.' or '-'")
+        object.__setattr__(self, "turns", tuple(self.turns))
+        if self.turns:
+            if not all(isinstance(t, UserTurn) for t in self.turns):
+                raise BenchError(f"task {self.id}: turns must be UserTurn objects")
+            if not (isinstance(self.instruction, str) and self.instruction.strip()):
+                object.__setattr__(self, "instruction", self.turns[0].message)
+            object.__setattr__(self, "max_turns", sum(t.max_turns for t in self.turns))
+            if self.turns[0].new_tools:
+                raise BenchError(f"task {self.id}: the first turn cannot add tools (list them in tools)")
         if not isinstance(self.instruction, str) or not self.instruction.strip():
             raise BenchError(f"task {self.id}: the instruction is empty")
         if not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise BenchError(f"task {self.id}: max_turns must be a positive integer, got {self.max_turns!r}")
         object.__setattr__(self, "files", tuple(Path(f) for f in self.files))
         object.__setattr__(self, "tags", tuple(self.tags))
+        if self.tool_disclosure not in ("auto", "all"):
+            raise BenchError(f"task {self.id}: tool_disclosure must be 'auto' or 'all', got {self.tool_disclosure!r}")
         resolve_checker(self.check)  # fail at load time, not in the middle of a run
 
     @property
@@ -134,6 +203,17 @@ class Task:
 
     def checker(self) -> Any:
         return resolve_checker(self.check)
+
+    @property
+    def multi_turn(self) -> bool:
+        """True when the task has user turns (:class:`UserTurn`)."""
+        return bool(self.turns)
+
+    def turn_oracle(self, index: int) -> Oracle | None:
+        """The reference solution of user turn ``index`` (the task's own for a single-turn task)."""
+        if not self.turns:
+            return self.oracle
+        return self.turns[index].oracle
 
 
 @dataclass(frozen=True)
@@ -166,6 +246,8 @@ class Suite:
                     files.append([f.name, None])
             record = [task.id, task.instruction, _canon(task.expected), _canon(task.check), task.max_turns,
                       list(task.tags), files]
+            if task.turns:  # only then: the digests of single-turn suites stay as they were
+                record.append([[t.message, _canon(t.expected), t.max_turns, list(t.new_tools)] for t in task.turns])
             digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8"))
         sha = f"sha:{digest.hexdigest()[:12]}"
         return f"{self.version}/{sha}" if self.version else sha
