@@ -466,24 +466,28 @@ def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = 
     """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`."""
     if not isinstance(snap, Snapshot):
         snap = Snapshot.open(snap)
+    upfront = bool(snap.packages) and "packages" not in options
+    if upfront:
+        # Materialised once per engine (a shared read-only volume, see sandbox.packages): later restores mount it.
+        options["packages"] = list(snap.packages)
     sb = cls(functions, **options)
     try:
         _check_backend(sb)
         sb.start()
-        sb.restored = _restore_into(sb, snap, timeout)
+        sb.restored = _restore_into(sb, snap, timeout, install=not upfront)
     except BaseException:
         sb.close()
         raise
     return sb
 
 
-def _restore_into(sb: Any, snap: Snapshot, timeout: float) -> RestoreReport:
+def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True) -> RestoreReport:
     notices: list[str] = []
     io_ = files_of(sb)
     with sb._lock:
         sb._check_open()
         sb._ensure_kernel()
-        if snap.packages:
+        if snap.packages and install:
             try:
                 _, path = sb.packages._install(list(snap.packages), "restore")
                 if path:  # the running kernel imports from it at once (later kernels get it at start)
