@@ -471,7 +471,8 @@ class ChatSession:
         emit = recorder(log, self._log_transform())
         missing = [str(p) for p in file_paths if not p.is_file()]
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"),
-                              backend=self._backend_name(), tools=[t.name for t in agent.tools],
+                              backend=self._backend_name(),
+                              tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
                               files=[p.name for p in file_paths], agent="codeact",
                               prompt=agent.prompt.name, prompt_version=agent.prompt.version))
         try:
