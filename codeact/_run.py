@@ -72,19 +72,27 @@ class Approvals:
 
 
 def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
-                approvals: Approvals, report: Callable[[ToolCall], None]) -> Any:
+                approvals: Approvals, report: Callable[[ToolCall], None], trace: Any = None,
+                trace_parent: Any = None, call_id: str | None = None) -> Any:
     """Run one call of ``tool`` on the host: approve, call with a :class:`RunContext`, report it.
 
     ``arguments`` is the tool's arguments dict (:meth:`Tool.bind` of a Python
     call, or a function-calling model's JSON). The call is reported through
     ``report`` as a :class:`ToolCall` event, failed or not; exceptions (a
     denied approval, bad arguments, the tool's own error) propagate.
+    ``trace`` (the run's :class:`~codeact.telemetry._spans.RunTrace`, None when
+    tracing is off) gets an ``execute_tool`` span under ``trace_parent``.
     """
     started = time.perf_counter()
+    span = trace.tool(tool.name, arguments, parent=trace_parent, call_id=call_id, step=step) \
+        if trace is not None else contextlib.nullcontext()
     try:
-        if tool.requires_approval:
-            approvals.check(tool, arguments, run_id, step)
-        value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+        with span:
+            if tool.requires_approval:
+                approvals.check(tool, arguments, run_id, step)
+            value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+            if trace is not None:
+                span.result(value)
     except Exception as exc:
         report(ToolCall(run_id=run_id, step=step, name=tool.name,
                         arguments={k: preview(v) for k, v in arguments.items()},
@@ -97,27 +105,38 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
 
 def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,
                cancel: threading.Event | None, tools: Sequence[dict[str, Any]] | None = None,
-               ) -> Generator[Event, None, ModelResponse]:
+               trace: Any = None) -> Generator[Event, None, ModelResponse]:
     """Ask the model once: yield TextDelta events (when streaming) and the ModelOutput; return the response.
 
     Fills ``step.model_output``, ``model_time`` and ``usage`` (one request at
     least). ``tools`` are function schemas for native function calling.
+    ``trace`` (the run's RunTrace, None when tracing is off) gets a ``chat`` span.
     """
     started = time.perf_counter()
     response: ModelResponse | None = None
     options = {"tools": list(tools)} if tools else {}
-    if stream:
-        for piece in model.stream(messages, **options):
-            if isinstance(piece, str):
-                if cancel is not None and cancel.is_set():
-                    raise RunCancelled(f"cancelled during step {step.index}")
-                yield TextDelta(run_id=run_id, step=step.index, text=piece)
-            else:
-                response = piece
-    else:
-        response = model.complete(messages, **options)
-    if response is None:
-        raise ModelError("the model's stream ended without a final response")
+    chat = trace.chat(model, messages, stream=stream) if trace is not None else None
+    try:
+        if stream:
+            for piece in model.stream(messages, **options):
+                if isinstance(piece, str):
+                    if chat is not None:
+                        chat.first_chunk()
+                    if cancel is not None and cancel.is_set():
+                        raise RunCancelled(f"cancelled during step {step.index}")
+                    yield TextDelta(run_id=run_id, step=step.index, text=piece)
+                else:
+                    response = piece
+        else:
+            response = model.complete(messages, **options)
+        if response is None:
+            raise ModelError("the model's stream ended without a final response")
+    except BaseException as exc:
+        if chat is not None:
+            chat.fail(exc)
+        raise
+    if chat is not None:
+        chat.end(response)
     step.model_time = time.perf_counter() - started
     step.model_output = response.text or ""
     step.usage = response.usage if response.usage.requests else replace(response.usage, requests=1)

@@ -69,6 +69,7 @@ from .events import PackageInstall, ToolProgress
 from .tools import Tool, ensure_tools
 from .tools._context import RunHooks, run_hooks
 from .catalog import DEFAULT_TOOL_BUDGET, Disclosure, ToolSurface, check_disclosure
+from . import telemetry
 from .values import preview
 
 #: Name of the function that ends a run from inside the code.
@@ -147,6 +148,10 @@ class _RunState:
     running_code: bool = False
     #: The user interrupted the running code action (:meth:`ChatSession.interrupt`).
     user_interrupted: bool = False
+    #: The run's OpenTelemetry spans (codeact.telemetry), None when tracing is off; ``action_ctx``
+    #: is the running code action's context, the parent of the tool calls its code makes.
+    trace: Any = None
+    action_ctx: Any = None
 
     def report(self, event: ToolCall) -> None:
         if self.tool_events is not None:
@@ -470,9 +475,10 @@ class ChatSession:
 
         emit = recorder(log, self._log_transform())
         missing = [str(p) for p in file_paths if not p.is_file()]
+        state.trace = telemetry.start_run(agent="codeact", run_id=run_id, model=agent.model, task=task,
+                                          backend=self._backend_name(), redact=self._content_filter())
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"),
-                              backend=self._backend_name(),
-                              tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
+                              backend=self._backend_name(), tools=[t.name for t in agent.tools],
                               files=[p.name for p in file_paths], agent="codeact",
                               prompt=agent.prompt.name, prompt_version=agent.prompt.version))
         try:
@@ -578,6 +584,8 @@ class ChatSession:
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
             emit(RunFinished(run_id=run_id, result=result))
+            if state.trace is not None:
+                state.trace.end(result)
             raise
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
@@ -590,6 +598,8 @@ class ChatSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+        if state.trace is not None:
+            state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
 
     # --- pieces of a turn ----------------------------------------------------------------
@@ -605,7 +615,10 @@ class ChatSession:
             functions = self._surface.host_functions(self.agent.tools, self._invoker)
             functions.append(HostFunction(self._final_answer, name=FINAL_ANSWER,
                                           doc="Finish the task and return `answer` to the user."))
-            self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy())
+            trace = self._state.trace if self._state is not None else None
+            with trace.sandbox("start", {"codeact.sandbox.backend": self._backend_name()}) if trace is not None \
+                    else _nullcontext():
+                self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy())
             packages = getattr(self._sandbox, "packages", None)
             if packages is not None and hasattr(packages, "listeners"):
                 packages.listeners.append(self._on_install)
@@ -658,12 +671,15 @@ class ChatSession:
         if state is not None and record.source == "runtime":
             self._installs_seen.add(id(record))
             state.report(_install_event(record, state.run_id, state.step))  # type: ignore[arg-type]
+            _trace_install(state.trace, record, state.action_ctx)
 
     def _package_events(self, state: _RunState) -> list[PackageInstall]:
         """Installs not yet reported (those of ``packages=``, made while the sandbox opened)."""
         records = getattr(getattr(self._sandbox, "packages", None), "records", None) or []
         fresh = [r for r in list(records) if id(r) not in self._installs_seen]
         self._installs_seen.update(id(r) for r in fresh)
+        for r in fresh:
+            _trace_install(state.trace, r, None)
         return [_install_event(r, state.run_id, 0) for r in fresh]
 
     def _packages_text(self) -> str:
@@ -695,7 +711,8 @@ class ChatSession:
                 raise
             with run_hooks(self._run_hooks(state, tool)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=state.step, deps=self.agent.deps,
-                                    approvals=self._approvals, report=state.report)
+                                    approvals=self._approvals, report=state.report,
+                                    trace=state.trace, trace_parent=state.action_ctx)
             if self._redactor is not None:
                 self._redactor.learn(tool.name, value)
             if tool.return_direct:
@@ -826,6 +843,10 @@ class ChatSession:
 
         return lambda event: redact_event(event, redactor)
 
+    def _content_filter(self) -> Callable[[str], str] | None:
+        """What captured trace content passes first: the privacy filter's placeholders (host side)."""
+        return self._redactor.redact if self._redactor is not None else None
+
     def _restored(self, answer: Any) -> Any:
         """The model's answer for the caller: placeholders it wrote become the values (privacy)."""
         if self._redactor is None or not self.agent.privacy.restore_answers:
@@ -845,6 +866,8 @@ class ChatSession:
         state.running_code = True
         done = object()
         outcome: dict[str, Any] = {}
+        action = state.trace.action(state.step, code) if state.trace is not None else None
+        state.action_ctx = action.ctx if action is not None else None  # the host parents the code's tool calls
 
         def on_output(stream: str, text: str) -> None:
             events.put(CodeOutput(run_id=state.run_id, step=state.step, stream=stream, text=text))
@@ -875,13 +898,16 @@ class ChatSession:
         finally:
             state.tool_events = None
             state.running_code = False
+            if action is not None:
+                state.action_ctx = None
+                action.end(outcome.get("result"), outcome.get("error"))
         if "error" in outcome:
             raise outcome["error"]
         yield outcome["result"]
 
     def _model_turn(self, step: Step, cancel: threading.Event | None, state: _RunState) -> Iterator[Event]:
         yield from model_turn(self.agent.model, self._context_messages(), step, run_id=state.run_id,
-                              stream=self.agent.stream_model, cancel=cancel)
+                              stream=self.agent.stream_model, cancel=cancel, trace=state.trace)
 
     def _context_messages(self) -> list[Message]:
         """The history, with older observations elided when it outgrows the token budget."""
@@ -1019,6 +1045,18 @@ def _install_event(record: Any, run_id: str, step: int) -> PackageInstall:
                           packages=data["packages"], present=data["present"], seconds=data["seconds"],
                           resolved_from_cache=data["resolved_from_cache"], downloaded=data["downloaded"],
                           error_kind=data["error_kind"], error=data["error"])
+
+
+def _trace_install(trace: Any, record: Any, parent: Any) -> None:
+    """A ``sandbox.install`` span for a package install (the record says how long it took)."""
+    if trace is None:
+        return
+    data = record.to_json()
+    trace.sandbox_done("install", float(data["seconds"] or 0.0), {
+        "codeact.packages.requirements": [str(r)[:200] for r in data["requirements"]][:50],
+        "codeact.packages.source": str(data["source"]),
+        "codeact.packages.downloaded": int(data["downloaded"] or 0),
+    }, parent=parent, error=data["error_kind"] or None)
 
 
 def _skill_store(spec: Any) -> Any:

@@ -122,13 +122,40 @@ ensure_ray() {
   fi
 }
 
+ensure_phoenix() {
+  # The tracing tests (tests/test_telemetry_phoenix.py) send a real run's spans to Arize Phoenix, a real
+  # OTLP receiver, and read the trace back. Phoenix pins many packages, so it gets a venv of its own inside
+  # $VENV, started by the tests as a subprocess on loopback. CI needs it; elsewhere a failure only warns.
+  local pvenv="$VENV/phoenix"
+  if [ -x "$pvenv/bin/phoenix" ]; then return 0; fi
+  log "Installing arize-phoenix into $pvenv (an OTLP receiver for the tracing tests)"
+  if "$PY" -m venv "$pvenv" && "$pvenv/bin/python" -m pip install -q "arize-phoenix>=12"; then return 0; fi
+  rm -rf "$pvenv"
+  if [ "${CI:-}" = "true" ]; then log "CI=true needs arize-phoenix for the tracing tests"; exit 1; fi
+  log "Could not install arize-phoenix: the Phoenix tracing tests will skip"
+}
+
+ensure_bfcl() {
+  # The BFCL multi-turn suite (codeact/bench/suites/bfcl_multi_turn.py, tests/test_bench_bfcl*.py) reads its data
+  # and API classes from the bfcl-eval package, installed WITHOUT its (heavy) dependencies into a directory of its
+  # own, never into $VENV: the same step the suite takes on first use. Idempotent; no prompt (CI has no stdin).
+  "$VENV/bin/python" - <<'PY'
+from codeact.bench.suites._bfcl_package import is_prepared, package_dir, prepare
+if not is_prepared():
+    print(f"==> Installing bfcl-eval (no dependencies) into {package_dir()}", flush=True)
+    prepare()
+PY
+}
+
 setup() {
   local docker_ok=1
   ensure_venv
+  ensure_phoenix
   ensure_ray
   ensure_browser
   ensure_engine_test_tools
   ensure_mcp_test_servers
+  ensure_bfcl
   if ensure_docker; then
     ensure_image || docker_ok=0
   else

@@ -325,7 +325,7 @@ class _Runner:
         """Run one episode on its own thread, under the episode time limit."""
         cancel = threading.Event()
         box: dict[str, Episode] = {}
-        thread = threading.Thread(target=lambda: box.setdefault("episode", self._episode(spec, cancel)),
+        thread = threading.Thread(target=lambda: box.setdefault("episode", self._traced_episode(spec, cancel)),
                                   name=f"bench-{spec.key}", daemon=True)
         started = time.monotonic()
         thread.start()
@@ -387,6 +387,23 @@ class _Runner:
                                                         temperature=self.config.temperature, seed=self.config.seed,
                                                         timeout=self.config.model_timeout)
             return self._shared_models[name]
+
+    def _traced_episode(self, spec: _Spec, cancel: threading.Event) -> Episode:
+        """:meth:`_episode` under a ``bench.episode`` span, the parent of its runs (when tracing is on)."""
+        from .. import telemetry
+
+        tracing = telemetry.tracing()
+        if tracing is None:
+            return self._episode(spec, cancel)
+        with tracing.span(f"bench.episode {spec.key}", {"codeact.bench.episode": spec.key,
+                                                        "codeact.bench.suite": spec.task.suite,
+                                                        "codeact.bench.task": spec.task.id,
+                                                        "gen_ai.agent.name": spec.agent,
+                                                        "codeact.bench.repeat": spec.repeat}) as span:
+            episode = self._episode(spec, cancel)
+            span.set_attribute("codeact.bench.outcome", str(episode.outcome or episode.status or ""))
+            span.set_attribute("codeact.bench.success", bool(episode.success))
+            return episode
 
     def _episode(self, spec: _Spec, cancel: threading.Event) -> Episode:
         t0 = time.perf_counter()

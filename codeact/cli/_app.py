@@ -122,6 +122,9 @@ class CodeActGroup(click.Group):
             code = _exit_code_for(exc)
         finally:
             warnings.showwarning = previous_showwarning
+            telemetry = sys.modules.get("codeact.telemetry")
+            if telemetry is not None:  # only when something used it: flush the spans still queued
+                telemetry.shutdown()
         return self._finish(code, standalone_mode)
 
     @staticmethod
@@ -141,7 +144,10 @@ def _show_warning(message: Any, category: Any, filename: str, lineno: int, file:
 
 @click.group(cls=CodeActGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, "-V", "--version", prog_name="codeact", message="%(prog)s %(version)s")
-def cli() -> None:
+@click.option("--otel", is_flag=True,
+              help="Send OpenTelemetry traces over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, default localhost:4318); "
+                   "needs codeact[otel]. The OTEL_* variables alone turn it on too. See docs/observability.md.")
+def cli(otel: bool = False) -> None:
     """codeact: an LLM agent that acts by writing Python.
 
     The model answers with Python code that calls your tools as ordinary
@@ -160,6 +166,10 @@ def cli() -> None:
     Environment: CODEACT_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY (the model);
     CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_DEBUG=1 (tracebacks).
     """
+    if otel:
+        from .. import telemetry
+
+        telemetry.configure()
 
 
 # --------------------------------------------------------------------------- shared options

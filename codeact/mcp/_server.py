@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal
 
 from ..errors import ConfigError
+from .. import telemetry
 from ..observation import ObservationParts, format_observation, truncate_middle
 
 #: Files larger than this are not returned by download_file (bytes).
@@ -174,10 +175,11 @@ class SandboxSessions:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the CLI warned about an unsafe backend once, at start
             sb = open_sandbox(self.options.backend, **options)
-        if hasattr(sb, "start"):
-            sb.start()
-        elif hasattr(sb, "__enter__"):
-            sb.__enter__()
+        with telemetry.span("sandbox.start", {"codeact.sandbox.backend": str(self.options.backend)}):
+            if hasattr(sb, "start"):
+                sb.start()
+            elif hasattr(sb, "__enter__"):
+                sb.__enter__()
         return sb
 
     async def close(self, session: _Session) -> None:
@@ -291,7 +293,9 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
                  "its last expression's value, the error if it raised, and figures as images.")
     async def execute_python(code: str, ctx: Context) -> CallToolResult:
         async def work(sb: Any) -> CallToolResult:
-            result = await asyncio.to_thread(sb.run, code)
+            with telemetry.span("execute_code", {"codeact.code.chars": len(code)}) as span:  # under the request's
+                result = await asyncio.to_thread(sb.run, code)
+                telemetry.code_result(span, result)
             text = truncate_middle(format_observation(result, ObservationParts(), limit=None), options.output_limit)
             content: list[Any] = [TextContent(type="text", text=text)]
             for png in result.images:

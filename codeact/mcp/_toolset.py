@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import contextvars
 import itertools
 import os
 import threading
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Literal, Mapping, Sequence
 
+from .. import telemetry
 from ..errors import ConfigError, MCPServerError, ToolDefinitionError
 from ..tools import RunContext, Tool
 from ..tools._json_schema import python_name
@@ -356,7 +358,8 @@ class MCPToolset(Sequence[Tool[..., Any]]):
             raise MCPServerError(f"MCP server {server!r} no longer offers the tool {tool!r} "
                                  f"(it now offers: {', '.join(t.name for t in conn.tools) or 'none'})", server=server)
         progress = context.report_progress if context is not None else None
-        result = self._runtime.call(conn.call_tool(tool, arguments, timeout, progress), timeout)
+        with telemetry.mcp_call(server, conn.config.transport, tool):
+            result = self._runtime.call(conn.call_tool(tool, arguments, timeout, progress), timeout)
         return convert_result(result, server=server, tool=tool, unwrap=unwrap, parse_json=parse_json,
                               save=self._saver(server, context))
 
@@ -531,7 +534,10 @@ class _Runtime:
                 coroutine.close()
                 raise MCPServerError("the MCP connections are closed (the toolset was closed)")
             try:
-                loop.call_soon_threadsafe(self._start, call)
+                # With tracing on, the call's task runs in the caller's context: its spans (the MCP SDK's
+                # client span, the trace context it sends in _meta) nest under the caller's tool call.
+                loop.call_soon_threadsafe(self._start, call,
+                                          context=contextvars.copy_context() if telemetry.active() else None)
             except RuntimeError:  # the loop closed in between
                 coroutine.close()
                 raise MCPServerError("the MCP connections are closed (the toolset was closed)") from None

@@ -41,6 +41,7 @@ from ..prompting import FileDescription
 from ..prompts import Prompt, load_prompt
 from ..tools import Tool, ensure_tools
 from ..tools._context import RunHooks, run_hooks
+from .. import telemetry
 from ..values import preview, show
 from ._formats import FINAL_ANSWER, ActionCall, ActionFormat, CallOutcome, final_answer_value, make_format
 
@@ -57,6 +58,7 @@ class _TurnState:
     result: RunResult | None = None
     artifact_files: int = 0
     artifact_bytes: int = 0
+    trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
 
 
 class ReActAgent(AgentRuns):
@@ -234,6 +236,7 @@ class ReActSession:
         emit = recorder(agent._runlog())
         file_paths = [Path(f) for f in files]
         missing = [str(p) for p in file_paths if not p.is_file()]
+        state.trace = telemetry.start_run(agent=agent.kind, run_id=run_id, model=agent.model, backend=HOST, task=task)
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"), backend=HOST,
                               tools=[t.name for t in self._tool_list], files=[p.name for p in file_paths],
                               agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version))
@@ -266,6 +269,8 @@ class ReActSession:
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
             emit(RunFinished(run_id=run_id, result=result))
+            if state.trace is not None:
+                state.trace.end(result)
             raise
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
@@ -277,6 +282,8 @@ class ReActSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+        if state.trace is not None:
+            state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
 
     # --- pieces of a turn ----------------------------------------------------------------
@@ -310,7 +317,7 @@ class ReActSession:
         fmt = agent.format
         response: ModelResponse = yield from _relay(
             model_turn(agent.model, self._context_messages(), step, run_id=state.run_id, stream=agent.stream_model,
-                       cancel=cancel, tools=fmt.tools_param(self._tool_list)), emit)
+                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list)), emit)
         result.usage = result.usage + step.usage
         decision = fmt.parse(response)
         if decision.problem is not None:
@@ -387,7 +394,8 @@ class ReActSession:
                 arguments = dict(call.arguments or {})
             with run_hooks(self._run_hooks(state, tool, reported)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=step.index, deps=agent.deps,
-                                    approvals=self._approvals, report=reported.append)
+                                    approvals=self._approvals, report=reported.append,
+                                    trace=state.trace, call_id=call.call_id)
         except ToolArgumentError as exc:
             yield from _flush(reported, step, emit)
             return (yield from invalid(str(exc)))

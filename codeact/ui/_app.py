@@ -27,6 +27,7 @@ from starlette.routing import Route
 from sandbox.hostfiles import UnsafePath, check_relative_path
 
 from ..errors import CodeActError, UIError, UploadTooLarge
+from ..telemetry import TraceparentMiddleware
 from ._history import History
 from ._security import INERT_CSP, TOKEN_HEADER, Guard, GuardMiddleware
 from ._workspace import Workspace
@@ -370,4 +371,5 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         Route("/api/runs/{rid}/artifacts/{path:path}", artifact),
         Route("/api/history/blobs/{n:int}", history_blob),
     ]
-    return GuardMiddleware(Starlette(routes=routes), guard)
+    # Each request a span that continues the caller's traceparent (a pass-through when tracing is off).
+    return GuardMiddleware(TraceparentMiddleware(Starlette(routes=routes)), guard)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import contextvars
 import threading
 import time
 import uuid
@@ -251,8 +252,9 @@ class UISession:
         return cancel
 
     def _start(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
-        self._turn = threading.Thread(target=self._run_turn, args=(events, cancel), daemon=True,
-                                      name=f"codeact-ui-{self.id}")
+        # The turn runs in the request's context (its trace, when tracing is on: the run continues it).
+        self._turn = threading.Thread(target=contextvars.copy_context().run, args=(self._run_turn, events, cancel),
+                                      daemon=True, name=f"codeact-ui-{self.id}")
         self._turn.start()
 
     def _open_chat(self) -> Any:
