@@ -478,7 +478,8 @@ class ChatSession:
         state.trace = telemetry.start_run(agent="codeact", run_id=run_id, model=agent.model, task=task,
                                           backend=self._backend_name(), redact=self._content_filter())
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"),
-                              backend=self._backend_name(), tools=[t.name for t in agent.tools],
+                              backend=self._backend_name(),
+                              tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
                               files=[p.name for p in file_paths], agent="codeact",
                               prompt=agent.prompt.name, prompt_version=agent.prompt.version))
         try:
