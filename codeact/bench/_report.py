@@ -88,6 +88,7 @@ class Report:
             "by_suite": {s: {a: m.to_json() for a, m in ms.items()} for s, ms in self.by_suite.items()},
             "by_task": {t: {a: m.to_json() for a, m in ms.items()} for t, ms in self.by_task.items()},
             "paired": [p.to_json() for p in self.paired],
+            "multi_turn": multi_turn_summary(self),
         }
 
 
@@ -242,6 +243,67 @@ def fewest_calls_rows(report: Report) -> list[list[str]]:
 FEWEST_HEADERS = ["suite", "agent", "success", "model calls", "vs first", "prompt tok", "completion tok", "tool calls"]
 
 
+def multi_turn_summary(report: Report) -> list[dict[str, Any]]:
+    """Per agent, over the multi-turn episodes that ran: success per task category and overall, and costs per
+    user turn.
+
+    A task's category is its ``category:<name>`` tag (BFCL's: base, miss_func, ...). ``overall`` is the
+    mean of the categories' success rates, as BFCL's leaderboard sets its multi-turn headline (with equal
+    categories, the plain success rate). Per user turn: model calls, turns and tokens are ratios of totals
+    (every user turn the episodes sent)."""
+    out = []
+    episodes = [e for e in report.episodes if e.user_turns and e.ran]
+    for agent in report.agents:
+        mine = [e for e in episodes if report.label(e) == agent]
+        if not mine:
+            continue
+        categories: dict[str, list[bool]] = {}
+        for e in mine:
+            for tag in e.tags:
+                if tag.startswith("category:"):
+                    categories.setdefault(tag.split(":", 1)[1], []).append(e.success)
+        per = {c: sum(v) / len(v) for c, v in categories.items()}
+        user_turns = sum(e.user_turns for e in mine)
+        out.append({
+            "agent": agent, "episodes": len(mine),
+            "success": sum(e.success for e in mine) / len(mine),
+            "categories": per,
+            "overall": sum(per.values()) / len(per) if per else sum(e.success for e in mine) / len(mine),
+            "user_turns": user_turns,
+            "model_calls_per_user_turn": sum(e.model_calls for e in mine) / user_turns,
+            "turns_per_user_turn": sum(e.turns for e in mine) / user_turns,
+            "tokens_per_user_turn": sum(e.input_tokens + e.output_tokens for e in mine) / user_turns,
+            "user_turns_passed": sum(e.user_turns_passed for e in mine) / user_turns,
+        })
+    return out
+
+
+def multi_turn_headers(report: Report) -> list[str]:
+    categories = _categories(report)
+    return (["agent", "tasks"] + categories + (["overall"] if categories else ["success"])
+            + ["calls / user turn", "turns / user turn", "tokens / user turn", "user turns passed"])
+
+
+def _categories(report: Report) -> list[str]:
+    seen: list[str] = []
+    for row in multi_turn_summary(report):
+        seen += [c for c in row["categories"] if c not in seen]
+    return seen
+
+
+def multi_turn_rows(report: Report) -> list[list[str]]:
+    """The multi-turn headline (success per category, overall, as BFCL reports it) next to the costs per user turn."""
+    categories = _categories(report)
+    rows = []
+    for row in multi_turn_summary(report):
+        rows.append([row["agent"], str(row["episodes"])]
+                    + [fmt(row["categories"][c], "pct") if c in row["categories"] else "-" for c in categories]
+                    + [fmt(row["overall"], "pct"), f"{row['model_calls_per_user_turn']:.2f}",
+                       f"{row['turns_per_user_turn']:.2f}", fmt(row["tokens_per_user_turn"], "int"),
+                       fmt(row["user_turns_passed"], "pct")])
+    return rows
+
+
 def paired_rows(report: Report) -> list[list[str]]:
     rows = []
     for p in report.paired:
@@ -296,6 +358,10 @@ def to_markdown(report: Report) -> str:
               _md_table(outcome_headers(report), outcome_rows(report))]
     lines += ["", "## Per suite: model calls and tokens per episode", "",
               _md_table(FEWEST_HEADERS, fewest_calls_rows(report))]
+    multi = multi_turn_rows(report)
+    if multi:
+        lines += ["", "## Multi-turn: success per category and costs per user turn", "",
+                  _md_table(multi_turn_headers(report), multi)]
     if report.paired:
         lines += ["", "## Paired comparisons (same tasks)", "", _md_table(PAIRED_HEADERS, paired_rows(report))]
     lines += ["", "## Per task: success rate", ""]
@@ -354,6 +420,8 @@ def render(report: Report, console: Any) -> None:
          summary_rows(report.overall, with_cost)),
         ("Outcomes (* not counted in the success rate)", outcome_headers(report), outcome_rows(report)),
         ("Per suite: model calls and tokens per episode", FEWEST_HEADERS, fewest_calls_rows(report)),
+        ("Multi-turn: success per category and costs per user turn", multi_turn_headers(report),
+         multi_turn_rows(report)),
         ("Paired comparisons (same tasks)", PAIRED_HEADERS, paired_rows(report)),
     ):
         if not rows:

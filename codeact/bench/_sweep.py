@@ -21,6 +21,17 @@ from ._store import FORMAT, ResultsDir
 from ._suites import load_suites
 
 
+def plots_available() -> bool:
+    """True when matplotlib can be imported (the report's plots need it; nothing else does)."""
+    import importlib
+
+    try:
+        importlib.import_module("matplotlib.figure")
+    except Exception:  # noqa: BLE001 - missing or broken: either way no plots
+        return False
+    return True
+
+
 def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progress | None = None,
               report: bool = True, plots: bool = True) -> BenchRun:
     """Run (or resume) a benchmark; write its episodes, run log and report under ``config.out``.
@@ -31,7 +42,8 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
             episode (recorded under its ``name``), or a factory
             ``(task, agent_kind, context) -> model`` (recorded as ``config.model``).
         progress: where progress goes (default: a bar on a terminal's stderr).
-        report, plots: write the report files (and the PNG plots) at the end.
+        report, plots: write the report files (and the PNG plots) at the end. Without
+            matplotlib the report is written without plots and its notes say so.
 
     Before the first episode, each model endpoint answers one tiny request
     and one sandbox starts (``config.preflight``); during the run, when more
@@ -46,6 +58,12 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
             are cancelled and will run again on resume.
     """
     config.validate()
+    plots_note = None
+    if report and plots and not plots_available():
+        # Decided before the first episode: a sweep never ends in an ImportError after its last one.
+        plots = False
+        plots_note = ("plots were not drawn: matplotlib is not installed (pip install 'codeact[bench]', then "
+                      "`codeact bench report DIR` draws them)")
     suites = load_suites(config.suites)
     tasks = select_tasks([t for s in suites for t in s.tasks], config.tasks)
     if not tasks:
@@ -91,6 +109,8 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
     wall = time.perf_counter() - started
     episodes = results.episodes()
     rep = build_report(episodes, settings)
+    if plots_note is not None:
+        rep.notes.append(plots_note)
     written = write_report(results, rep, plots=plots) if report else []
     return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
                     wall_time=wall, report=rep, written=written, stopped=getattr(runner, "stopped", None))

@@ -266,7 +266,33 @@ def _template(class_name: str, function: str) -> Tool[Any, Any]:
     def unbound(*args: Any, **kwargs: Any) -> Any:
         raise BenchError(f"the template of {function} was called; tools come from World.tools()")
 
-    return tool(unbound, name=function, description=_description(doc))
+    typed = tool(unbound, name=function, description=_description(doc))
+
+    def untyped(*args: Any, **kwargs: Any) -> Any:
+        raise BenchError(f"the template of {function} was called; tools come from World.tools()")
+
+    signature = inspect.signature(method)
+    untyped.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty)
+    typed._arguments = _AsGiven(typed._arguments, tool(untyped, name=function)._arguments)
+    return typed
+
+
+class _AsGiven:
+    """Arguments as BFCL's executor passes them: names checked, values as given (a method's type hints are not
+    enforced there, and one reference call passes a string id where the API declares an integer); the schema
+    the model sees keeps the declared types."""
+
+    def __init__(self, typed: Any, untyped: Any) -> None:
+        self._typed, self._untyped = typed, untyped
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        return self._typed.json_schema
+
+    def validate(self, arguments: Any) -> dict[str, Any]:
+        return self._untyped.validate(arguments)
 
 
 def _bound(template: Tool[Any, Any], call: Any) -> Tool[Any, Any]:
@@ -274,7 +300,7 @@ def _bound(template: Tool[Any, Any], call: Any) -> Tool[Any, Any]:
     from ...tools._execution import function_invoker
 
     copied = copy.copy(template)
-    # Tool has no public way to swap its function; its parts are immutable, so sharing them is safe.
+    # Tool has no public way to swap its function or validator; its parts are immutable, so sharing them is safe.
     copied.func = call
     copied._invoke = function_invoker(call, template.signature, None)
     return copied
