@@ -5,6 +5,9 @@ code action highlighted, tool calls, live output, plots and DataFrames in
 place, errors with their traceback folded, the answer. Files go in by drag
 and drop and come out as downloads; tools that require approval ask on the
 page; Stop interrupts the running code and keeps the session's variables.
+Beside the chat the analyst has a notebook's tools: a cell that runs their
+own code in the same kernel (recorded as the user's code; the model is told
+with the next message), a variables panel and a kernel restart.
 Several sessions run at once, each in its own sandbox.
 
 It is a Starlette app streaming the agent's own events over server-sent

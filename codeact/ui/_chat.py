@@ -26,6 +26,7 @@ from typing import Any
 
 from sandbox.result import ExecutionResult
 
+from .. import telemetry
 from .._run import recorder
 from ..agent import (
     USER_INTERRUPT_NOTE,
@@ -88,8 +89,11 @@ class WorkspaceChat(ChatSession):
         started = time.perf_counter()
         output_dir = (agent.output_root or _default_output_root()) / run_id
         emit = recorder(agent._runlog(), self._log_transform())
+        state.trace = telemetry.start_run(agent=USER_AGENT, run_id=run_id, model=agent.model, task=code,
+                                          backend=self._backend_name(), redact=self._content_filter())
         yield emit(RunStarted(run_id=run_id, task=code, model="", backend=self._backend_name(),
-                              tools=[t.name for t in agent.tools], agent=USER_AGENT))
+                              tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
+                              agent=USER_AGENT))
         try:
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the code ran")
@@ -146,12 +150,16 @@ class WorkspaceChat(ChatSession):
             result.status, result.error = "cancelled", "the caller stopped the run"
             result.duration = time.perf_counter() - started
             emit(RunFinished(run_id=run_id, result=result))
+            if state.trace is not None:
+                state.trace.end(result)
             raise
         except Exception as exc:  # noqa: BLE001 - a sandbox failure ends this run, as it ends a turn
             result.status = "error"
             result.error = str(exc) if isinstance(exc, CodeActError) else f"{type(exc).__name__}: {exc}"
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind="sandbox", fatal=True))
         result.duration = time.perf_counter() - started
+        if state.trace is not None:
+            state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
 
     def restart(self) -> bool:
