@@ -435,6 +435,8 @@ class ChatSession:
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         new = ensure_tools(tools)
+        if not new:
+            return ""
         self._ensure_sandbox()
         taken = [t.name for t in new if t.name in self._tools_now or t.name == FINAL_ANSWER]
         if taken or len({t.name for t in new}) != len(new):

@@ -207,6 +207,8 @@ class ReActSession:
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         new = ensure_tools(tools)
+        if not new:
+            return ""
         taken = [t.name for t in new if t.name in self._tools or t.name == FINAL_ANSWER]
         if taken or len({t.name for t in new}) != len(new):
             raise CodeActError(f"cannot add tool(s) {', '.join(taken) or 'with one name twice'}: the name is taken")
