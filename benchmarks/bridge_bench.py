@@ -11,10 +11,12 @@ Rows, all in one run on the same machine:
   exec round trip (the stream docker calls travel on) and to ZMQ ipc;
 * throughput: 10,000 small calls in one cell;
 * payloads: 1 MB and 50 MB of bytes as an argument and as a result;
-* parallel: 8 calls of a tool that sleeps 1 s, from a ThreadPoolExecutor.
+* parallel: 8 calls of a tool that sleeps 1 s, from a ThreadPoolExecutor;
+* a tool call through the CodeAct agent (docker, local), OpenTelemetry tracing
+  off and on (a batch span processor with an exporter that discards).
 
 Targets (from the issues): docker call p50 <= 0.5 ms; 8 parallel 1-s calls
-<= 1.3 s; large payloads no slower than the old stdin-channel path
+<= 1.3 s; tracing on adds <= 0.05 ms to a tool call's p50; large payloads no slower than the old stdin-channel path
 (measured before the rework: see the README's table).
 
     .venv/bin/python benchmarks/bridge_bench.py            # about 2 minutes
@@ -189,6 +191,43 @@ print(repr(ts))
     return eval(r.stdout.strip().splitlines()[-1])  # our own list of floats  # noqa: S307
 
 
+def agent_tool_call(backend: str, reps: int, *, tracing: bool) -> float:
+    """Median seconds of a tool call made from a CodeAct code action (the agent's invoker, the tool's
+    ``execute_tool`` span when tracing is on: the SDK's batch processor, an exporter that discards)."""
+    import tempfile
+
+    from codeact import CodeActAgent, ScriptedModel, telemetry, tool
+
+    @tool
+    def echo(x: int = 0) -> int:
+        "Return x."
+        return x
+
+    telemetry.shutdown()
+    telemetry._tracing = None
+    if tracing:
+        from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+        class Discard(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                return SpanExportResult.SUCCESS
+
+        telemetry.configure(exporter=Discard())
+    code = ("import time\nfor _ in range(300):\n    echo(1)\nts = []\n"
+            f"for _ in range({reps}):\n    t = time.perf_counter(); echo(1); ts.append(time.perf_counter() - t)\n"
+            "ts.sort()\nfinal_answer(ts[len(ts) // 2])")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            result = CodeActAgent(ScriptedModel([f"```python\n{code}\n```"]), [echo], sandbox=backend, log=False,
+                                  output_dir=tmp, execution_timeout=600).run("time the calls")
+    finally:
+        telemetry.shutdown()
+        telemetry._tracing = None
+    if result.status != "success":
+        raise RuntimeError(f"{backend} agent run: {result.status} {result.error}")
+    return float(result.answer)
+
+
 def one_number(sb: Any, code: str) -> float:
     r = sb.run(code, timeout=600)
     if r.error:
@@ -280,6 +319,13 @@ def main() -> int:
                                   "    list(ex.map(nap, [1.0] * 8))\nprint(time.perf_counter() - t)")
             target, met = ("<= 1.3 s", wall <= 1.3) if name == "docker" else ("", None)
             add(f"{name}: 8 parallel calls of a 1 s tool", "s", wall, None, target, met)
+
+    for name in ("docker", "local"):
+        off = agent_tool_call(name, reps, tracing=False)
+        on = agent_tool_call(name, reps, tracing=True)
+        add(f"{name}: tool call through the agent, tracing off", "ms", off * 1e3)
+        added = (on - off) * 1e3
+        add(f"{name}: tool call through the agent, tracing on adds", "ms", added, None, "<= 0.05 ms", added <= 0.05)
 
     load_end = os.getloadavg()
     from rich.console import Console

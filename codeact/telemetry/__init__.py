@@ -137,9 +137,10 @@ def _decide() -> None:
 def _build(**options: Any) -> Tracing:
     try:
         from . import _spans
-    except ImportError as exc:
+
+        return _spans.Tracing.from_sdk(**options)
+    except ImportError as exc:  # the API comes with mcp; the SDK and the exporter only with the extra
         raise ConfigError(f"OpenTelemetry tracing needs the OpenTelemetry SDK ({exc}); {INSTALL_HINT}") from None
-    return _spans.Tracing.from_sdk(**options)
 
 
 def _from_global_provider() -> Tracing | None:
