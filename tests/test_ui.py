@@ -409,6 +409,7 @@ def test_idle_timeout_frees_the_sandbox_and_the_next_message_starts_a_new_one(tm
         assert [e for e in events if e["type"] == "Observation"][-1]["stdout"].strip() == "False"
 
 
+@pytest.mark.docker
 def test_history_shows_a_stored_dataframe_answer_as_a_table(tmp_path: Path) -> None:
     # The run log keeps answers as codec previews; the history page must restore them, not print the tree.
     from codeact.ui._history import History
