@@ -18,6 +18,10 @@ then reads the results directory and prints:
   tools, the oracle, the checker, the records), the agent loop's overhead
   (run time minus model, sandbox and tool time) and the wait for a sandbox.
 
+Then, unless ``--bfcl-per-category 0``, a sample of the BFCL multi-turn
+suite (N tasks per category, all four agents, the same options): the
+harness's overhead per multi-turn episode and per user turn.
+
 Targets: every oracle episode succeeds, and the run finishes within 180 s
 on a 2-core machine. Missed targets are reported, not fatal; a run that
 fails (non-zero exit) makes the exit status 1. Results go to
@@ -74,6 +78,8 @@ def main() -> int:
     parser.add_argument("--backend", default="docker", choices=["docker", "local"])
     parser.add_argument("--keep", metavar="DIR", help="write the results directory here and keep it")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "bench_overhead.json"))
+    parser.add_argument("--bfcl-per-category", type=int, default=5, metavar="N",
+                        help="also run N BFCL multi-turn tasks per category (0: skip; needs bfcl-eval, see docs)")
     args = parser.parse_args()
 
     out = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="codeact-bench-")) / "results"
@@ -144,7 +150,11 @@ def main() -> int:
     print(f"oracle episodes succeeded: {len(episodes) - len(failed)}/{len(episodes)}"
           + (f"  FAILED: {', '.join(failed)}" if failed else ""))
 
+    multi_turn = bfcl_overhead(command, out.parent / "bfcl", args.bfcl_per_category) \
+        if args.bfcl_per_category > 0 else None
+
     result = {
+        "multi_turn": multi_turn,
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load_before": load_before,
                     "load_after": load_after},
         "command": command, "wall_s": wall, "target_wall_s": TARGET_WALL_S, "met_wall": met_wall,
@@ -158,6 +168,41 @@ def main() -> int:
     if not args.keep:
         shutil.rmtree(out.parent, ignore_errors=True)
     return 0
+
+
+def bfcl_overhead(command: list[str], out: Path, per_category: int) -> dict[str, object] | None:
+    """The harness's overhead on multi-turn episodes: a BFCL sample, all four agents, the same options."""
+    suite = command.index("--suite") + 1
+    run = [*command[:suite], "bfcl-multi-turn", *command[suite + 1:]]
+    run[run.index("--out") + 1] = str(out)
+    for category in ("base", "miss_func", "miss_param", "long_context"):
+        for i in range(per_category):
+            run += ["--task", f"multi_turn_{category}_{i * 200 // per_category}"]
+    started = time.perf_counter()
+    proc = subprocess.run(run + ["--no-plots"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        print(f"\nthe BFCL multi-turn sample failed (exit {proc.returncode}): {proc.stderr[-1500:]}")
+        return None
+    episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines() if line.strip()]
+    rows, overhead = [], {}
+    for agent in AGENTS:
+        mine = [e for e in episodes if e["agent"] == agent]
+        if not mine:
+            continue
+        turns = sum(e["user_turns"] for e in mine)
+        overhead[agent] = {"harness": ms([e["harness_time"] for e in mine]),
+                           "harness_per_user_turn_ms": sum(e["harness_time"] for e in mine) * 1000 / turns,
+                           "calls_per_user_turn": sum(e["model_calls"] for e in mine) / turns,
+                           "solved": sum(e["success"] for e in mine), "episodes": len(mine)}
+        o = overhead[agent]
+        rows.append([agent, f"{o['solved']}/{o['episodes']}", f"{o['harness']['mean']:.1f}",
+                     f"{o['harness']['median']:.1f}", f"{o['harness_per_user_turn_ms']:.1f}",
+                     f"{o['calls_per_user_turn']:.2f}"])
+    print(f"\nBFCL multi-turn sample ({len(episodes)} episodes in {wall:.1f} s): per-episode overhead (ms)\n")
+    print(table(["agent", "solved", "harness mean", "harness median", "harness per user turn",
+                 "calls / user turn"], rows))
+    return {"wall_s": wall, "episodes": len(episodes), "overhead": overhead}
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def _ours(entry: bfcl.Entry, turns: list[list[str]]) -> bool:
         for text in calls:
             c = bfcl.parse_call(text)
             try:
-                tools[c.name].call(tools[c.name].bind(c.args, c.kwargs))
+                tools[c.name].call(tools[c.name].bind(*c.fresh()))
             except Exception:  # noqa: BLE001 - a failing call is recorded by the world, as BFCL records it
                 pass
         ok = bfcl.check_turn(world, index, made_calls=bool(calls)).ok and ok
@@ -119,6 +119,21 @@ def test_our_check_gives_bfcls_verdict(prepared: Path, category: str) -> None:
     for name in ("last call of a turn dropped", "a turn left empty"):
         assert not any(counted[name]), name  # the checks can fail: these always do
     assert not all(counted["a string argument changed"]) and not all(counted["turns in reverse order"])
+
+
+def test_episodes_never_change_the_shared_ground_truth(prepared: Path) -> None:
+    """The APIs keep (and later change) the lists they are given: the checker's and the oracle's runs get copies."""
+    from codeact.bench import run_plan
+
+    suite = load_suite("bfcl-multi-turn")
+    for entry in (e for c in bfcl.CATEGORIES for e in bfcl.load_entries(c)):
+        before = [[bfcl.parse_call(c.text) for c in turn] for turn in entry.ground_truth]
+        bfcl.World(entry).truth_through(len(entry.ground_truth) - 1)
+        tools = {t.name: t for t in bfcl.World(entry).tools()}
+        for turn in suite.task(entry.id).turns:
+            if turn.oracle is not None and turn.oracle.reply is None:
+                run_plan(turn.oracle.plan, tools)
+        assert [list(turn) for turn in entry.ground_truth] == before, entry.id
 
 
 def test_ground_truth_is_parsed_without_evaluating_anything(prepared: Path, tmp_path: Path) -> None:

@@ -101,9 +101,20 @@ def run_plan(plan: Plan, tools: Mapping[str, Tool[Any, Any]]) -> PlanTrace:
                 value = tool.call(arguments)
             except Exception as exc:
                 raise BenchError(f"oracle plan {_name(plan)}: {item.name} failed: {type(exc).__name__}: {exc}") from exc
-            traced.append(TracedCall(item, arguments, value))
+            traced.append(TracedCall(item, arguments, _as_returned(value)))
         turns.append(tuple(traced))
         sent = [t.value for t in traced] if isinstance(request, (list, tuple)) else traced[0].value
+
+
+def _as_returned(value: Any) -> Any:
+    """The value as the call returned it: a stateful tool may return its own list or dict, which later calls
+    change; the trace keeps what the agent will be shown at this point."""
+    import copy
+
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - a value that cannot be copied is kept as it is
+        return value
 
 
 def plan_code(plan: Plan) -> str:

@@ -68,6 +68,10 @@ class GroundCall:
     kwargs: dict[str, Any] = field(default_factory=dict)
     text: str = ""
 
+    def fresh(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Copies of the arguments: an API instance keeps the lists it is given, and entries are shared."""
+        return copy.deepcopy(self.args), copy.deepcopy(self.kwargs)
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -190,7 +194,8 @@ def execute(instances: dict[str, Any], calls: tuple[GroundCall, ...]) -> list[st
             method = methods.get(c.name)
             if method is None:
                 raise NameError(f"name '{c.name}' is not defined")
-            results.append(result_text(method(*c.args, **c.kwargs)))
+            args, kwargs = c.fresh()  # the APIs keep (and may change) what they are given
+            results.append(result_text(method(*args, **kwargs)))
         except Exception as exc:  # noqa: BLE001 - BFCL records any failure as text
             results.append(f"Error during execution: {exc}")
     return results

@@ -124,7 +124,8 @@ def _oracle(truth: tuple[GroundCall, ...]) -> Oracle:
         return reply_oracle(ASK)
 
     def plan() -> Any:
-        yield [call(c.name, *c.args, **c.kwargs) for c in truth]
+        fresh = [(c.name, *c.fresh()) for c in truth]  # the shadow's APIs keep what they are given
+        yield [call(name, *args, **kwargs) for name, args, kwargs in fresh]
         return "Done."
 
     from ...react._formats import python_literal
