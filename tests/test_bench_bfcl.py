@@ -28,8 +28,9 @@ from codeact.bench.suites import _bfcl_package as package
 from codeact.bench.suites import _bfcl_world as bfcl
 
 AGENTS = ["codeact", "react-fc", "react-json", "react-text"]
-#: 5 entries per category; 173 is the one whose reference passes a string id to an int parameter.
-SAMPLE = [f"multi_turn_{c}_{i}" for c in bfcl.CATEGORIES for i in (0, 1, 60, 173, 199)]
+#: 5 entries per category: 173's reference passes a string id to an int parameter; 90 and 147 post a tweet
+#: whose mention list a later call extends (the API keeps the list it is given).
+SAMPLE = [f"multi_turn_{c}_{i}" for c in bfcl.CATEGORIES for i in (0, 60, 90, 147, 173)]
 
 
 @pytest.fixture(scope="module")

@@ -98,17 +98,19 @@ def run_plan(plan: Plan, tools: Mapping[str, Tool[Any, Any]]) -> PlanTrace:
                                  f"tools ({', '.join(tools)})")
             try:
                 arguments = tool.bind(item.args, item.kwargs)
+                # What the agent will be asked to send, as it is now: a tool may keep and later change it.
+                as_sent = _as_returned(item), _as_returned(arguments)
                 value = tool.call(arguments)
             except Exception as exc:
                 raise BenchError(f"oracle plan {_name(plan)}: {item.name} failed: {type(exc).__name__}: {exc}") from exc
-            traced.append(TracedCall(item, arguments, _as_returned(value)))
+            traced.append(TracedCall(as_sent[0], as_sent[1], _as_returned(value)))
         turns.append(tuple(traced))
         sent = [t.value for t in traced] if isinstance(request, (list, tuple)) else traced[0].value
 
 
 def _as_returned(value: Any) -> Any:
-    """The value as the call returned it: a stateful tool may return its own list or dict, which later calls
-    change; the trace keeps what the agent will be shown at this point."""
+    """A copy of a call's arguments or result as they are now: a stateful tool may keep the lists it is given
+    and return its own, and later calls change them; the trace keeps what the agent sends and is shown."""
     import copy
 
     try:
