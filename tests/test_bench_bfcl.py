@@ -13,6 +13,7 @@ The package comes from ``scripts/dev.sh`` (ensure_bfcl) or is prepared here on f
 from __future__ import annotations
 
 import copy
+import textwrap
 import itertools
 import json
 import os
@@ -271,3 +272,54 @@ def test_the_sample_runs_unchanged_on_ray(sample_run: BenchRun, tmp_path: Path) 
     local = {e.key: e for e in sample_run.episodes}
     for e in lines:  # the same calls per user turn as the local run
         assert e["turn_model_calls"] == local[e["key"]].turn_model_calls, e["key"]
+
+
+# --- hostile code against the host's API instances ------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(300)
+def test_hostile_code_cannot_hold_the_hosts_cpu_or_memory_through_the_apis(prepared: Path) -> None:
+    """The APIs run on the host with the code's arguments: a huge integer power, an mpmath precision of 10**8,
+    and a loop of 4 MB writes into the file system come back as errors, quickly, and the host stays small."""
+    import resource
+    import time
+
+    from codeact import CodeActAgent, ScriptedModel
+
+    entry = next(e for e in bfcl.load_entries("base") if {"MathAPI", "GorillaFileSystem"} <= set(e.classes))
+    world = bfcl.World(entry)
+    code = textwrap.dedent("""
+        out = []
+        for call in (lambda: power(base=10, exponent=10**12), lambda: logarithm(value=2, base=10, precision=10**8),
+                     lambda: square_root(number=2, precision=10**9), lambda: add(a=10**4000, b=1)):
+            try:
+                out.append(call())
+            except Exception as exc:
+                out.append(f"refused: {exc}")
+        big = "x" * (4 * 1024 * 1024)
+        writes = 0
+        try:
+            for i in range(100):
+                touch(file_name=f"f{i}.txt")
+                echo(content=big, file_name=f"f{i}.txt")
+                writes += 1
+        except Exception as exc:
+            out.append(f"writes stopped after {writes}: {exc}")
+        final_answer(out)
+    """)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    agent = CodeActAgent(ScriptedModel([f"```python\n{code}\n```"]), world.tools(), log=False,
+                         execution_timeout=240)
+    result = agent.run("go")
+    elapsed = time.monotonic() - started
+    assert result.status == "success", result.error
+    answer = result.answer
+    assert all(str(a).startswith("refused:") for a in answer[:4]), answer[:4]
+    assert "exponent is at most" in answer[0] and "precision is at most" in answer[1]
+    assert "over their budget" in answer[4], answer[4]
+    assert 10 <= int(answer[4].split("after ")[1].split(":")[0]) <= 16  # 64 Mi characters of arguments
+    assert elapsed < 200  # did not hang (generous: a loaded 2-core machine)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert grown_mb < 1024, grown_mb

@@ -29,6 +29,7 @@ import copy
 import functools
 import inspect
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -195,10 +196,84 @@ def execute(instances: dict[str, Any], calls: tuple[GroundCall, ...]) -> list[st
             if method is None:
                 raise NameError(f"name '{c.name}' is not defined")
             args, kwargs = c.fresh()  # the APIs keep (and may change) what they are given
-            results.append(result_text(method(*args, **kwargs)))
+            results.append(result_text(_guarded(method, args, kwargs)))
         except Exception as exc:  # noqa: BLE001 - BFCL records any failure as text
             results.append(f"Error during execution: {exc}")
     return results
+
+
+#: The math API sets mpmath's precision, a process-wide setting, before it computes: one call at a time.
+_MATH_LOCK = threading.Lock()
+#: Bounds on what the math API is asked (the arguments come from the agent's code: hostile input). An
+#: integer power or an mpmath precision past these would hold a host CPU for minutes and gigabytes of memory;
+#: BFCL's references stay far below them (precision <= 10, small numbers).
+MAX_PRECISION = 1_000
+MAX_INT_DIGITS = 30
+MAX_EXPONENT = 10_000
+
+
+def _guarded(method: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call an API method; the math API's calls one at a time, within :data:`MAX_PRECISION` and friends."""
+    if type(getattr(method, "__self__", None)).__name__ != "MathAPI":
+        return method(*args, **kwargs)
+    values = [*args, *kwargs.values()]
+    for value in _numbers(values):
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** MAX_INT_DIGITS:
+            raise ValueError(f"numbers of more than {MAX_INT_DIGITS} digits are not accepted")
+    precision = kwargs.get("precision", args[2] if method.__name__ == "logarithm" and len(args) > 2
+                           else args[1] if method.__name__ == "square_root" and len(args) > 1 else None)
+    if isinstance(precision, (int, float)) and not isinstance(precision, bool) and precision > MAX_PRECISION:
+        raise ValueError(f"precision is at most {MAX_PRECISION} digits")
+    if method.__name__ == "power":
+        exponent = kwargs.get("exponent", args[1] if len(args) > 1 else None)
+        if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and abs(exponent) > MAX_EXPONENT:
+            raise ValueError(f"the exponent is at most {MAX_EXPONENT} in size")
+    with _MATH_LOCK:
+        return method(*args, **kwargs)
+
+
+def _numbers(values: list[Any], depth: int = 0) -> list[Any]:
+    out: list[Any] = []
+    for value in values:
+        if isinstance(value, (int, float)):
+            out.append(value)
+        elif isinstance(value, (list, tuple)) and depth < 5:
+            out.extend(_numbers(list(value), depth + 1))
+    return out
+
+
+class _Budget:
+    """What one episode's calls may put into the host's API instances (they keep every string they are given):
+    the agent's code is hostile input, and a loop of large writes would otherwise grow the host's memory."""
+
+    MAX_CALLS = 20_000
+    MAX_TEXT = 64 * 1024 * 1024  # characters of strings in arguments, over the episode
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.text = 0
+        self._lock = threading.Lock()
+
+    def spend(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        size = _text_size([*args, *kwargs.values()])
+        with self._lock:
+            if self.calls + 1 > self.MAX_CALLS or self.text + size > self.MAX_TEXT:
+                raise RuntimeError(f"this episode's calls are over their budget ({self.MAX_CALLS:,} calls, "
+                                   f"{self.MAX_TEXT:,} characters of arguments)")
+            self.calls += 1
+            self.text += size
+
+
+def _text_size(values: list[Any], depth: int = 0) -> int:
+    total = 0
+    for value in values:
+        if isinstance(value, (str, bytes)):
+            total += len(value)
+        elif isinstance(value, dict) and depth < 10:
+            total += _text_size([*value.keys(), *value.values()], depth + 1)
+        elif isinstance(value, (list, tuple, set)) and depth < 10:
+            total += _text_size(list(value), depth + 1)
+    return total
 
 
 class World:
@@ -213,6 +288,7 @@ class World:
         self.instances = new_instances(entry)
         #: Every result of the agent's calls so far, as BFCL records it.
         self.results: list[str] = []
+        self._budget = _Budget()
         self._truth: dict[str, Any] | None = None
         self._truth_turns = 0
         self._truth_results: list[list[str]] = []
@@ -231,10 +307,12 @@ class World:
 
     def _recorded(self, method: Any) -> Any:
         results = self.results
+        budget = self._budget
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            budget.spend(args, kwargs)
             try:
-                value = method(*args, **kwargs)
+                value = _guarded(method, args, kwargs)
             except Exception as exc:
                 results.append(f"Error during execution: {exc}")
                 raise
