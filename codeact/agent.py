@@ -46,7 +46,7 @@ from ._run import (
     recorder,
 )
 from ._run import result_of as _result_of
-from .errors import CodeActError, ModelError, RunCancelled
+from .errors import CodeActError, ModelError, RunCancelled, SavedSessionError
 from .events import (
     CodeAction,
     CodeOutput,
@@ -287,9 +287,20 @@ class CodeActAgent(AgentRuns):
 
     # --- public API -------------------------------------------------------------------------
 
-    def session(self) -> "ChatSession":
-        """A multi-turn conversation: history and kernel state survive between turns."""
-        return ChatSession(self)
+    def session(self, *, save: Any = None, resume: str | None = None) -> "ChatSession":
+        """A multi-turn conversation: history and kernel state survive between turns.
+
+        Args:
+            save: when the session saves itself (:mod:`codeact.sessions`): None (only
+                on :meth:`ChatSession.save`), True (when it closes), or a
+                :class:`~codeact.sessions.SaveOptions` (``autosave=True``: after every
+                step as well; ``store``, ``keep``).
+            resume: continue a saved session: a run id, a chat session id or a snapshot
+                id (or a unique prefix) from the run log. The sandbox is restored now;
+                the model is told what was restored and what was lost with the next
+                message. Raises :class:`~codeact.errors.SavedSessionError` when it cannot.
+        """
+        return ChatSession(self, save=save, resume=resume)
 
     # --- shared pieces --------------------------------------------------------------------
 
@@ -298,18 +309,24 @@ class CodeActAgent(AgentRuns):
             self._log = open_log(self._log_spec)
         return self._log
 
-    def _open_sandbox(self, functions: list[HostFunction], package_policy: Any = None) -> tuple[Any, bool]:
-        """(sandbox, owned): a new session we must close, or the user's own."""
+    def _open_sandbox(self, functions: list[HostFunction], package_policy: Any = None,
+                      restore: Any = None) -> tuple[Any, bool]:
+        """(sandbox, owned): a new session we must close, or the user's own; ``restore``: from this snapshot."""
         from sandbox import SessionSource, open_sandbox
 
         source = isinstance(self.sandbox, SessionSource)
         if not isinstance(self.sandbox, str) and not source:
+            if restore is not None:
+                raise SavedSessionError("a session can be resumed only into a sandbox the agent opens itself "
+                                        "(sandbox='docker', 'local' or an engine pool), not into one you pass in")
             self.sandbox.register(*functions)
             return self.sandbox, False
         options = {"timeout": self.execution_timeout, **self.sandbox_options}
         if self.sandbox != "restricted" and (self.packages or package_policy is not None):
             options.setdefault("packages", self.packages)
             options.setdefault("package_policy", package_policy)
+        if restore is not None:
+            return _restore_sandbox(self.sandbox, restore, functions, options), True
         if source:  # an engine pool: the session lands on the engine with the most room
             sb = self.sandbox.sandbox(functions, **options)
         else:
@@ -331,7 +348,9 @@ class ChatSession:
             chat.send("Now plot monthly totals")
     """
 
-    def __init__(self, agent: CodeActAgent) -> None:
+    def __init__(self, agent: CodeActAgent, *, save: Any = None, resume: str | None = None) -> None:
+        from .sessions import Saver, save_options
+
         self.agent = agent
         self.messages: list[Message] = []
         self._sandbox: Any = None
@@ -346,6 +365,19 @@ class ChatSession:
         self._redactor = agent.privacy.session() if agent.privacy is not None else None
         #: How the tools appear in the sandbox and the prompt (set when the sandbox opens).
         self._surface: ToolSurface | None = None
+        # Durable sessions (codeact.sessions): saving, and the resume note the next message carries.
+        self._saver = Saver(None, save_options(save))
+        self._restore_from: Any = None
+        self._resume_note = ""
+        #: What a resume brought back (a :class:`sandbox.snapshot.RestoreReport`), else None.
+        self.restored: Any = None
+        if self._saver.options is not None or resume is not None:
+            self._saver.log = agent._runlog()
+            if self._saver.log is None:
+                raise SavedSessionError("a saved or resumed session needs the run log (its conversation is "
+                                        "rebuilt from it); pass log=True or a RunLog")
+        if resume is not None:
+            self._resume(resume)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -355,9 +387,77 @@ class ChatSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @property
+    def session_id(self) -> str:
+        """This conversation's id in the run log (its saved snapshots carry it; ``codeact sessions``)."""
+        return self._saver.session_id
+
+    def save(self, *, timeout: float | None = None) -> Any:
+        """Save the session now (sandbox snapshot + the conversation's place in the run log); not while a turn runs.
+
+        Incremental: what did not change since this session's last save is
+        not pickled or copied again. Returns the run log's
+        :class:`~codeact.runlog.SnapshotRecord`.
+
+        Raises:
+            SavedSessionError: closed, nothing to save yet, no run log, or the sandbox could not be saved.
+        """
+        from .sessions import SAVE_TIMEOUT
+
+        if self._closed:
+            raise SavedSessionError("this chat session is closed; nothing to save")
+        if self._sandbox is None:
+            raise SavedSessionError("nothing to save yet: the session has no sandbox before its first turn")
+        if self._saver.log is None:
+            self._saver.log = self.agent._runlog()
+        state = self._state
+        run_id = state.run_id if state is not None else (self._saver.runs[-1] if self._saver.runs else None)
+        step = state.step if state is not None else 0
+        if state is None and self._saver.last is not None and self.restored is not None:
+            step = self._resumed_step
+        return self._saver.save(self._sandbox, run_id, step, timeout=timeout or SAVE_TIMEOUT)
+
+    def _resume(self, key: str) -> None:
+        from .prompting import FileDescription
+        from .sessions import conversation, open_saved, resume_note
+
+        record, snap = open_saved(self._saver.log, key)
+        conv = conversation(self._saver.log, record)
+        self._restore_from = snap
+        try:
+            self._ensure_sandbox()
+        finally:
+            self._restore_from = None
+        self.restored = getattr(self._sandbox, "restored", None)
+        saver = self._saver
+        saver.runs, saver.last, saver.restored_from = list(record.runs), snap, record.id
+        self._resumed_step = record.step
+        self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
+        self.messages = [Message("system", self._system_prompt()), *conv.messages]
+        if self.restored is not None:
+            self._resume_note = resume_note(record, conv, self.restored)
+
+    def _autosave(self, state: _RunState) -> Iterator[Event]:
+        """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""
+        options = self._saver.options
+        if options is None or not options.autosave or self._sandbox is None:
+            return
+        try:
+            self._saver.save(self._sandbox, state.run_id, state.step)
+        except CodeActError as exc:
+            yield ErrorEvent(run_id=state.run_id, step=state.step, message=f"autosave: {exc}", kind="session")
+
     def close(self) -> None:
         if self._closed:
             return
+        options = self._saver.options
+        if options is not None and options.on_close and self._sandbox is not None and self._owned:
+            try:
+                self.save()
+            except CodeActError as exc:  # close() must close: say why the save failed, go on
+                import warnings
+
+                warnings.warn(f"the chat session was not saved: {exc}", stacklevel=2)
         self._closed = True
         listeners = getattr(getattr(self._sandbox, "packages", None), "listeners", None)
         if listeners is not None and self._on_install in listeners:  # a sandbox the caller owns outlives us
@@ -469,6 +569,7 @@ class ChatSession:
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
         self._state = state
+        self._saver.begin_run(run_id)
         result = RunResult(run_id=run_id, task=task)
         started = time.perf_counter()
         log = agent._runlog()
@@ -505,7 +606,8 @@ class ChatSession:
                 if announced:
                     extra = "\n\nNew files in the working directory:\n" + "\n".join(
                         f.render() for f in announced)
-                self.messages.append(Message("user", task + extra))
+                note, self._resume_note = self._resume_note, ""  # after a resume: what came back, what was lost
+                self.messages.append(Message("user", note + task + extra))
             snapshot = self._file_snapshot()
             budget = _ArtifactBudget(agent.limits)
             state.output_dir, state.budget, state.result = output_dir, budget, result
@@ -573,6 +675,7 @@ class ChatSession:
                 self.messages.append(Message("user", f"Observation:\n{text}"))
                 step.duration = time.perf_counter() - step_started
                 state.tool_artifacts = []
+                yield from (emit(e) for e in self._autosave(state))
                 if state.answered:
                     result.answer, result.status = self._restored(state.answer), "success"
                     break
@@ -601,6 +704,7 @@ class ChatSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+            yield from (emit(e) for e in self._autosave(state))  # the final reply: the conversation moved on
         if state.trace is not None:
             state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
@@ -621,7 +725,8 @@ class ChatSession:
             trace = self._state.trace if self._state is not None else None
             with trace.sandbox("start", {"codeact.sandbox.backend": self._backend_name()}) if trace is not None \
                     else _nullcontext():
-                self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy())
+                self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy(),
+                                                                      restore=self._restore_from)
             packages = getattr(self._sandbox, "packages", None)
             if packages is not None and hasattr(packages, "listeners"):
                 packages.listeners.append(self._on_install)
@@ -1040,6 +1145,29 @@ class _ArtifactBudget:
         if self.step_bytes + size > lim.max_artifact_bytes_per_step:
             return f"over the limit of {lim.max_artifact_bytes_per_step:,} bytes per step"
         return f"over the limit of {lim.max_artifact_bytes_per_run:,} bytes per run"
+
+
+def _restore_sandbox(spec: Any, snap: Any, functions: list[HostFunction], options: dict[str, Any]) -> Any:
+    """A started sandbox holding snapshot ``snap``: on the engine pool ``spec``, or a new docker/local session."""
+    from sandbox import SessionSource
+    from sandbox.snapshot import SnapshotError, restore
+
+    if isinstance(spec, SessionSource):
+        factory: Any = spec.sandbox  # the pool places it on the engine with the most room
+    elif spec in ("docker", "auto"):
+        from sandbox import DockerSandbox as factory
+    elif spec == "local":
+        from sandbox import LocalSandbox as factory
+        from sandbox import warn_unsafe
+
+        warn_unsafe("local")
+    else:
+        raise SavedSessionError(f"the {spec!r} backend has no kernel to restore a session into; resume it with "
+                                "the docker (or local) backend")
+    try:
+        return restore(factory, snap, functions, **options)
+    except SnapshotError as exc:
+        raise SavedSessionError(f"the session could not be restored: {exc}") from None
 
 
 def _install_event(record: Any, run_id: str, step: int) -> PackageInstall:

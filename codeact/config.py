@@ -16,6 +16,9 @@ a default.
 ``CODEACT_BACKEND``        sandbox backend (``--backend``): ``docker`` (default), or
                            ``local`` / ``restricted`` to choose an unisolated one knowingly
 ``CODEACT_DEBUG``          ``1`` shows tracebacks instead of one-line errors
+``CODEACT_SNAPSHOT_DIR``   where saved sessions go (``--snapshot-dir``; default
+                           ``<user data dir>/codeact/snapshots``)
+``CODEACT_SNAPSHOT_KEEP``  snapshots kept per session (``--keep-snapshots``; default 3, ``all`` keeps every one)
 =========================  ===========================================================
 
 Importing this module is cheap: models are imported when one is built.
@@ -38,6 +41,10 @@ OUTPUT_DIR_ENV = "CODEACT_OUTPUT_DIR"
 SCRIPTED_ENV = "CODEACT_SCRIPTED_REPLIES"
 DEBUG_ENV = "CODEACT_DEBUG"
 BACKEND_ENV = "CODEACT_BACKEND"
+SNAPSHOT_DIR_ENV = "CODEACT_SNAPSHOT_DIR"
+SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
+#: Snapshots of one chat session kept by default (the newest; older ones are deleted after each save).
+DEFAULT_SNAPSHOT_KEEP = 3
 BACKENDS = ("docker", "local", "restricted")
 
 NO_MODEL_HINT = (
@@ -172,3 +179,33 @@ def output_root(option: str | os.PathLike[str] | None = None) -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("codeact")) / "artifacts"
+
+
+def snapshot_dir(option: str | os.PathLike[str] | None = None) -> Path:
+    """Where saved sessions go: ``--snapshot-dir``, ``$CODEACT_SNAPSHOT_DIR`` or ``<user data dir>/codeact/snapshots``."""
+    if option:
+        return Path(option).expanduser()
+    value = env(SNAPSHOT_DIR_ENV)
+    if value:
+        return Path(value).expanduser()
+    from sandbox.snapshot import default_store_dir
+
+    return default_store_dir()
+
+
+def snapshot_keep(option: int | str | None = None) -> int | None:
+    """Snapshots kept per session: ``--keep-snapshots``, ``$CODEACT_SNAPSHOT_KEEP`` or 3; None keeps all.
+
+    Raises:
+        ConfigError: not a positive whole number or ``all``.
+    """
+    source = "--keep-snapshots" if option not in (None, "") else SNAPSHOT_KEEP_ENV
+    value = str(option).strip().lower() if option not in (None, "") else env(SNAPSHOT_KEEP_ENV).lower()
+    if not value:
+        return DEFAULT_SNAPSHOT_KEEP
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{source}={value!r}: give a number of snapshots to keep per session (1 or more), "
+                          "or 'all'")
+    return int(value)

@@ -166,5 +166,9 @@ class RayUnavailable(BenchError):
     """A sweep asked for Ray (``--ray``), but the ``ray`` package is not installed: ``pip install 'codeact[ray]'``."""
 
 
+class SavedSessionError(CodeActError):
+    """A chat session cannot be saved or resumed (no run log, no kernel, a missing or foreign snapshot file)."""
+
+
 class SkillError(CodeActError):
     """A skill cannot be saved, found or removed (bad name, too large, not a function, unknown)."""

@@ -33,6 +33,8 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="codeact-tests-"))
 os.environ["TMPDIR"] = str(_SESSION_TMP)
 tempfile.tempdir = None  # recomputed from $TMPDIR
 assert Path(tempfile.gettempdir()) == _SESSION_TMP
+# Saved sessions (`codeact chat` saves itself when it ends) go here too, never to the user's data dir.
+os.environ.setdefault("CODEACT_SNAPSHOT_DIR", str(_SESSION_TMP / "snapshots"))
 
 # A shell that starts a command in the background without job control (`cmd &` in a script, as CI
 # runners may) starts it with SIGINT ignored, and ignored signals survive exec: the CLI processes the

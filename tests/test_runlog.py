@@ -538,7 +538,7 @@ def test_migration_from_version_2_keeps_runs(db: Path) -> None:
                               prompt="codeact", prompt_version="1"))
         assert log.get_run("new-1").agent == "codeact"
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     assert {"agent", "prompt", "prompt_version", "bench_episode", "owner_pid"} <= columns
 

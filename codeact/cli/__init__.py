@@ -1,6 +1,7 @@
 """The ``codeact`` command line.
 
-Commands: ``run``, ``chat``, ``demo``, ``logs``, ``doctor``, ``image``, ``sandbox``, ``mcp``, ``skills``.
+Commands: ``run``, ``chat``, ``demo``, ``logs``, ``doctor``, ``image``, ``sandbox``, ``mcp``, ``skills``,
+``sessions``.
 Every error a user can cause ends in one red ``Error: ...`` line on stderr and
 a non-zero exit (2 for usage and configuration, 1 otherwise); set
 ``CODEACT_DEBUG=1`` to see tracebacks.
@@ -21,6 +22,7 @@ from . import admin, chat, doctor, logs, mcp, run  # noqa: F401 - each registers
 from . import bench  # noqa: F401 - `codeact bench`, CodeAct against ReAct on task suites
 from . import ui  # noqa: F401 - `codeact ui`, the web workspace
 from . import skills  # noqa: F401 - `codeact skills`, functions kept for later sessions
+from . import sessions  # noqa: F401 - `codeact sessions`, saved chat sessions
 from ._app import cli
 
 __all__ = ["cli", "main"]

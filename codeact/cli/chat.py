@@ -1,5 +1,9 @@
 """``codeact chat``: a multi-turn session in the terminal, and what Ctrl-C does in it.
 
+The session saves itself when the chat ends (``/exit``, Ctrl-D, Ctrl-C twice,
+``/reset``), on ``/save``, and with ``--autosave`` after every step as well;
+``codeact chat --resume ID`` continues it (see :mod:`codeact.sessions`).
+
 Ctrl-C while the code runs interrupts that code (it gets a ``KeyboardInterrupt``),
 ends the turn and keeps the session: variables, files and history stay, and the
 model's observation says that the user interrupted it. Ctrl-C while the model
@@ -21,6 +25,7 @@ from .. import config as cfg
 from ._app import (
     CONTEXT_SETTINGS,
     RunCancelledByUser,
+    UserError,
     agent_options,
     cli,
     drive,
@@ -37,7 +42,8 @@ from .mcp import open_mcp
 CHAT_HELP = """\
 Type a task and press Enter; the model works on it in the same Python session as before.
   Ctrl-C   while code runs: interrupt it (variables stay); twice: quit
-  /reset   start a new session (history and kernel state cleared)
+  /reset   start a new session (history and kernel state cleared; the old one is saved)
+  /save    save the session now (it also saves itself when the chat ends)
   /help    this help
   /exit    quit (also Ctrl-D)"""
 
@@ -133,25 +139,58 @@ def _read_line(prompt: str) -> str:
     return line.rstrip("\n")
 
 
+def _session_options(f: Any) -> Any:
+    f = click.option("--keep-snapshots", metavar="N|all",
+                     help="Snapshots kept per session, the newest [env: CODEACT_SNAPSHOT_KEEP; default 3].")(f)
+    f = click.option("--snapshot-dir", metavar="DIR", type=click.Path(file_okay=False),
+                     help="Where saved sessions go [env: CODEACT_SNAPSHOT_DIR; default: the data dir's "
+                          "snapshots].")(f)
+    f = click.option("--no-save", is_flag=True, help="Do not save the session when the chat ends (/save still "
+                                                     "does).")(f)
+    f = click.option("--autosave", is_flag=True,
+                     help="Save after every step too (only what changed is saved again), so that even a killed "
+                          "chat resumes at its last completed step.")(f)
+    f = click.option("--resume", "resume", metavar="ID",
+                     help="Continue a saved session: a run id, chat session id or snapshot id (or a unique "
+                          "prefix); see `codeact sessions list`.")(f)
+    return f
+
+
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @agent_options
+@_session_options
 def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None, base_url: str | None,
          api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float, output_dir: str | None,
          db: str | None, no_log: bool, mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = (),
-         mcp_on_error: str = "stop") -> None:
+         mcp_on_error: str = "stop", resume: str | None = None, autosave: bool = False, no_save: bool = False,
+         snapshot_dir: str | None = None, keep_snapshots: str | None = None) -> None:
     """A multi-turn session: variables and files survive between turns.
 
     Each turn is a run of its own in the run log. Files given with --file are
-    copied in before the first turn. Commands: /reset, /help, /exit (or Ctrl-D).
-    Ctrl-C while code runs interrupts it and keeps the session (variables stay);
-    Ctrl-C twice in a row quits.
+    copied in before the first turn. Commands: /save, /reset, /help, /exit (or
+    Ctrl-D). Ctrl-C while code runs interrupts it and keeps the session
+    (variables stay); Ctrl-C twice in a row quits.
+
+    The session (variables, files, packages, and its conversation in the run
+    log) is saved when the chat ends and on /save; with --autosave after every
+    step as well. --resume continues it, in a new sandbox on any engine; the
+    model is told what was restored and what was lost.
 
     \b
     Example:
       codeact chat -f sales.csv
       > load sales.csv into df and show the columns
       > now plot revenue by region
+      codeact chat --resume 3f2a           (a run of that chat, its session or snapshot id)
     """
+    from ..sessions import SaveOptions
+
+    keep = cfg.snapshot_keep(keep_snapshots)
+    if no_log and (resume or autosave):
+        raise click.UsageError("--resume and --autosave need the run log (the conversation is rebuilt from it); "
+                               "drop --no-log")
+    saving = None if no_log else SaveOptions(store=cfg.snapshot_dir(snapshot_dir), keep=keep, autosave=autosave,
+                                             on_close=False)
     output_root = cfg.output_root(output_dir)
     renderer, _ = renderers(output_root)
     assert renderer is not None
@@ -162,14 +201,51 @@ def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
     toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, renderer.warning)
     try:
         _chat(renderer, model_obj, tools + list(toolset or ()), backend, files, max_steps, timeout, output_root,
-              db, no_log, yes)
+              db, no_log, yes, saving=saving, save_at_end=not no_save, resume=resume)
     finally:
         if toolset is not None:
             toolset.close()
 
 
+def _save(session: Any, renderer: Any, *, quitting: bool = False, explicit: bool = False) -> None:
+    """Save the session (if it has anything to save) and say where it went and how to resume it."""
+    from ..errors import CodeActError
+
+    if session._sandbox is None or session._closed:
+        return
+    if not explicit and getattr(session._sandbox, "backend", None) not in ("docker", "local"):
+        return  # the restricted backend has no kernel to save (/save says so)
+    if quitting:  # Ctrl-C twice may leave code running: stop it, so that the save does not wait on it
+        try:
+            session.interrupt()
+        except Exception:  # noqa: BLE001 - best effort; the save says what failed
+            pass
+    try:
+        record = session.save(timeout=60.0 if quitting else None)
+    except CodeActError as exc:
+        renderer.warning(str(exc))
+        return
+    renderer.note(f"Saved session {record.session} (snapshot {record.id}, {record.size / 1e6:.1f} MB). "
+                  f"Resume with: codeact chat --resume {record.session}")
+
+
+def _start_session(agent: Any, renderer: Any, saving: Any, resume: str | None) -> Any:
+    from ..errors import SavedSessionError
+
+    if resume is None:
+        return agent.session(save=saving)
+    try:
+        session = agent.session(save=saving, resume=resume)
+    except SavedSessionError as exc:
+        raise UserError(str(exc)) from None
+    report = session.restored
+    renderer.note(f"Resumed: {report.describe()}" if report is not None else "Resumed.", style="bold")
+    return session
+
+
 def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: tuple[str, ...], max_steps: int,
-          timeout: float, output_root: Any, db: str | None, no_log: bool, yes: bool) -> None:
+          timeout: float, output_root: Any, db: str | None, no_log: bool, yes: bool, *, saving: Any = None,
+          save_at_end: bool = True, resume: str | None = None) -> None:
     log = open_log(db, no_log)
     agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
                        log=log, approve=make_approver(renderer, yes), stream=renderer.live_enabled)
@@ -178,7 +254,10 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
     presses = CtrlC()
     renderer.note(f"Chatting with {getattr(model_obj, 'name', '?')} (backend {backend}). "
                   "/exit or Ctrl-D to quit, /reset for a new session, /help for help.", style="bold")
-    session = agent.session()
+    session = _start_session(agent, renderer, saving, resume)
+    if resume is not None:
+        pending = []  # the files are in the restored session already
+    quitting = False
     try:
         while True:
             try:
@@ -190,6 +269,7 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
             except KeyboardInterrupt:
                 click.echo()
                 if presses.press():
+                    quitting = True
                     raise
                 renderer.note("(Ctrl-C again to quit; /exit or Ctrl-D also quit)")
                 continue
@@ -203,9 +283,19 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
             if text == "/help":
                 renderer.note(CHAT_HELP, style="default")
                 continue
+            if text == "/save":
+                if saving is None:
+                    renderer.warning("saving needs the run log; this chat runs with --no-log")
+                elif session._sandbox is None:
+                    renderer.note("Nothing to save yet: the session starts with its first turn.")
+                else:
+                    _save(session, renderer, explicit=True)
+                continue
             if text == "/reset":
+                if saving is not None and save_at_end:
+                    _save(session, renderer)
                 session.close()
-                session = agent.session()
+                session = agent.session(save=saving)
                 pending = list(files)
                 renderer.note("New session: history and kernel state cleared.")
                 continue
@@ -218,11 +308,12 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
                       on_ctrl_c=turn.on_ctrl_c)
             except RunCancelledByUser as exc:
                 if presses.quitting:
+                    quitting = True
                     raise KeyboardInterrupt from None  # the second Ctrl-C: "Interrupted.", exit 130
                 if exc.during_code:
                     # Not the interrupt above (no terminal to take it over): the code may still run. Start clean.
                     session.close()
-                    session = agent.session()
+                    session = agent.session(save=saving)
                     pending = list(files)
                     renderer.note("Turn cancelled while code was running; started a new session "
                                   "(history and kernel state cleared).", style="yellow")
@@ -234,6 +325,8 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
                 renderer.note("Interrupted: the session keeps its variables and files; the model will read "
                               "that you stopped the code.", style="yellow")
     finally:
+        if saving is not None and save_at_end:
+            _save(session, renderer, quitting=quitting)
         session.close()
         if log is not None:
             log.close()

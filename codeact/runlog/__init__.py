@@ -26,10 +26,15 @@ and, for benchmark runs, the episode it was (:meth:`RunLog.link_episode`).
 Values a run produced (answers, tool arguments and results) are stored
 through the sandbox's one codec, as :func:`codeact.values.preview` trees.
 
+Saved chat sessions (:mod:`codeact.sessions`) are rows of their own:
+:meth:`RunLog.save_snapshot`, :meth:`RunLog.list_snapshots`,
+:meth:`RunLog.find_snapshot`, :meth:`RunLog.delete_snapshot`.
+
 Modules: :mod:`._schema` (tables and migrations, schema version
 :data:`SCHEMA_VERSION`), :mod:`._db` (the connection and its transactions),
 :mod:`._recorder` (one handler per event type), :mod:`._queries` (reads),
-:mod:`._records` (what reads return), :mod:`._json` (serialising records).
+:mod:`._records` (what reads return), :mod:`._json` (serialising records),
+:mod:`._snapshots` (saved sessions).
 """
 
 from __future__ import annotations
@@ -39,7 +44,8 @@ from ._db import BUSY_TIMEOUT, DB_ENV_VAR, default_db_path
 from ._json import jsonable, to_json
 from ._log import RunLog
 from ._recorder import PARTIAL_OUTPUT_LIMIT
-from ._records import ArtifactRecord, ErrorRecord, RunRecord, RunSummary, StepRecord, ToolCallRecord
+from ._records import (ArtifactRecord, ErrorRecord, RunRecord, RunSummary, SnapshotRecord, StepRecord,
+                       ToolCallRecord)
 from ._schema import SCHEMA_VERSION
 
 __all__ = [
@@ -55,6 +61,7 @@ __all__ = [
     "RunNotFound",
     "RunRecord",
     "RunSummary",
+    "SnapshotRecord",
     "StepRecord",
     "ToolCallRecord",
     "default_db_path",

@@ -10,9 +10,9 @@ from typing import IO, Any, Literal
 
 from ..errors import RunLogError
 from ..events import Event
-from . import _queries, _recorder
+from . import _queries, _recorder, _snapshots
 from ._db import Database, default_db_path
-from ._records import RunRecord, RunSummary
+from ._records import RunRecord, RunSummary, SnapshotRecord
 
 
 class RunLog:
@@ -161,6 +161,44 @@ class RunLog:
             return rid
 
         return self._db.write(delete)
+
+    # -- saved sessions (codeact.sessions) -------------------------------------------
+
+    def save_snapshot(self, record: SnapshotRecord, own_runs: Iterable[str] = ()) -> None:
+        """Record a saved chat session (or move its row on when the snapshot is the same file).
+
+        ``own_runs`` are the runs the saving session made itself: they are
+        linked to ``record.session`` (runs it inherited from the session it
+        resumed keep theirs).
+        """
+
+        def write(conn: sqlite3.Connection) -> None:
+            _snapshots.save(conn, record)
+            _snapshots.link_runs(conn, record.session, list(own_runs))
+
+        self._db.write(write)
+
+    def get_snapshot(self, snapshot_id: str) -> SnapshotRecord | None:
+        """The saved session whose snapshot id is exactly ``snapshot_id``, or None."""
+        return self._db.read(lambda conn: _snapshots.get(conn, snapshot_id))
+
+    def list_snapshots(self, session: str | None = None, limit: int | None = None) -> list[SnapshotRecord]:
+        """Saved sessions, newest first (only chat session ``session``'s when given)."""
+        return self._db.read(lambda conn: _snapshots.listed(conn, session, limit))
+
+    def find_snapshot(self, key: str) -> SnapshotRecord:
+        """The saved session ``key`` names: a snapshot id, a chat session id or a run id (or unique prefixes).
+
+        A session or a run means the newest snapshot of that session.
+
+        Raises:
+            RunNotFound: nothing matches, or a prefix matches several.
+        """
+        return self._db.read(lambda conn: _snapshots.find(conn, key))
+
+    def delete_snapshot(self, snapshot_id: str) -> bool:
+        """Delete a saved session's row (not its file: see :func:`codeact.sessions.delete`); False if none."""
+        return bool(self._db.write(lambda conn: _snapshots.delete(conn, snapshot_id)))
 
     # -- export convenience -----------------------------------------------------------
 

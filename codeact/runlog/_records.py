@@ -150,3 +150,32 @@ class RunRecord:
     def invalid_actions(self) -> int:
         """Replies that held no usable action: no code (CodeAct), a malformed or unknown call (ReAct)."""
         return sum(1 for e in self.errors if e.kind in ("parse", "action"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotRecord:
+    """A saved chat session as the run log keeps it (see :mod:`codeact.sessions`).
+
+    ``runs`` are the conversation's runs, oldest first; it holds every step
+    of them up to ``step`` of ``run_id`` (the last completed step when it
+    was saved). ``manifest`` is the snapshot's manifest as the host
+    validated it (:meth:`sandbox.snapshot.Manifest.to_json`): every text in
+    it is bounded and escaped, and it is still the sandbox's word, so show
+    it escaped for the medium (terminal markup, HTML, Markdown).
+    """
+
+    id: str
+    session: str
+    path: str
+    size: int
+    created: float
+    saved: float
+    runs: list[str]
+    run_id: str | None = None
+    step: int = 0
+    agent: str | None = None
+    parent: str | None = None
+    since: str | None = None
+    backend: str | None = None
+    packages: list[str] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)

@@ -24,6 +24,13 @@
     image bytes and the full RunResult steps are summarised there because
     ``images`` and ``steps`` already hold them. ``TextDelta`` and
     ``CodeOutput`` events are streaming noise and are not stored there.
+``snapshots``
+    saved chat sessions (:mod:`codeact.sessions`): one row per snapshot
+    file (id, path, size, creation time, the snapshot it continues), the
+    chat session that saved it, the conversation it belongs to (the runs,
+    oldest first, and the last completed step of the last one) and the
+    snapshot's manifest as the host validated it (never the sandbox's raw
+    words). ``runs.session`` names the chat session a run was a turn of.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any
 from ..errors import RunLogError
 
 #: Current schema version, stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # One entry per version: MIGRATIONS[i] upgrades a database from version i to
 # i + 1. Each is a tuple of single statements (not a script) because
@@ -139,6 +146,30 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN prompt_version TEXT",
         "ALTER TABLE runs ADD COLUMN bench_episode TEXT",
         "CREATE INDEX IF NOT EXISTS runs_bench_episode ON runs (bench_episode)",
+    ),
+    (
+        # Version 4: durable sessions. A row per snapshot file; no foreign key to runs, so that deleting
+        # a run (logs rm) keeps the saved session it was part of.
+        """CREATE TABLE IF NOT EXISTS snapshots (
+            id TEXT PRIMARY KEY,   -- the snapshot file's id (sandbox.snapshot)
+            session TEXT NOT NULL, -- the chat session that saved it
+            agent TEXT,
+            run_id TEXT,           -- the run of the last completed step it holds
+            step INTEGER NOT NULL DEFAULT 0,
+            runs TEXT NOT NULL,    -- JSON list: the conversation's runs, oldest first
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL DEFAULT 0,
+            created REAL NOT NULL, -- when the file was written
+            saved REAL NOT NULL,   -- when the row last moved (a save that changed nothing moves it on)
+            parent TEXT,           -- the snapshot this one continues (a fork, or the one a session resumed)
+            since TEXT,            -- the snapshot it was saved incrementally against
+            backend TEXT,
+            packages TEXT,         -- JSON list
+            manifest TEXT          -- JSON: the validated manifest
+        )""",
+        "CREATE INDEX IF NOT EXISTS snapshots_session ON snapshots (session, saved)",
+        "ALTER TABLE runs ADD COLUMN session TEXT",
+        "CREATE INDEX IF NOT EXISTS runs_session ON runs (session)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

@@ -1,0 +1,401 @@
+"""Durable chat sessions: a conversation saved with its sandbox, resumed later (in another process, on any engine).
+
+A saved session is two things: a snapshot of the sandbox (one file in a
+:class:`sandbox.SnapshotStore`: files, variables, packages; see
+:mod:`sandbox.snapshot`) and the conversation, which is not copied but
+rebuilt from the run log's events of the session's runs. The run log keeps
+one row per snapshot (:class:`codeact.runlog.SnapshotRecord`): which chat
+session saved it, which runs its conversation holds and up to which step,
+its size, parent and validated manifest.
+
+Example::
+
+    from codeact import CodeActAgent
+    from codeact.sessions import SaveOptions
+
+    agent = CodeActAgent(model, tools)
+    with agent.session(save=SaveOptions(autosave=True)) as chat:   # a save after every step, and at the end
+        chat.send("Load sales.csv into df", files=["sales.csv"])
+        print(chat.session_id)
+
+    with agent.session(resume=run_id) as chat:   # a run, chat session or snapshot id (or a unique prefix)
+        print(chat.restored.describe())          # what came back, what did not
+        chat.send("Now plot monthly totals")     # the model is told what was restored and what was lost
+
+Saving is incremental: unchanged variables are not pickled or copied again,
+and a save that finds nothing changed in the sandbox writes no file (the
+row moves on to the newer conversation). Each session keeps its newest
+``keep`` snapshots. A session resumed from a snapshot is a new session
+whose snapshots have that one as ``parent``, so resuming one snapshot twice
+gives two independent branches.
+
+The trust boundary does not move: the host never unpickles a snapshot and
+reads only its validated manifest; text from the manifest reaches people
+escaped (:func:`markup_escape`, :func:`html_escape`, :func:`markdown_escape`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import RunNotFound, SavedSessionError
+from .messages import Message
+
+#: Seconds one save may take in the sandbox (pickling runs the session's own code).
+SAVE_TIMEOUT = 300.0
+#: Characters of a step's code quoted in the resume note when that step's effects were lost.
+LOST_CODE_CHARS = 1500
+#: Names listed in the resume note before "and N more".
+NOTE_NAMES = 40
+
+
+@dataclass(frozen=True)
+class SaveOptions:
+    """When and where a chat session saves itself.
+
+    Args:
+        store: the directory of snapshot files (default: ``$CODEACT_SNAPSHOT_DIR`` or
+            ``<user data dir>/codeact/snapshots``, see :func:`codeact.config.snapshot_dir`).
+        keep: snapshots of one session kept (the newest); older ones are deleted
+            after each save, file and row. None keeps every one.
+        autosave: save after every step that ran code and at the end of every
+            turn (incremental: only what changed is saved again).
+        on_close: save when the session closes.
+    """
+
+    store: str | os.PathLike[str] | None = None
+    keep: int | None = 3
+    autosave: bool = False
+    on_close: bool = True
+
+    def __post_init__(self) -> None:
+        if self.keep is not None and self.keep < 1:
+            raise ValueError("keep must be at least 1 (or None to keep every snapshot)")
+
+
+def save_options(spec: "SaveOptions | bool | None") -> SaveOptions | None:
+    """``save=`` of :meth:`CodeActAgent.session`: None/False (save only on request), True (defaults), or options."""
+    if spec is None or spec is False:
+        return None
+    if spec is True:
+        return SaveOptions()
+    if isinstance(spec, SaveOptions):
+        return spec
+    raise TypeError(f"save= takes a SaveOptions, True or None, not {type(spec).__name__}")
+
+
+def store_root(options: SaveOptions | None) -> Path:
+    from . import config
+
+    return config.snapshot_dir(options.store if options is not None else None)
+
+
+# --- saving ------------------------------------------------------------------------------------------------
+
+
+class Saver:
+    """The saving half of one chat session: its id, its conversation's runs, its newest snapshot."""
+
+    def __init__(self, log: Any, options: SaveOptions | None, *, agent: str = "codeact") -> None:
+        self.log = log
+        self.options = options
+        self.agent = agent
+        self.session_id = uuid.uuid4().hex[:12]
+        #: The conversation's runs, oldest first: those of the session it resumed, then its own.
+        self.runs: list[str] = []
+        self.own_runs: list[str] = []
+        #: The newest snapshot of this session (or the one it was restored from): the base of the next save.
+        self.last: Any = None
+        self.restored_from: str | None = None
+        self._own: set[str] = set()
+
+    def begin_run(self, run_id: str) -> None:
+        self.runs.append(run_id)
+        self.own_runs.append(run_id)
+
+    def save(self, sandbox: Any, run_id: str | None, step: int, *, timeout: float = SAVE_TIMEOUT) -> Any:
+        """Snapshot ``sandbox`` and record it with the conversation up to ``step`` of ``run_id``.
+
+        Returns the :class:`~codeact.runlog.SnapshotRecord`.
+
+        Raises:
+            SavedSessionError: no run log, or the sandbox could not be saved (the message says why).
+        """
+        from sandbox.snapshot import SnapshotError, SnapshotStore
+
+        from .runlog import SnapshotRecord
+
+        if self.log is None:
+            raise SavedSessionError("saving a session needs the run log (the conversation is rebuilt from it); "
+                                    "turn the log on (drop --no-log, or pass log=True)")
+        store = SnapshotStore(store_root(self.options))
+        since = self.last
+        if since is not None and not Path(since.path).exists():
+            since = None  # deleted meanwhile (sessions rm): a whole save
+        try:
+            snap = sandbox.snapshot(since=since, store=store, timeout=timeout)
+            if since is not None and snap.id == since.id and snap.id not in self._own:
+                # Nothing changed since the restore: this session's own copy (the host copies the file).
+                snap = since.fork(store)
+        except SnapshotError as exc:
+            raise SavedSessionError(f"the session could not be saved: {exc}") from None
+        except OSError as exc:
+            raise SavedSessionError(f"the session could not be saved in {store.root}: {exc}") from None
+        previous = next(iter(self._newest_rows()), None)
+        parent = snap.parent or (previous.id if previous is not None and previous.id != snap.id
+                                 else self.restored_from)
+        now = time.time()
+        record = SnapshotRecord(id=snap.id, session=self.session_id, agent=self.agent, run_id=run_id, step=step,
+                                runs=list(self.runs), path=str(snap.path), size=snap.size, created=snap.created,
+                                saved=now, parent=parent, since=snap.since, backend=snap.backend,
+                                packages=list(snap.packages), manifest=snap.manifest.to_json())
+        self.log.save_snapshot(record, self.own_runs)
+        self.last = snap
+        self._own.add(snap.id)
+        self._prune(keep_id=snap.id)
+        return record
+
+    def _newest_rows(self) -> list[Any]:
+        return self.log.list_snapshots(session=self.session_id) if self.log is not None else []
+
+    def _prune(self, keep_id: str) -> None:
+        keep = self.options.keep if self.options is not None else SaveOptions().keep
+        if keep is None:
+            return
+        for row in self._newest_rows()[keep:]:
+            if row.id != keep_id:
+                delete(self.log, row)
+
+
+def delete(log: Any, record: Any) -> None:
+    """Delete a saved session: its snapshot file (when it is a snapshot file) and its run-log row."""
+    path = Path(record.path)
+    if path.name == f"{record.id}.snap":  # our own row names the file; never anything else
+        path.unlink(missing_ok=True)
+    log.delete_snapshot(record.id)
+
+
+# --- resuming ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Conversation:
+    """A saved session's conversation rebuilt from the run log, and what it knows was lost."""
+
+    #: The messages after the system prompt (which is written afresh for the tools of the resumed session).
+    messages: list[Message] = field(default_factory=list)
+    #: What happened after the snapshot (code that ran after the save, runs missing from the log).
+    lost: list[str] = field(default_factory=list)
+    #: The user's own code cells (web UI) after the last message, for the model's next message.
+    notes: list[str] = field(default_factory=list)
+    #: The task of the run the snapshot was saved in.
+    task: str = ""
+
+
+def open_saved(log: Any, key: str) -> tuple[Any, Any]:
+    """(run-log row, :class:`sandbox.Snapshot`) of the saved session ``key`` names (snapshot, session or run id).
+
+    Raises:
+        SavedSessionError: no run log, nothing saved for ``key``, or its file is gone or unreadable.
+    """
+    from sandbox.snapshot import Snapshot, SnapshotError
+
+    if log is None:
+        raise SavedSessionError("resuming a session needs the run log (the conversation is rebuilt from it); "
+                                "turn the log on (drop --no-log, or pass log=True)")
+    try:
+        record = log.find_snapshot(key)
+    except RunNotFound as exc:
+        raise SavedSessionError(str(exc)) from None
+    if not Path(record.path).exists():
+        raise SavedSessionError(f"the snapshot file of saved session {record.id} is gone ({record.path}); "
+                                f"remove the entry with `codeact sessions rm {record.id}`")
+    try:
+        snap = Snapshot.open(record.path)
+    except SnapshotError as exc:
+        raise SavedSessionError(str(exc)) from None
+    if snap.id != record.id:
+        raise SavedSessionError(f"{record.path} holds snapshot {snap.id}, not {record.id}: the file was replaced; "
+                                f"remove the entry with `codeact sessions rm {record.id}`")
+    return record, snap
+
+
+def conversation(log: Any, record: Any) -> Conversation:
+    """The conversation of a saved session, rebuilt from the run log's events of its runs.
+
+    Each run's user message, and each step's model reply with its
+    observation (or the feedback on a reply without code) and a final
+    reply without code, up to ``record.step`` of ``record.run_id``; steps
+    the model started but that never got their observation are left out,
+    as the live conversation leaves them out. Runs of the analyst's own
+    code (the web UI's cells) become a note on the next message.
+    """
+    out = Conversation()
+    notes: list[str] = []
+    for index, run_id in enumerate(record.runs):
+        last = index == len(record.runs) - 1
+        try:
+            events = log.get_events(run_id)
+        except RunNotFound:
+            out.lost.append(f"turn {run_id} is no longer in the run log (deleted): the conversation skips it")
+            continue
+        limit = record.step if last else None
+        started = next((e.get("payload") for e in events if e.get("type") == "RunStarted"), None)
+        started = started if isinstance(started, dict) else {}
+        if last:
+            out.task = str(started.get("task") or "")
+        if started.get("agent") == "user":
+            notes.extend(_cell_note(events, limit))
+            continue
+        task = str(started.get("task") or "")
+        names = [str(f) for f in started.get("files") or [] if isinstance(f, str)]
+        if names:
+            task += "\n\nNew files in the working directory:\n" + "\n".join(f"- {n}" for n in names[:100])
+        if notes:
+            task = _notes_text(notes) + task
+            notes = []
+        out.messages.append(Message("user", task))
+        pending: str | None = None
+        code_seen = False
+        for event in events:
+            kind, step = event.get("type"), int(event.get("step") or 0)
+            payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+            if limit is not None and step > limit:
+                if kind == "CodeAction":
+                    code = _cut(str(payload.get("code") or ""), LOST_CODE_CHARS)
+                    out.lost.append(f"step {step} of the turn {_quote(task)} ran this code after the save; "
+                                    f"whatever it changed is not in the restored session:\n```python\n{code}\n```")
+                continue
+            if kind == "ModelOutput":
+                pending, code_seen = str(payload.get("text") or ""), False
+            elif kind == "CodeAction":
+                code_seen = True
+            elif kind == "Observation" and pending is not None:
+                out.messages += [Message("assistant", pending),
+                                 Message("user", f"Observation:\n{payload.get('text') or ''}")]
+                pending = None
+            elif kind == "ErrorEvent" and payload.get("kind") == "parse" and pending is not None:
+                out.messages += [Message("assistant", pending), Message("user", str(payload.get("message") or ""))]
+                pending = None
+            elif kind == "FinalAnswer" and pending is not None and not code_seen:
+                out.messages.append(Message("assistant", pending))
+                pending = None
+    out.notes = notes
+    return out
+
+
+def _cell_note(events: list[dict[str, Any]], limit: int | None) -> list[str]:
+    code = observation = None
+    for event in events:
+        payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+        if limit is not None and int(event.get("step") or 0) > limit:
+            continue
+        if event.get("type") == "CodeAction":
+            code = str(payload.get("code") or "")
+        elif event.get("type") == "Observation":
+            observation = str(payload.get("text") or "")
+    if code is None or observation is None:
+        return []
+    return [f"The user ran this code in the session's kernel themselves:\n```python\n{_cut(code, 2000)}\n```\n"
+            f"What it showed (as an observation would):\n{_cut(observation, 2000)}"]
+
+
+def _notes_text(notes: list[str]) -> str:
+    text = "\n\n".join(f"{n}. {note}" if len(notes) > 1 else note for n, note in enumerate(notes, 1))
+    return ("[Note: between your last turn and this message, the user worked in the session directly.]\n"
+            f"{text}\n[End of note.]\n\n")
+
+
+def resume_note(record: Any, conv: Conversation, report: Any) -> str:
+    """What the model is told with its first message after a resume: what was restored and what was lost.
+
+    ``report`` is the sandbox's :class:`sandbox.snapshot.RestoreReport`. Its
+    names and reasons are the sandbox's (validated, bounded and escaped by
+    the sandbox layer); the model read that sandbox's output all along.
+    """
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record.saved or record.created))
+    where = f"after step {record.step}" + (f" of the turn {_quote(conv.task)}" if conv.task else "")
+    lines = [f"[Note: this session was restored from a snapshot saved {when}, {where}. The Python session "
+             "is a new sandbox holding what the snapshot saved."]
+    restored = list(report.restored)
+    lines.append(f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
+                 + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
+                                                   if report.packages else "") + ".")
+    lost_vars = [f"{name} ({why})" for name, why in list(report.not_saved) + list(report.failed)]
+    if lost_vars:
+        lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
+                     + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "") + ".")
+    lines += [n for n in report.notices[:10]]
+    if conv.lost:
+        lines.append("Lost:")
+        lines += [f"- {item}" for item in conv.lost[:10]]
+    else:
+        lines.append("Nothing ran after the snapshot was saved.")
+    if conv.notes:
+        lines.append(_notes_text(conv.notes).rstrip())
+    lines.append("[End of note.]")
+    return "\n".join(lines) + "\n\n"
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NOTE_NAMES])
+    return shown + (f" and {len(names) - NOTE_NAMES} more" if len(names) > NOTE_NAMES else "")
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2:]
+
+
+def _quote(task: str) -> str:
+    one = " ".join(task.split())
+    return json.dumps(one[:80] + ("..." if len(one) > 80 else ""), ensure_ascii=False)
+
+
+# --- showing a saved session (escaped for the medium) --------------------------------------------------------
+
+
+def summary(record: Any) -> dict[str, Any]:
+    """A saved session as plain, bounded data: counts and names from the validated manifest."""
+    variables = record.manifest.get("variables") if isinstance(record.manifest.get("variables"), list) else []
+    saved = [v for v in variables if isinstance(v, dict) and v.get("saved") is True]
+    unsaved = [v for v in variables if isinstance(v, dict) and v.get("saved") is False]
+    files = record.manifest.get("files") if isinstance(record.manifest.get("files"), list) else []
+    return {"id": record.id, "session": record.session, "run_id": record.run_id, "step": record.step,
+            "runs": len(record.runs), "size": record.size, "created": record.created, "saved": record.saved,
+            "parent": record.parent, "backend": record.backend, "packages": list(record.packages),
+            "variables": [{"name": str(v.get("name")), "type": str(v.get("type")), "size": v.get("size")}
+                          for v in saved],
+            "not_saved": [{"name": str(v.get("name")), "type": str(v.get("type")), "reason": str(v.get("reason"))}
+                          for v in unsaved],
+            "files": len(files)}
+
+
+def markup_escape(text: str) -> str:
+    """Text for a rich console: no markup (``[link=...]``) and no control characters."""
+    from rich.markup import escape
+
+    from sandbox._snapshot_manifest import printable
+
+    return escape(printable(str(text), 100_000))
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(str(text), quote=True)
+
+
+def markdown_escape(text: str) -> str:
+    """Text inside Markdown (a notebook cell): HTML escaped, and Markdown's punctuation backslashed."""
+    out = html_escape(text)
+    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|>~" else c for c in out)
+
+
+__all__ = ["Conversation", "SAVE_TIMEOUT", "SaveOptions", "Saver", "conversation", "delete", "html_escape",
+           "markdown_escape", "markup_escape", "open_saved", "resume_note", "save_options", "summary"]
