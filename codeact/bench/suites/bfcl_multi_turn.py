@@ -24,7 +24,8 @@ Checking is BFCL's rule (see :mod:`._bfcl_world`): after each user turn
 whose ground truth makes calls, every involved API instance must have the
 state the ground truth reaches and the ground truth's results must be among
 what the agent's calls returned. A task is solved when every turn passes.
-Each user turn may take 20 model calls (BFCL's step limit). The oracle
+Each user turn may take 21 model calls (BFCL's limit: 20 steps with calls, then
+the reply that ends the turn). The oracle
 replays the ground truth turn by turn: CodeAct one code action per user turn,
 function calling one request with the turn's calls, the json and text
 formats one call per request; in a turn whose ground truth is empty it asks
@@ -51,8 +52,8 @@ DESCRIPTION = (f"BFCL v4 multi-turn (base, miss_func, miss_param, long_context; 
 VERSION = f"bfcl-eval-{BFCL_VERSION}"
 #: The parts: ``--suite bfcl-multi-turn:<part>`` runs one category (a suite of its own, named so).
 PARTS = CATEGORIES
-#: Model calls per user turn (BFCL's MAXIMUM_STEP_LIMIT).
-TURN_LIMIT = 20
+#: Model calls per user turn: BFCL's MAXIMUM_STEP_LIMIT of 20 steps with calls, then the reply that ends the turn.
+TURN_LIMIT = 21
 #: What the oracle says in a turn it cannot do (a function or a detail is missing).
 ASK = ("I cannot do that yet: a function or a detail it needs is missing. "
        "Please tell me what to use and I will continue.")
