@@ -74,7 +74,8 @@ def test_stdio_session_keeps_state_returns_images_and_runs_tasks(tmp_path):
     async def main() -> None:
         async with Client(stdio_client(params)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
-            assert names == {"execute_python", "upload_file", "download_file", "list_files", "reset_session", "run_task"}
+            assert names == {"execute_python", "upload_file", "download_file", "list_files", "reset_session",
+                             "save_session", "restore_session", "run_task"}
             _, text = await run_code(client, "secret = 41\nprint('set')")
             assert text == "set"
             _, text = await run_code(client, "secret + 1")

@@ -7,6 +7,11 @@ Tools:
   error, truncated the same way) and figures as MCP image content;
 * ``upload_file``, ``download_file``, ``list_files``: files in the session's ``/workspace``;
 * ``reset_session``: a fresh sandbox for this session;
+* ``save_session`` / ``restore_session(snapshot_id)``: save the session's
+  sandbox (files, variables, packages) to one snapshot file in the server's
+  store, and later, from any client session, replace the sandbox with a new
+  one holding a snapshot (see :mod:`sandbox.snapshot`; the host never
+  unpickles it, only its validated manifest is read and reported);
 * ``run_task(task, files)``: the whole CodeAct agent with the server's model
   and tools, progress notifications as it goes; offered only when a model is
   configured.
@@ -66,6 +71,8 @@ class ServeOptions:
         tool_disclosure: what ``run_task``'s prompt says about its tools: ``auto`` (default),
             ``all`` or ``on_demand`` (see :mod:`codeact.catalog`); a call may choose its own.
         tool_budget: tokens of stubs ``auto`` still puts in the prompt.
+        snapshot_dir: where ``save_session`` writes snapshots (default: ``$CODEACT_SNAPSHOT_DIR``
+            or the data dir's ``snapshots``); ``restore_session`` reads only from there.
     """
 
     backend: str = "docker"
@@ -81,6 +88,7 @@ class ServeOptions:
     token: str | None = None
     tool_disclosure: str = "auto"
     tool_budget: int = 2000
+    snapshot_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -101,6 +109,8 @@ class _Session:
         self.lock = asyncio.Lock()  # one call at a time per session: a kernel runs one thing at once
         self.last_used = time.monotonic()
         self.closed = False
+        #: The snapshot this session last saved or was restored from: the next save is incremental against it.
+        self.snapshot: Any = None
 
 
 class SandboxSessions:
@@ -191,7 +201,50 @@ class SandboxSessions:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(sb.close)
 
+    def _store(self) -> Any:
+        from sandbox.snapshot import SnapshotStore
+
+        from .. import config
+
+        return SnapshotStore(config.snapshot_dir(self.options.snapshot_dir))
+
+    async def save(self, session: _Session) -> Any:
+        """Snapshot the session's sandbox (call with ``session.lock`` held); returns the Snapshot."""
+        sb = await self.sandbox(session)
+        since = session.snapshot if session.snapshot is not None and session.snapshot.path.exists() else None
+        snap = await asyncio.to_thread(sb.snapshot, since=since, store=self._store())
+        session.snapshot = snap
+        return snap
+
+    async def restore(self, session: _Session, snapshot_id: str) -> Any:
+        """Replace the session's sandbox by a new one holding snapshot ``snapshot_id`` of the store; its report."""
+        from sandbox.snapshot import SnapshotError, restore
+
+        snap = await asyncio.to_thread(self._store().get, snapshot_id)  # only ids of this store; validated
+        if self.options.backend not in ("docker", "local"):
+            raise SnapshotError(f"the {self.options.backend} backend cannot restore sessions; serve with the "
+                                "docker (or local) backend")
+        if self.options.backend == "docker":
+            from sandbox import DockerSandbox as factory
+        else:
+            from sandbox import LocalSandbox as factory
+        options = {"timeout": self.options.execution_timeout, **self.options.sandbox_options}
+        self._starting += 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the CLI warned about an unsafe backend once, at start
+                new = await asyncio.to_thread(restore, factory, snap, (), **options)
+        finally:
+            self._starting -= 1
+        await self.reset(session)
+        if session.closed:
+            await asyncio.to_thread(new.close)
+            raise RuntimeError("the session ended")
+        session.sandbox, session.snapshot, session.last_used = new, snap, time.monotonic()
+        return new.restored
+
     async def reset(self, session: _Session) -> None:
+        session.snapshot = None
         sb, session.sandbox = session.sandbox, None
         if sb is not None:
             with contextlib.suppress(Exception):
@@ -348,6 +401,39 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
         async with session.lock:
             await sessions.reset(session)
         return "the session was reset; the next call starts a fresh sandbox"
+
+    @server.tool(description="Save this session's sandbox (files, variables, installed packages) as a snapshot; "
+                 "returns its id for restore_session, what was saved and what could not be (open files, sockets, "
+                 "generators...). Saving again saves only what changed.")
+    async def save_session(ctx: Context) -> str:
+        from sandbox.snapshot import SnapshotError
+
+        async def work(sb: Any) -> str:
+            session = await sessions.for_request(ctx)
+            try:
+                snap = await sessions.save(session)
+            except SnapshotError as exc:
+                raise ToolError(str(exc)) from None
+            return (f"saved snapshot {snap.id} ({snap.size / 1e6:.1f} MB); restore it with "
+                    f"restore_session(snapshot_id={snap.id!r})\n{snap.manifest.describe()}")
+
+        return await with_sandbox(ctx, work)
+
+    @server.tool(description="Replace this session's sandbox with a new one holding a snapshot that save_session "
+                 "made (in this or another session): its files, variables and packages. Returns what was "
+                 "restored and what was not.")
+    async def restore_session(snapshot_id: str, ctx: Context) -> str:
+        from sandbox.snapshot import SnapshotError
+
+        session = await sessions.for_request(ctx)
+        async with session.lock:
+            try:
+                report = await sessions.restore(session, snapshot_id.strip())
+            except SnapshotError as exc:
+                raise ToolError(str(exc)) from None
+            except Exception as exc:  # Docker not ready, image missing...
+                raise ToolError(f"the sandbox could not start: {exc}") from None
+        return report.describe()
 
     if options.model is not None:
         @server.tool(description="Give a task to a CodeAct agent that works in this session's sandbox (it writes and "
