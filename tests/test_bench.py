@@ -619,3 +619,18 @@ def test_progress_bar_shows_eta_and_running_success() -> None:
     text = buf.getvalue()
     assert "3/4" in text and "ETA" in text and "codeact 1/1" in text and "react-fc 0/1 (+1 errors)" in text
     assert isinstance(default_progress(), NoProgress)  # pytest's stderr is not a terminal
+
+
+def test_bench_list_shows_a_suite_that_cannot_load_here_without_hiding_the_others(monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    import codeact.bench as bench_pkg
+
+    # A shipped suite whose data cannot be had on this machine (as bfcl-multi-turn offline on first use).
+    monkeypatch.setattr(bench_pkg, "list_suites", lambda: ["tool-chains", "no_such_suite_module_here"])
+    result = CliRunner().invoke(cli, ["bench", "list"])
+    assert result.exit_code == 0, result.output
+    assert "tool-chains" in result.output and "no_such_suite_module_here" in result.output
+    assert "unavailable here" in result.output
+    result = CliRunner().invoke(cli, ["bench", "list", "--json"])
+    rows = {row["name"]: row for row in json.loads(result.output)}
+    assert rows["tool-chains"]["tasks"] and "error" in rows["no_such_suite_module_here"]

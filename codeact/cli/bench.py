@@ -61,11 +61,22 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
     from ..bench import list_suites, load_suite
 
     names = _split(suites)
-    loaded = [load_suite(n) for n in (names or list_suites())]
+    if names:
+        loaded = [load_suite(n) for n in names]
+        unavailable: list[tuple[str, str]] = []
+    else:
+        # One suite that cannot load here (its data not fetchable, say) must not hide the others.
+        loaded, unavailable = [], []
+        for name in list_suites():
+            try:
+                loaded.append(load_suite(name))
+            except Exception as exc:  # noqa: BLE001 - shown as that suite's row
+                unavailable.append((name, f"{type(exc).__name__}: {exc}"))
     if as_json:
         data = [{"name": s.name, "description": s.description, "source": s.source,
                  "tasks": [{"id": t.id, "tags": list(t.tags), "max_turns": t.max_turns, "oracle": t.oracle is not None,
                             "files": [f.name for f in t.files]} for t in s.tasks]} for s in loaded]
+        data += [{"name": name, "error": error} for name, error in unavailable]
         click.echo(json.dumps(data, indent=2, ensure_ascii=False))
         return
     from rich.table import Table
@@ -79,6 +90,8 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
             table.add_column(h)
         for s in loaded:
             table.add_row(s.name, str(len(s.tasks)), safe(s.description))
+        for name, error in unavailable:
+            table.add_row(name, "-", safe(f"unavailable here: {error}"[:300]))
         console.print(table)
         console.print("Tasks of a suite: codeact bench list --suite NAME")
         return
