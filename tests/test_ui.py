@@ -394,8 +394,10 @@ def test_approval_waits_for_the_page_and_a_denial_reaches_the_model(tmp_path: Pa
 
 
 def test_idle_timeout_frees_the_sandbox_and_the_next_message_starts_a_new_one(tmp_path: Path) -> None:
+    # Without saving (test_sessions_ui.py: with it, the next message restores the session).
     with serve(tmp_path, ["```python\nx = 1\nprint(x)\n```", "one",
-                          "```python\nprint('x' in globals())\n```", "two"]) as server:
+                          "```python\nprint('x' in globals())\n```", "two"],
+               options=UIOptions(save_sessions=False)) as server:
         session = server.workspace.create()
         session.send("set x")
         wait_idle(session)

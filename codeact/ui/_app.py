@@ -120,6 +120,15 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             return _error(exc)
         return JSONResponse(session.summary(), status_code=201)
 
+    async def resume_run(request: Request) -> Response:
+        """History's "Resume": a new session restored from the saved session this run belongs to."""
+        try:
+            rid = await run_in_threadpool(history.resolve, request.path_params["rid"])
+            session = await run_in_threadpool(workspace.resume, rid, history)
+        except Exception as exc:  # noqa: BLE001 - every error becomes a JSON message
+            return _error(exc)
+        return JSONResponse(session.summary(), status_code=201)
+
     async def close_session(request: Request) -> Response:
         try:
             await run_in_threadpool(workspace.close, request.path_params["sid"])
@@ -368,6 +377,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         Route("/api/runs/{rid}/notebook", notebook),
         Route("/api/runs/{rid}/script", script),
         Route("/api/runs/{rid}/files", run_files, methods=["GET"]),
+        Route("/api/runs/{rid}/resume", resume_run, methods=["POST"]),
         Route("/api/runs/{rid}/artifacts/{path:path}", artifact),
         Route("/api/history/blobs/{n:int}", history_blob),
     ]

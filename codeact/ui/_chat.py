@@ -36,7 +36,7 @@ from ..agent import (
     _output_bundles,
     _RunState,
 )
-from ..errors import CodeActError, RunCancelled
+from ..errors import CodeActError, RunCancelled, SavedSessionError
 from ..events import CodeAction, CodeOutput, ErrorEvent, Event, Observation, RunFinished, RunResult, RunStarted, Step
 from ..events import PackageInstall, ToolCall, ToolProgress
 from ..messages import Message
@@ -53,11 +53,14 @@ RESTART_NOTE = ("The user restarted the kernel: variables, imports and definitio
 class WorkspaceChat(ChatSession):
     """A chat session the analyst can also run code in, restart, and look into (see the module docstring)."""
 
-    def __init__(self, agent: Any) -> None:
-        super().__init__(agent)
+    def __init__(self, agent: Any, *, save: Any = None, resume: str | None = None) -> None:
+        # Before the base class: a resume opens the sandbox from there.
         self._notes: list[str] = []
         self._notes_lock = threading.Lock()
         self._listing = VariableListing()
+        super().__init__(agent, save=save, resume=resume)
+        if resume is not None:
+            self._list_variables(keep_notices=False)  # the panel shows what came back
 
     # --- what the analyst does ----------------------------------------------------------------
 
@@ -85,6 +88,7 @@ class WorkspaceChat(ChatSession):
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
         self._state = state
+        self._saver.begin_run(run_id)
         result = RunResult(run_id=run_id, task=code)
         started = time.perf_counter()
         output_dir = (agent.output_root or _default_output_root()) / run_id
@@ -138,6 +142,7 @@ class WorkspaceChat(ChatSession):
                                                                 + state.tool_artifacts)),
                                    images=images, outputs=_output_bundles(exec_result.outputs)))
             self._note(self._cell_note(code, text))
+            yield from (emit(e) for e in self._autosave(state))
             if cancel is not None and cancel.is_set():
                 result.status, result.error = "cancelled", "stopped by the user"
             elif step.error:
@@ -243,12 +248,19 @@ class WorkspaceChat(ChatSession):
         return [n for n in listing.notices if n.strip()] if keep_notices else []
 
 
-def workspace_chat(agent: Any) -> Any:
-    """The session of one tab: a :class:`WorkspaceChat` for a CodeAct agent, else the agent's own session."""
+def workspace_chat(agent: Any, *, save: Any = None, resume: str | None = None) -> Any:
+    """The session of one tab: a :class:`WorkspaceChat` for a CodeAct agent, else the agent's own session.
+
+    ``save`` (:class:`codeact.sessions.SaveOptions`) applies when the agent keeps a run log;
+    ``resume`` restores a saved session (CodeAct only: a ReAct session has no kernel).
+    """
     from ..agent import CodeActAgent
 
     if isinstance(agent, CodeActAgent):
-        return WorkspaceChat(agent)
+        return WorkspaceChat(agent, save=save if agent._runlog() is not None else None, resume=resume)
+    if resume is not None:
+        raise SavedSessionError("this workspace's agent is not a CodeAct agent: it has no kernel to restore a "
+                                "saved session into (resume works for CodeAct sessions)")
     return agent.session()
 
 

@@ -56,11 +56,20 @@ class History:
     def runs(self, limit: int = 200) -> list[dict[str, Any]]:
         if self.log is None:
             return []
+        saved = self._saved_runs()
         return [{"id": r.id, "task": r.task[:300], "model": r.model, "backend": r.backend, "status": r.status,
                  "agent": r.agent,
                  "started": r.started, "duration": r.duration, "steps": r.step_count,
-                 "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens}
+                 "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
+                 "resumable": r.id in saved}
                 for r in self.log.list_runs(limit=limit)]
+
+    def _saved_runs(self, limit: int = 1000) -> set[str]:
+        """Runs that belong to a saved session (History offers "Resume" for them)."""
+        lister = getattr(self.log, "list_snapshots", None)
+        if lister is None:
+            return set()
+        return {run_id for row in lister(limit=limit) for run_id in row.runs}
 
     # --- one run ----------------------------------------------------------------------------
 
@@ -100,7 +109,7 @@ class History:
                 wire["seq"] = raw.get("seq", 0)
                 events.append(wire)
         return {"run": {"id": record.id, "task": record.task, "status": record.status, "model": record.model,
-                        "agent": record.agent,
+                        "agent": record.agent, "resumable": record.id in self._saved_runs(),
                         "backend": record.backend, "started": record.started, "steps": record.step_count},
                 "events": events}
 

@@ -69,6 +69,15 @@ class UIOptions:
     live_output_chars: int = 1_000_000
     #: Bytes of one file downloaded through the page.
     download_limit: int = 256 * 1024 * 1024
+    #: Save a session (sandbox snapshot + its place in the run log) when it closes, when the server stops
+    #: and when the idle timeout frees its sandbox (then the next message restores it). Needs the run log.
+    save_sessions: bool = True
+    #: Where saved sessions go (None: ``$CODEACT_SNAPSHOT_DIR`` or the data dir's ``snapshots``).
+    snapshot_dir: Path | None = None
+    #: Snapshots kept per session (None: all).
+    keep_snapshots: int | None = 3
+    #: Save after every step as well (so that even a killed server resumes at the last step).
+    autosave: bool = False
 
 
 @dataclass
@@ -90,6 +99,8 @@ class UISession:
         self._lock = threading.RLock()
         self._chat: Any = None
         self._sandbox_freed = False
+        #: The snapshot the idle timeout saved the sandbox to; the next message restores it.
+        self._saved: str | None = None
         self._busy = False
         self._cancel: threading.Event | None = None
         self._turn: threading.Thread | None = None
@@ -257,15 +268,80 @@ class UISession:
                                       daemon=True, name=f"codeact-ui-{self.id}")
         self._turn.start()
 
+    def _save_options(self) -> Any:
+        if not self._options.save_sessions:
+            return None
+        from ..sessions import SaveOptions
+
+        return SaveOptions(store=self._options.snapshot_dir, keep=self._options.keep_snapshots,
+                           autosave=self._options.autosave, on_close=False)
+
     def _open_chat(self) -> Any:
-        """The chat session, opened on first use (and again after the idle timeout freed it)."""
+        """The chat session, opened on first use (and again after the idle timeout freed it: restored)."""
         if self._chat is None:
-            self._chat = workspace_chat(self._factory(self._approve))
+            saved, self._saved = self._saved, None
+            if saved is not None:
+                try:
+                    self._chat = workspace_chat(self._factory(self._approve), save=self._save_options(),
+                                                resume=saved)
+                except CodeActError as exc:
+                    self.publish({"type": "Notice", "message": f"The saved session could not be restored "
+                                                               f"({exc}); a new sandbox was started."})
+                else:
+                    self._sandbox_freed = False
+                    self.publish({"type": "Notice", "message": "The sandbox was restored from the snapshot taken "
+                                                               "at the idle timeout: "
+                                                               + self._chat.restored.describe()})
+            if self._chat is None:
+                self._chat = workspace_chat(self._factory(self._approve), save=self._save_options())
             if self._sandbox_freed:
                 self._sandbox_freed = False
                 self.publish({"type": "Notice", "message": "A new sandbox was started: variables, files and "
                                                            "history from before the idle timeout are gone."})
         return self._chat
+
+    def resume(self, key: str, history: Any) -> None:
+        """Open this (new) session from a saved one (History's Resume): the sandbox restored, the conversation
+        shown again as History has it, and a note of what came back.
+
+        Raises:
+            SavedSessionError: nothing saved for ``key``, or it cannot be restored (the message says why).
+        """
+        with self._lock:
+            self._check_open()
+            chat = workspace_chat(self._factory(self._approve), save=self._save_options(), resume=key)
+            self._chat = chat
+            runs = list(chat._saver.runs)
+            self._run_ids.extend(runs)  # their files belong to this conversation
+        for run_id in runs:  # the conversation so far, read-only, as it looked
+            try:
+                for event in history.events(run_id)["events"]:
+                    event.pop("seq", None)
+                    self.publish(event)
+            except CodeActError:
+                continue
+        if runs and self.title.startswith("Session "):
+            try:
+                task = history.events(runs[0])["run"]["task"]
+                self.title = ("↻ " + " ".join(str(task).split()))[:40] or self.title
+            except CodeActError:
+                pass
+        self.publish({"type": "Notice", "message": "Resumed: " + chat.restored.describe()
+                                                   + "\nThe model is told what was restored with your next message."})
+        self.publish({"type": "Idle"})  # the replayed runs ended long ago: the page may send again
+
+    def _save(self, chat: Any) -> str | None:
+        """Save ``chat`` if it can be (a CodeAct session with a kernel and the run log); its snapshot id or None."""
+        saver = getattr(chat, "_saver", None)
+        sandbox = getattr(chat, "_sandbox", None)
+        if saver is None or saver.options is None or saver.log is None or sandbox is None \
+                or getattr(sandbox, "backend", None) not in ("docker", "local"):
+            return None
+        try:
+            return str(chat.save().id)
+        except CodeActError as exc:
+            self.publish({"type": "Notice", "message": f"The session could not be saved: {exc}"})
+            return None
 
     def _run_turn(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
         live_chars: dict[int, int] = {}
@@ -467,20 +543,30 @@ class UISession:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def free_if_idle(self, now: float) -> bool:
-        """Close the sandbox when nothing happened for the idle timeout; the tab stays, with its events."""
-        with self._lock:
+        """Save and close the sandbox when nothing happened for the idle timeout; the tab stays, with its events.
+
+        The next message restores the saved session (variables, files, the conversation); a session that
+        cannot be saved (no run log, the restricted backend) starts afresh then.
+        """
+        with self._lock:  # held while saving: a message sent meanwhile waits for the save, then restores
             if self.closed or self._busy or self._chat is None or now - self.last_active < self._options.idle_timeout:
                 return False
-            chat, self._chat = self._chat, None
-            self._sandbox_freed = True
+            chat = self._chat
+            saved = self._save(chat)
+            self._chat, self._saved = None, saved
+            self._sandbox_freed = saved is None
         try:
             chat.close()
         finally:
             minutes = self._options.idle_timeout / 60
-            self.publish({"type": "SandboxFreed",
-                          "message": f"Idle for {minutes:g} minutes: this session's sandbox was closed to free "
-                                     "resources. The next message starts a new one (variables, files and the "
-                                     "conversation so far are gone; History keeps the runs)."})
+            if saved is not None:
+                message = (f"Idle for {minutes:g} minutes: this session's sandbox was saved and closed to free "
+                           "resources. The next message restores it (variables, files and the conversation).")
+            else:
+                message = (f"Idle for {minutes:g} minutes: this session's sandbox was closed to free "
+                           "resources. The next message starts a new one (variables, files and the "
+                           "conversation so far are gone; History keeps the runs).")
+            self.publish({"type": "SandboxFreed", "message": message})
         return True
 
     def close(self, reason: str = "closed") -> None:
@@ -498,6 +584,7 @@ class UISession:
         if turn is not None:
             turn.join(30)
         if chat is not None:
+            self._save(chat)  # History's Resume continues it (after a restart of the server too)
             chat.close()
         self._chat = None
         self.wake_all()

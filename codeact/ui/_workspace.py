@@ -1,4 +1,5 @@
-"""The web UI's open sessions: created up to a cap, found by id, freed when idle, closed at exit."""
+"""The web UI's open sessions: created up to a cap (or resumed from a saved one), found by id, freed (saved)
+when idle, closed (saved) at exit."""
 
 from __future__ import annotations
 
@@ -67,6 +68,22 @@ class Workspace:
             session = UISession(uuid.uuid4().hex[:12], f"Session {self._counter}", self.factory, self.options)
             self._sessions[session.id] = session
             return session
+
+    def resume(self, key: str, history: Any) -> UISession:
+        """A new session restored from the saved session ``key`` names (a run, chat session or snapshot id).
+
+        Raises:
+            SavedSessionError: nothing saved for ``key``, or it cannot be restored; no session is left open.
+        """
+        session = self.create()
+        try:
+            session.resume(key, history)
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(session.id, None)
+            session.close("could not be resumed")
+            raise
+        return session
 
     def get(self, sid: str) -> UISession:
         with self._lock:

@@ -1057,7 +1057,8 @@
       const row = el('tr', `run ${run.status}`);
       row.dataset.run = run.id;
       row.append(el('td', null, fmtTime(run.started)),
-        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : run.task), el('td', 'status', run.status),
+        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : run.task),
+        el('td', 'status', run.resumable ? `${run.status} · saved` : run.status),
         el('td', null, run.steps), el('td', null, run.model || ''));
       row.addEventListener('click', () => { dialog.close(); openRun(run.id); });
       table.appendChild(row);
@@ -1082,10 +1083,30 @@
     $('history-title').textContent = `Run ${data.run.id} · ${data.run.status} · read-only`;
     $('history-notebook').href = `/api/runs/${encodeURIComponent(data.run.id)}/notebook`;
     $('history-script').href = `/api/runs/${encodeURIComponent(data.run.id)}/script?download=1`;
+    $('history-resume').hidden = !data.run.resumable; // a saved session holds this run
     showHistoryView(true);
     for (const ev of data.events) view.handle(ev);
     view.flush();
     document.scrollingElement.scrollTop = 0;
+  }
+
+  // History's Resume: a new session restored from the saved session this run belongs to.
+  async function resumeRun() {
+    if (!state.historyRun) return;
+    const button = $('history-resume');
+    button.disabled = true;
+    button.textContent = 'Restoring…';
+    try {
+      const summary = await api(`/api/runs/${encodeURIComponent(state.historyRun)}/resume`, { method: 'POST' });
+      ensureLocal(summary);
+      selectSession(summary.id);
+      $('message').focus();
+    } catch (err) {
+      banner(err.message);
+    } finally {
+      button.disabled = false;
+      button.textContent = 'Resume';
+    }
   }
 
   async function copyRunCode() {
@@ -1120,7 +1141,7 @@
     row('Approvals', s.auto_approve ? 'every call approved automatically (--yes)' : 'asked on the page');
     row('Upload limit', fmtBytes(s.upload_limit));
     row('Sessions at once', s.max_sessions ?? '');
-    row('Idle timeout', s.idle_timeout ? `${(s.idle_timeout / 60).toFixed(0)} min (then the sandbox is freed)` : '');
+    row('Idle timeout', s.idle_timeout ? `${(s.idle_timeout / 60).toFixed(0)} min (then the sandbox is ${s.history ? 'saved and ' : ''}freed)` : '');
     row('Run log', s.db || 'off');
     row('Artifacts', s.output_dir || '');
     $('settings-dialog').showModal();
@@ -1151,6 +1172,7 @@
     $('refresh-files').addEventListener('click', refreshFiles);
     $('history-back').addEventListener('click', () => showHistoryView(false));
     $('history-copy').addEventListener('click', copyRunCode);
+    $('history-resume').addEventListener('click', resumeRun);
     $('message').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
