@@ -30,8 +30,12 @@ whose snapshots have that one as ``parent``, so resuming one snapshot twice
 gives two independent branches.
 
 The trust boundary does not move: the host never unpickles a snapshot and
-reads only its validated manifest; text from the manifest reaches people
-escaped (:func:`markup_escape`, :func:`html_escape`, :func:`markdown_escape`).
+reads only its validated manifest (bounded, control and bidi characters
+escaped by :mod:`sandbox._snapshot_manifest`). Its text reaches people as
+plain text: ``codeact sessions`` prints it through
+:func:`codeact.terminal.safe` (no console markup), the web page puts it in
+text nodes, and the run log keeps it only as JSON in the ``snapshots`` table
+(the notebook export does not show it).
 """
 
 from __future__ import annotations
@@ -357,7 +361,7 @@ def _quote(task: str) -> str:
     return json.dumps(one[:80] + ("..." if len(one) > 80 else ""), ensure_ascii=False)
 
 
-# --- showing a saved session (escaped for the medium) --------------------------------------------------------
+# --- showing a saved session --------------------------------------------------------------------------------
 
 
 def summary(record: Any) -> dict[str, Any]:
@@ -376,26 +380,5 @@ def summary(record: Any) -> dict[str, Any]:
             "files": len(files)}
 
 
-def markup_escape(text: str) -> str:
-    """Text for a rich console: no markup (``[link=...]``) and no control characters."""
-    from rich.markup import escape
-
-    from sandbox._snapshot_manifest import printable
-
-    return escape(printable(str(text), 100_000))
-
-
-def html_escape(text: str) -> str:
-    import html
-
-    return html.escape(str(text), quote=True)
-
-
-def markdown_escape(text: str) -> str:
-    """Text inside Markdown (a notebook cell): HTML escaped, and Markdown's punctuation backslashed."""
-    out = html_escape(text)
-    return "".join("\\" + c if c in "\\`*_{}[]()#+-.!|>~" else c for c in out)
-
-
-__all__ = ["Conversation", "SAVE_TIMEOUT", "SaveOptions", "Saver", "conversation", "delete", "html_escape",
-           "markdown_escape", "markup_escape", "open_saved", "resume_note", "save_options", "summary"]
+__all__ = ["Conversation", "SAVE_TIMEOUT", "SaveOptions", "Saver", "conversation", "delete", "open_saved",
+           "resume_note", "save_options", "summary"]

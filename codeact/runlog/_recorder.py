@@ -169,7 +169,7 @@ def _final_answer(conn: sqlite3.Connection, event: FinalAnswer) -> None:
 
 
 def _error_event(conn: sqlite3.Connection, event: ErrorEvent) -> None:
-    if event.step > 0:
+    if event.step > 0 and event.kind != "session":  # a failed autosave is not the step's error (events keep it)
         ensure_step(conn, event.run_id, event.step, event.time)
         conn.execute("UPDATE steps SET error = COALESCE(error, ?) WHERE run_id = ? AND step = ?",
                      (clean(event.message), event.run_id, event.step))
