@@ -68,8 +68,10 @@ def recipe_dir() -> Path:
 def runtime_files() -> list[Path]:
     """The in-kernel runtime: the modules copied into the image (stdlib-only)."""
     runtime = Path(__file__).parent / "runtime"
-    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_codec.py",
-                                                    "sandbox_snapshot.py")]
+    # sandbox_codec.py imports the other sandbox_codec_* modules (see its "Modules").
+    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_snapshot.py",
+                                        "sandbox_codec.py", "sandbox_codec_limits.py", "sandbox_codec_values.py",
+                                        "sandbox_codec_encode.py", "sandbox_codec_decode.py")]
 
 
 # --------------------------------------------------------------------------- the recipe
