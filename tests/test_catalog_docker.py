@@ -157,7 +157,8 @@ def test_a_tool_list_change_reaches_the_next_prompt(tmp_path):
     first = code("from tools.tb import add_tool\nprint(add_tool('fresh'))")
     second = code("print(search_tools('added at run time', limit=1))\n"
                   "from tools.tb import fresh\nprint(fresh())")
-    with MCPToolset([MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,))]) as tools:
+    allowed = ("add_tool", "fresh")  # not read-only: listed, they run without an approver
+    with MCPToolset([MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,), always_allow=allowed)]) as tools:
         before = len(list(tools))
         model, events, _ = run(tools, [first, second, "done"], tmp_path, tool_disclosure="on_demand")
     texts = observations(events)

@@ -52,7 +52,9 @@ def test_mcp_tools_from_sandbox_code(tmp_path):
         "print(add_tool('fresh'))"
     )
     finish = code("print(fresh())\nfinal_answer(get_user_info(7))")
-    with MCPToolset([MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,))]) as tools:
+    # add_tool and the tool it adds are not read-only: listed, they run without an approver (see test_mcp_approval)
+    allowed = ("add_tool", "fresh")
+    with MCPToolset([MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,), always_allow=allowed)]) as tools:
         events, result = run(tools, [script, finish], tmp_path)
     assert result.ok, result.error
     first = [e for e in events if isinstance(e, Observation)][0]
@@ -94,7 +96,7 @@ def test_json_text_results_reach_sandbox_code_as_values(tmp_path):
         "inspect.signature(raw_get_user_info).return_annotation)\n"
         "final_answer(u)"
     )
-    servers = [MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,)),
+    servers = [MCPServerConfig("tb", command=PYTHON, args=(TOOLBOX,), always_allow=("place_order",)),
                MCPServerConfig("raw", command=PYTHON, args=(TOOLBOX,), parse_json_text=False)]
     with MCPToolset(servers) as tools:
         model = ScriptedModel([script])

@@ -196,8 +196,21 @@ def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="Run log database [env: CODEACT_DB].")(f)
 
 
+#: Where ``--allow-mcp-tools`` leaves its value for :func:`codeact.cli.mcp.open_mcp`.
+MCP_META = "codeact.mcp"
+
+
+def _allow_mcp_tools(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    ctx.meta.setdefault(MCP_META, {})["allow_all_tools"] = bool(value)
+
+
 def mcp_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--mcp FILE``, ``--mcp-server NAME=COMMAND`` and ``--mcp-on-error`` (see codeact.cli.mcp.open_mcp)."""
+    """``--mcp FILE``, ``--mcp-server NAME=COMMAND``, ``--mcp-on-error`` and ``--allow-mcp-tools``
+    (see codeact.cli.mcp.open_mcp)."""
+    f = click.option("--allow-mcp-tools", is_flag=True, expose_value=False, callback=_allow_mcp_tools,
+                     help="Let every MCP tool run without asking (warns). Default: tools the server marks "
+                          "read-only run, others ask (and are refused without a terminal) unless listed in "
+                          "their server's \"alwaysAllow\".")(f)
     f = click.option("--mcp-on-error", type=click.Choice(["stop", "skip"]), default="stop", show_default=True,
                      help="When an MCP server cannot start: stop with an error, or skip it and go on.")(f)
     f = click.option("--mcp-server", "mcp_specs", multiple=True, metavar="NAME=COMMAND",
@@ -480,7 +493,8 @@ def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
             return True
         if not stdin_is_tty():
             renderer.warning(f"denied {call}: {request.tool} requires approval and there is no terminal "
-                             "to ask (pass --yes to approve such calls)")
+                             "to ask (pass --yes to approve such calls; for an MCP tool, list it in its "
+                             "server's \"alwaysAllow\" or pass --allow-mcp-tools)")
             return False
         renderer.approval_request(request.tool, request.arguments, request.step)
         try:

@@ -25,13 +25,29 @@ def mcp_servers(files: tuple[str, ...], specs: tuple[str, ...]) -> list:
 
 
 def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn: object = None) -> object:
-    """An open :class:`~codeact.mcp.MCPToolset` for the options, or None when none are given."""
+    """An open :class:`~codeact.mcp.MCPToolset` for the options, or None when none are given.
+
+    ``--allow-mcp-tools`` (read from the command's context) lets every tool run without asking, with a warning.
+    """
     servers = mcp_servers(files, specs)
     if not servers:
         return None
+    import warnings
+
     from ..mcp import MCPToolset
 
-    toolset = MCPToolset(servers, on_error="skip" if on_error == "skip" else "raise").open()
+    allow_all = _allow_all_tools()
+    if allow_all:
+        message = ("--allow-mcp-tools: every tool of the MCP servers runs without asking, including ones that "
+                   "write files or send messages; list trusted tools in a server's \"alwaysAllow\" instead")
+        if callable(warn):
+            warn(message)
+        else:
+            click.secho(f"Warning: {message}", fg="yellow", err=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the toolset's own warning about allow_all_tools was just shown
+        toolset = MCPToolset(servers, on_error="skip" if on_error == "skip" else "raise", allow_all_tools=allow_all)
+    toolset.open()
     for failure in toolset.failures:
         message = f"skipping MCP server {failure.server!r}: {failure}"
         if callable(warn):
@@ -39,6 +55,18 @@ def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn
         else:
             click.secho(f"Warning: {message}", fg="yellow", err=True)
     return toolset
+
+
+def _allow_all_tools() -> bool:
+    """The command was given ``--allow-mcp-tools``."""
+    from ._app import MCP_META
+
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if MCP_META in ctx.meta:
+            return bool(ctx.meta[MCP_META].get("allow_all_tools"))
+        ctx = ctx.parent
+    return False
 
 
 @cli.group(context_settings=CONTEXT_SETTINGS)
@@ -84,16 +112,23 @@ def mcp() -> None:
               help="Tools for run_task's agent: module:ALL, path/to/file.py:ALL (repeatable).")
 @click.option("--max-steps", type=click.IntRange(min=1), default=10, show_default=True,
               help="Model turns of one run_task.")
+@click.option("--db", metavar="PATH", type=click.Path(dir_okay=False),
+              help="Run log database run_task records its runs in [env: CODEACT_DB].")
+@click.option("--no-log", is_flag=True, help="Do not record run_task's runs in the run log.")
 def serve(transport: str, host: str, port: int, token: str | None, backend: str | None, memory: str | None,
           cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float, output_limit: int,
           model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
-          max_steps: int, packages: tuple[str, ...] = ()) -> None:
+          max_steps: int, packages: tuple[str, ...] = (), db: str | None = None, no_log: bool = False) -> None:
     """Serve a stateful Python sandbox over MCP.
 
     Tools: execute_python(code), upload_file, download_file, list_files,
-    reset_session, and run_task(task, files) when a model is configured
-    (--model or CODEACT_MODEL). Each client session gets its own sandbox
-    (hardened Docker by default), closed when the session ends or idles.
+    reset_session, save_session, restore_session, and run_task(task, files)
+    and get_run(run_id) when a model is configured (--model or
+    CODEACT_MODEL). Each client session gets its own sandbox (hardened
+    Docker by default), closed when the session ends or idles. run_task
+    answers with the run's id; get_run and the resources
+    codeact://runs/{id} (its log) and codeact://runs/{id}/artifacts/{name}
+    read the run afterwards.
 
     \b
     Claude Desktop (claude_desktop_config.json):
@@ -129,6 +164,7 @@ def serve(transport: str, host: str, port: int, token: str | None, backend: str 
                            max_sessions=max_sessions, idle_timeout=idle_timeout, output_limit=output_limit,
                            model=model_obj, tools=load_tools(tool_specs), max_steps=max_steps,
                            output_dir=str(cfg.output_root(None)), token=token or None,
+                           log=None if no_log else str(cfg.db_path(db)),
                            **{k: v for k, v in tool_settings().items() if k in ("tool_disclosure", "tool_budget")})
 
     def ready(url: str) -> None:

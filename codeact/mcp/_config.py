@@ -19,7 +19,9 @@ environment variable (``${env:VAR:-default}`` gives a default), so secrets
 stay out of the file. codeact also reads ``timeout`` (seconds one call may
 take), ``connect_timeout``, ``disabled`` (skip the server) and
 ``parseJsonText`` (default true: a result that is one text block holding a
-JSON object or array reaches the code parsed; false keeps it a ``str``).
+JSON object or array reaches the code parsed; false keeps it a ``str``) and
+``alwaysAllow`` / ``autoApprove`` (the tools, by the server's names for them,
+that run without asking the user; see :mod:`codeact.mcp._toolset`).
 Any mistake is a :class:`~codeact.errors.ConfigError` naming the file and
 the key.
 """
@@ -72,6 +74,10 @@ class MCPServerConfig:
         parse_json_text: a tool without an output schema whose result is one
             text block holding a JSON object or array returns the parsed
             ``dict``/``list`` instead of the text (``"parseJsonText"`` in the file).
+        always_allow: names of the server's tools (as the server names them) that run without
+            asking the user (``"alwaysAllow"`` or ``"autoApprove"`` in the file, as Cline, Roo
+            and Claude Desktop extensions write it); ``"*"`` allows every tool of the server.
+            Other tools ask first unless the server marks them ``readOnlyHint``.
         source: where this entry came from, for messages (``servers.json: mcpServers.git``).
     """
 
@@ -86,6 +92,7 @@ class MCPServerConfig:
     timeout: float | None = DEFAULT_CALL_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     parse_json_text: bool = True
+    always_allow: tuple[str, ...] = ()
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -107,10 +114,17 @@ class MCPServerConfig:
             raise ConfigError(f"{where}: parse_json_text must be True or False, got {self.parse_json_text!r}")
         if self.url is not None and not re.match(r"^https?://", self.url):
             raise ConfigError(f"{where}: \"url\" must start with http:// or https://, got {self.url!r}")
+        if isinstance(self.always_allow, str) or not all(isinstance(n, str) for n in self.always_allow):
+            raise ConfigError(f"{where}: always_allow must be a list of tool names, got {self.always_allow!r}")
         object.__setattr__(self, "transport", transport)
+        object.__setattr__(self, "always_allow", tuple(self.always_allow))
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "headers", dict(self.headers))
+
+    def allows(self, tool: str) -> bool:
+        """``tool`` (the server's name for it) is listed in ``always_allow`` (or ``"*"`` is)."""
+        return tool in self.always_allow or "*" in self.always_allow
 
     @property
     def where(self) -> str:
@@ -177,7 +191,7 @@ def parse_config(data: Any, source: str = "<mcpServers>", environ: Mapping[str, 
         if unknown:
             raise ConfigError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                               "known keys: command, args, env, cwd, url, headers, type, timeout, connect_timeout, "
-                              "disabled, parseJsonText")
+                              "disabled, parseJsonText, alwaysAllow, autoApprove")
         disabled = entry.get("disabled", False)
         if not isinstance(disabled, bool):
             raise ConfigError(f"{where}.disabled: expected true or false, got {disabled!r}")
@@ -244,12 +258,16 @@ def _server(name: str, entry: Mapping[str, Any], where: str, environ: Mapping[st
     if not isinstance(parse_json_text, bool):
         raise ConfigError(f"{where}.parseJsonText: expected true or false, got {parse_json_text!r} "
                           "(true: a JSON object or array sent as text reaches the code parsed; false: as a str)")
+    always_allow: list[str] = []
+    for key in ("alwaysAllow", "autoApprove"):  # Cline/Roo write alwaysAllow, others autoApprove: both mean it
+        if key in entry:
+            always_allow.extend(n for n in strings(key) if n not in always_allow)
     return MCPServerConfig(
         name=name, command=command, args=tuple(strings("args")), env=mapping("env"), cwd=cwd,
         url=text("url"), headers=mapping("headers"), transport=transport,
         timeout=seconds("timeout", DEFAULT_CALL_TIMEOUT),
         connect_timeout=seconds("connect_timeout", DEFAULT_CONNECT_TIMEOUT) or DEFAULT_CONNECT_TIMEOUT,
-        parse_json_text=parse_json_text, source=where,
+        parse_json_text=parse_json_text, always_allow=tuple(always_allow), source=where,
     )
 
 

@@ -6,6 +6,18 @@ one event loop on a background thread for all its servers and submits each
 call to it with :func:`asyncio.run_coroutine_threadsafe`: the connections
 (and the credentials in their configuration) stay on the host, and the
 sandbox gets ordinary function stubs through the host-function bridge.
+
+Approval: an MCP tool may change things outside the sandbox (files, tickets,
+messages), so it is a ``requires_approval`` tool and each call asks the
+agent's ``approve`` callback (the chat and the web page ask the user; without
+an approver the call is refused), unless
+
+* the server annotates it ``readOnlyHint: true`` (a hint from the server: it
+  lets the tool skip the question, nothing more), or
+* the server's entry lists it in ``alwaysAllow`` / ``autoApprove``, or
+* the toolset was opened with ``allow_all_tools=True`` (``--allow-mcp-tools``; warns).
+
+A refused call raises :class:`PermissionError` in the sandbox, saying how to allow it.
 """
 
 from __future__ import annotations
@@ -17,13 +29,14 @@ import contextvars
 import itertools
 import os
 import threading
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Literal, Mapping, Sequence
 
 from .. import telemetry
-from ..errors import ConfigError, MCPServerError, ToolDefinitionError
+from ..errors import ApprovalDenied, ConfigError, MCPServerError, ToolDefinitionError
 from ..tools import RunContext, Tool
 from ..tools._json_schema import python_name
 from ._config import MCPServerConfig, load_config, parse_config
@@ -114,12 +127,26 @@ class MCPToolset(Sequence[Tool[..., Any]]):
         artifact_dir: where images and other binary results go when a call
             is made outside an agent run (inside one they become the run's
             artifacts).
+        allow_all_tools: let every tool of these servers run without asking
+            (warns). By default a tool asks the agent's ``approve`` callback
+            first, unless the server marks it ``readOnlyHint`` or the server's
+            entry lists it in ``alwaysAllow``/``autoApprove``; without an
+            approver (a script, a benchmark, ``mcp serve``'s ``run_task``) it
+            is refused with a :class:`PermissionError` in the sandbox.
     """
 
     def __init__(self, servers: Any = (), *, on_error: OnError = "raise",
-                 artifact_dir: str | os.PathLike[str] | None = None) -> None:
+                 artifact_dir: str | os.PathLike[str] | None = None, allow_all_tools: bool = False) -> None:
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if not isinstance(allow_all_tools, bool):
+            raise ConfigError(f"allow_all_tools must be True or False, not {allow_all_tools!r}")
+        #: Every tool runs without asking (``allow_all_tools=True``).
+        self.allow_all_tools = allow_all_tools
+        if allow_all_tools:
+            warnings.warn("allow_all_tools=True: every tool of these MCP servers runs without asking, including "
+                          "ones that write files or send messages; list only the tools you trust in the server's "
+                          "\"alwaysAllow\" instead", stacklevel=2)
         self.configs = resolve_servers(servers)
         self.on_error: OnError = on_error
         self.artifact_dir = Path(artifact_dir) if artifact_dir is not None else None
@@ -265,7 +292,8 @@ class MCPToolset(Sequence[Tool[..., Any]]):
             taken.add(name)
             local = python_name(base, local_taken.setdefault(server, set()))
             local_taken[server].add(local)
-            key = (server, spec.name, name, repr(spec.input_schema), repr(spec.output_schema), spec.description)
+            key = (server, spec.name, name, repr(spec.input_schema), repr(spec.output_schema), spec.description,
+                   repr(getattr(spec, "annotations", None)))
             tool = old.get(key)
             if tool is None:
                 try:
@@ -320,18 +348,43 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                             "else a str.")
         # The call enforces `timeout` itself (and cancels it on the server), so the Tool has none: a Tool
         # timeout would add a thread hop per call. The sandbox's own limit is set a little after ours.
+        ask = self._needs_approval(conn, spec)
         tool = Tool.from_schema(name, description, spec.input_schema or {"type": "object"}, call,
-                                output_schema=output_schema)
+                                output_schema=output_schema, requires_approval=ask)
         make_host_function = tool.host_function
+        refusal = self._refusal(conn, original) if ask else ""
+
+        def guarded(invoke: Any) -> Any:
+            def run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                try:
+                    return invoke(args, kwargs)
+                except ApprovalDenied as exc:  # the sandbox gets a builtin it can catch, and how to allow it
+                    raise PermissionError(f"{exc} ({refusal})") from None
+            return run
 
         def host_function(invoke: Any) -> Any:
-            hf = make_host_function(invoke)
+            hf = make_host_function(guarded(invoke) if ask else invoke)
             hf.timeout = (timeout + 10.0) if timeout is not None else None
             return hf
 
         tool.host_function = host_function  # type: ignore[method-assign]
         tool.toolset = self
         return tool
+
+    def _needs_approval(self, conn: ServerConnection, spec: Any) -> bool:
+        """Whether each call of ``spec`` asks first: not when allowed in the config or by the toolset's flag, nor
+        when the server says the tool only reads. That annotation is the server's word, so it can only spare
+        the question; nothing else in the annotations (destructiveHint false, ...) spares it."""
+        if self.allow_all_tools or conn.config.allows(spec.name):
+            return False
+        annotations = getattr(spec, "annotations", None)
+        return getattr(annotations, "read_only_hint", None) is not True
+
+    @staticmethod
+    def _refusal(conn: ServerConnection, tool: str) -> str:
+        return (f"MCP tool {tool!r} of server {conn.name!r} may change things outside the sandbox, so each call "
+                f"needs the user's approval; to let it run without asking, add {tool!r} to \"alwaysAllow\" in "
+                f"{conn.config.where}, or start the run with --allow-mcp-tools (MCPToolset(..., allow_all_tools=True))")
 
     def _helpers(self) -> list[Tool[..., Any]]:
         if not hasattr(self, "_helper_tools"):

@@ -7,7 +7,9 @@ a tool whose name is not an identifier, schemas with anyOf/oneOf, nested
 objects, arrays of objects and $ref, one that adds a tool (and announces the
 change), one that reports progress, one that is slow, one that makes the
 server exit mid-call, and one that answers with the text blocks it is given
-(JSON or not, no structured content). Also a resource and a prompt.
+(JSON or not, no structured content). Also a resource and a prompt. The tools
+that only read are annotated ``readOnlyHint``; place_order, add_tool and crash
+are not (an MCP client asks before it runs them).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Annotated, Literal, Union
 import anyio
 from mcp.server.mcpserver import Audio, Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, ResourceLink, TextContent
+from mcp.types import ImageContent, ResourceLink, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 # A valid 1x1 PNG.
@@ -31,6 +33,9 @@ PNG = base64.b64decode(
 WAV = b"RIFF$\x00\x00\x00WAVEfmt " + b"\x00" * 24
 
 app = MCPServer("toolbox", instructions="A toolbox for codeact's tests.")
+
+#: Tools that only read (clients run them without asking); place_order, add_tool and crash have no annotations.
+READ_ONLY = ToolAnnotations(read_only_hint=True)
 
 
 class Weather(BaseModel):
@@ -68,7 +73,7 @@ class Order(BaseModel):
     priority: int | str = 1
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def echo(text: str) -> str:
     """Return the text unchanged.
 
@@ -78,43 +83,43 @@ def echo(text: str) -> str:
     return text
 
 
-@app.tool(structured_output=False)
+@app.tool(structured_output=False, annotations=READ_ONLY)
 def shout(text: str) -> str:
     """Upper-case the text (plain text content, no structured output)."""
     return text.upper()
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def weather(city: str) -> Weather:
     """Current weather in a city."""
     return Weather(city=city, temperature=21.5, conditions="sunny")
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def chart() -> Image:
     """A tiny chart, as a PNG image."""
     return Image(data=PNG, format="png")
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def beep() -> Audio:
     """A short sound."""
     return Audio(data=WAV, format="wav")
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def fail(message: str) -> str:
     """Always fails with the given message."""
     raise ToolError(message)
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def link() -> list[ResourceLink]:
     """A link to the hello note."""
     return [ResourceLink(type="resource_link", uri="note://hello", name="hello", mime_type="text/plain")]
 
 
-@app.tool(structured_output=False)
+@app.tool(structured_output=False, annotations=READ_ONLY)
 def text_blocks(texts: list[str], image: bool = False) -> list[TextContent | ImageContent]:
     """Answer with each of TEXTS as its own text block, no structured content (and an image block if IMAGE)."""
     blocks: list[TextContent | ImageContent] = [TextContent(type="text", text=t) for t in texts]
@@ -123,7 +128,7 @@ def text_blocks(texts: list[str], image: bool = False) -> list[TextContent | Ima
     return blocks
 
 
-@app.tool(name="get-user.info")
+@app.tool(name="get-user.info", annotations=READ_ONLY)
 def get_user_info(user_id: int) -> dict:
     """A tool whose name is not a Python identifier."""
     return {"id": user_id, "name": "Ada"}
@@ -149,7 +154,7 @@ async def add_tool(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 async def work(steps: int, ctx: Context) -> str:
     """Report progress for each of STEPS steps."""
     for i in range(steps):
@@ -158,7 +163,7 @@ async def work(steps: int, ctx: Context) -> str:
     return f"did {steps} steps"
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 async def slow(seconds: float) -> str:
     """Sleep, then answer."""
     await anyio.sleep(seconds)
@@ -172,7 +177,7 @@ def crash() -> str:
     os._exit(3)
 
 
-@app.tool()
+@app.tool(annotations=READ_ONLY)
 def pid() -> int:
     """The server's process id."""
     return os.getpid()

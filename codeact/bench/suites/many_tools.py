@@ -38,7 +38,10 @@ def server_configs() -> list[Any]:
     """The twelve servers' configurations (stdio: this Python runs the generated server script)."""
     from codeact.mcp import MCPServerConfig
 
-    return [MCPServerConfig(d.name, command=sys.executable, args=(str(SERVER_SCRIPT), d.name), connect_timeout=120)
+    # always_allow "*": the suite's own servers act on a generated in-memory world, nothing outside it, and a
+    # benchmark has no one to ask (MCP tools not marked read-only are refused there otherwise).
+    return [MCPServerConfig(d.name, command=sys.executable, args=(str(SERVER_SCRIPT), d.name), connect_timeout=120,
+                            always_allow=("*",))
             for d in world.DOMAINS]
 
 
