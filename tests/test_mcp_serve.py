@@ -3,6 +3,7 @@ Docker sandboxes behind it."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -68,14 +69,15 @@ async def run_code(client: Client, code: str):
 def test_stdio_session_keeps_state_returns_images_and_runs_tasks(tmp_path):
     replies = tmp_path / "replies.json"
     replies.write_text(json.dumps(["```python\nprint(secret * 2)\n```", "```python\nfinal_answer(secret + 1)\n```"]))
-    params = StdioServerParameters(command=CODEACT, args=["mcp", "serve"],
-                                   env={**os.environ, "CODEACT_SCRIPTED_REPLIES": str(replies)})
+    params = StdioServerParameters(command=CODEACT, args=["mcp", "serve", "--no-log"],
+                                   env={**os.environ, "CODEACT_SCRIPTED_REPLIES": str(replies),
+                                        "CODEACT_OUTPUT_DIR": str(tmp_path / "out")})
 
     async def main() -> None:
         async with Client(stdio_client(params)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert names == {"execute_python", "upload_file", "download_file", "list_files", "reset_session",
-                             "save_session", "restore_session", "run_task"}
+                             "save_session", "restore_session", "run_task", "get_run"}
             _, text = await run_code(client, "secret = 41\nprint('set')")
             assert text == "set"
             _, text = await run_code(client, "secret + 1")
@@ -96,8 +98,11 @@ def test_stdio_session_keeps_state_returns_images_and_runs_tasks(tmp_path):
                 progress.append((value, total, message))
 
             done = await client.call_tool("run_task", {"task": "double the secret"}, progress_callback=on_progress)
-            answer = done.content[0].text
-            assert "status: success" in answer and "answer: 42" in answer  # the agent used this session's kernel
+            answer = done.structured_content
+            assert answer["status"] == "success" and answer["answer"] == 42  # the agent used this session's kernel
+            assert answer["log"] is None  # --no-log: no run log to read, get_run still works
+            got = await client.call_tool("get_run", {"run_id": answer["run_id"]})
+            assert "82" in got.structured_content["step_details"][0]["observation"]
             assert any("running code" in (m or "") for _, _, m in progress)
             await client.call_tool("reset_session", {})
             _, text = await run_code(client, "print('secret' in dir())")
@@ -166,3 +171,82 @@ def test_doc_snippet_for_claude_desktop_is_valid_config():
     snippet = doc.split("<!-- claude-desktop-config -->", 1)[1].split("```json", 1)[1].split("```", 1)[0]
     (server,) = parse_config(json.loads(snippet), "docs/mcp.md")
     assert (server.command, server.args) == ("codeact", ("mcp", "serve"))
+
+
+def test_run_task_returns_its_run_id_to_fetch_the_log_and_artifacts_and_writes_no_info_lines(tmp_path):
+    """A real model endpoint (the OpenAI test server: httpx requests on every model call) behind `mcp serve`."""
+    from tests.openai_server import OpenAITestServer
+
+    from codeact.runlog import RunLog
+
+    db = tmp_path / "runs.db"
+    errlog = (tmp_path / "serve.stderr").open("w+")
+    with OpenAITestServer() as model:
+        model.plan_text(f"Plotting.\n```python\n{PLOT}\nprint('plotted')\n```")
+        model.plan_text("```python\nfinal_answer({'total': 42})\n```")
+        params = StdioServerParameters(
+            command=CODEACT, args=["mcp", "serve", "--model", "test-model", "--base-url", model.base_url,
+                                   "--api-key", "x", "--db", str(db)],
+            env={**os.environ, "CODEACT_OUTPUT_DIR": str(tmp_path / "out")})
+
+        async def main() -> str:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                done = await client.call_tool("run_task", {"task": "plot, then answer"})
+                summary = done.structured_content
+                assert not done.is_error and summary["status"] == "success", done.content
+                assert summary["answer"] == {"total": 42} and summary["steps"] == 2
+                run_id = summary["run_id"]
+                assert summary["log"] == f"codeact://runs/{run_id}"
+                assert json.loads(done.content[0].text)["run_id"] == run_id  # clients without structured content
+
+                got = (await client.call_tool("get_run", {"run_id": run_id})).structured_content
+                assert got["task"] == "plot, then answer"
+                assert "plt.plot" in got["step_details"][0]["code"] and "plotted" in got["step_details"][0]["observation"]
+                (figure,) = [a for a in got["artifacts"] if a["name"].endswith(".png")]
+                assert figure["uri"] == f"codeact://runs/{run_id}/artifacts/{figure['name']}"
+
+                log = await client.read_resource(f"codeact://runs/{run_id}")
+                lines = [json.loads(line) for line in log.contents[0].text.splitlines()]
+                assert lines and run_id in json.dumps(lines[0])
+                png = await client.read_resource(figure["uri"])
+                assert base64.b64decode(png.contents[0].blob).startswith(b"\x89PNG")
+
+                # only this server's runs, only the artifacts a run reported
+                missing = await client.call_tool("get_run", {"run_id": "not-a-run"})
+                assert missing.is_error and "no run 'not-a-run' was started by this server" in missing.content[0].text
+                with pytest.raises(Exception, match="has no artifact 'nope.png'"):
+                    await client.read_resource(f"codeact://runs/{run_id}/artifacts/nope.png")
+                for bad in (f"codeact://runs/{run_id}/artifacts/..%2F..%2Fruns.db",  # the SDK or the run refuses
+                            f"codeact://runs/{run_id}/artifacts/%2Fetc%2Fpasswd"):
+                    with pytest.raises(Exception, match="has no artifact|Unknown resource"):
+                        await client.read_resource(bad)
+                with pytest.raises(Exception, match="no run 'other' was started by this server"):
+                    await client.read_resource("codeact://runs/other")
+                await run_code(client, "print('one more call')")
+                return run_id
+
+        run_id = anyio.run(main)
+    # the run is in the host's run log too (`codeact logs show <id>`)
+    assert RunLog(db).get_run(run_id).status == "success"
+    errlog.seek(0)
+    stderr = errlog.read()
+    errlog.close()
+    assert "HTTP Request" not in stderr and "INFO" not in stderr and "Processing request" not in stderr, stderr
+
+
+def test_serve_logging_keeps_warnings_and_errors_but_no_info(tmp_path):
+    """The logging `mcp serve` sets up (through build_server) in a process of its own, as the command has it."""
+    import subprocess
+    import sys
+
+    script = ("import logging\n"
+              "from codeact.mcp import ServeOptions, build_server\n"
+              "build_server(ServeOptions(backend='restricted'))\n"
+              "logging.getLogger('httpx').info('HTTP Request: POST /v1/chat/completions')\n"
+              "logging.getLogger('codeact').warning('a warning stays')\n"
+              "logging.getLogger('mcp').error('an error stays')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert "a warning stays" in done.stderr and "an error stays" in done.stderr
+    assert "HTTP Request" not in done.stderr

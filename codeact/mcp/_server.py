@@ -14,7 +14,12 @@ Tools:
   unpickles it, only its validated manifest is read and reported);
 * ``run_task(task, files)``: the whole CodeAct agent with the server's model
   and tools, progress notifications as it goes; offered only when a model is
-  configured.
+  configured. It answers with the run's id, status and answer (structured
+  content); ``get_run(run_id)`` and the resources ``codeact://runs/{run_id}``
+  (the run log as JSON lines) and ``codeact://runs/{run_id}/artifacts/{name}``
+  give the run's steps, log and artifacts afterwards (see :mod:`._runs`).
+  The agent has no one to ask: MCP tools among its tools that need approval
+  are refused unless allowed (see :mod:`._toolset`).
 
 Each client session gets its own sandbox, created on its first call and
 closed when the session ends (the client disconnects, the HTTP session is
@@ -38,12 +43,14 @@ import mimetypes
 import time
 import warnings
 import weakref
+from urllib.parse import unquote
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal
 
 from ..errors import ConfigError
 from .. import telemetry
 from ..observation import ObservationParts, format_observation, truncate_middle
+from ._runs import RunAccessError, ServedRuns
 
 #: Files larger than this are not returned by download_file (bytes).
 MAX_DOWNLOAD = 20 * 1024 * 1024
@@ -67,6 +74,9 @@ class ServeOptions:
         tools: tools the ``run_task`` agent may call.
         max_steps: model turns of one ``run_task``.
         output_dir: where ``run_task`` keeps its artifacts.
+        log: the run log ``run_task`` records its runs in: a :class:`~codeact.runlog.RunLog`, a
+            database path, ``True`` for the default database, or ``None``/``False`` for none
+            (``get_run`` still reports the steps; the ``codeact://runs/{id}`` log is then unavailable).
         token: a bearer token HTTP clients must send (``Authorization: Bearer ...``).
         tool_disclosure: what ``run_task``'s prompt says about its tools: ``auto`` (default),
             ``all`` or ``on_demand`` (see :mod:`codeact.catalog`); a call may choose its own.
@@ -85,6 +95,7 @@ class ServeOptions:
     tools: list[Any] = field(default_factory=list)
     max_steps: int = 10
     output_dir: str | None = None
+    log: Any = None
     token: str | None = None
     tool_disclosure: str = "auto"
     tool_budget: int = 2000
@@ -301,7 +312,7 @@ def _connection_of(ctx: Any) -> Any:
 def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
     """The ``MCPServer`` with the sandbox tools, and its session registry."""
     from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ResourceError, ToolError
     from mcp.shared.exceptions import MCPError
     from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent
     from mcp_types import METHOD_NOT_FOUND, BlobResourceContents, RequestParams
@@ -309,8 +320,12 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
     from .. import __version__
 
     sessions = SandboxSessions(options)
+    runs = ServedRuns(options.log, options.output_limit)
+    # The SDK's MCPServer configures the root logger (logging.basicConfig) at the level given here, INFO by
+    # default, so every library's INFO lines (httpx's "HTTP Request: POST ..." on each model call, the SDK's
+    # "Processing request ..." on each call) reached the host's stderr. Warnings and errors still do.
     server = MCPServer(
-        "codeact", version=__version__,
+        "codeact", version=__version__, log_level="WARNING",
         instructions=("A stateful Python sandbox: execute_python runs code in a Jupyter kernel that keeps its "
                       "variables between calls; files live in /workspace (upload_file, download_file, list_files)."),
     )
@@ -442,21 +457,51 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
                      "(all, on_demand, auto) chooses whether the agent's prompt lists every tool or a catalogue "
                      "it searches.")
         async def run_task(task: str, ctx: Context, files: list[str] | None = None,
-                           tool_disclosure: Literal["auto", "all", "on_demand"] | None = None) -> str:
-            async def work(sb: Any) -> str:
-                return await _run_task(options, sb, task, files or [], ctx, tool_disclosure)
+                           tool_disclosure: Literal["auto", "all", "on_demand"] | None = None) -> dict[str, Any]:
+            async def work(sb: Any) -> dict[str, Any]:
+                return await _run_task(options, runs, sb, task, files or [], ctx, tool_disclosure)
 
             return await with_sandbox(ctx, work)
+
+        @server.tool(description="A run that run_task started on this server, by its run_id: status, answer, "
+                     "error, each step's code and observation (truncated), and its artifacts with the "
+                     "codeact://runs/{run_id}/artifacts/{name} URI to read each one.")
+        async def get_run(run_id: str) -> dict[str, Any]:
+            try:
+                return await asyncio.to_thread(runs.report, run_id)
+            except RunAccessError as exc:
+                raise ToolError(str(exc)) from None
+
+        @server.resource("codeact://runs/{run_id}", name="run_log", mime_type="application/x-ndjson",
+                         description="The whole log of a run that run_task started (JSON lines: the run, "
+                                     "then each step, tool call and artifact).")
+        async def run_log(run_id: str) -> str:
+            try:
+                return await asyncio.to_thread(runs.jsonl, run_id)
+            except RunAccessError as exc:  # the SDK shows a ResourceError's message, hides any other
+                raise ResourceError(str(exc)) from None
+
+        @server.resource("codeact://runs/{run_id}/artifacts/{name}", name="run_artifact",
+                         mime_type="application/octet-stream",
+                         description="A file a run_task run produced (name as get_run lists it, URL-encoded).")
+        async def run_artifact(run_id: str, name: str) -> bytes:
+            try:
+                return await asyncio.to_thread(runs.artifact, run_id, unquote(name))
+            except RunAccessError as exc:
+                raise ResourceError(str(exc)) from None
 
     return server, sessions
 
 
-async def _run_task(options: ServeOptions, sb: Any, task: str, files: list[str], ctx: Any,
-                    tool_disclosure: str | None = None) -> str:
+async def _run_task(options: ServeOptions, runs: ServedRuns, sb: Any, task: str, files: list[str], ctx: Any,
+                    tool_disclosure: str | None = None) -> dict[str, Any]:
+    from mcp.server.mcpserver.exceptions import ToolError
+
     from ..agent import CodeActAgent
     from ..events import CodeAction, FinalAnswer, RunFinished, ToolCall
 
-    agent = CodeActAgent(options.model, options.tools, sandbox=sb, max_steps=options.max_steps, log=False,
+    log = await asyncio.to_thread(lambda: runs.log)
+    agent = CodeActAgent(options.model, options.tools, sandbox=sb, max_steps=options.max_steps, log=log or False,
                          output_dir=options.output_dir, execution_timeout=options.execution_timeout,
                          tool_disclosure=tool_disclosure or options.tool_disclosure,  # type: ignore[arg-type]
                          tool_budget=options.tool_budget)
@@ -496,13 +541,9 @@ async def _run_task(options: ServeOptions, sb: Any, task: str, files: list[str],
             result = event.result
     await worker
     if result is None:
-        return "the run ended without a result"
-    lines = [f"status: {result.status}", f"answer: {result.answer}"]
-    if result.error:
-        lines.append(f"error: {result.error}")
-    if result.artifacts:
-        lines.append("artifacts on the server: " + ", ".join(str(p) for p in result.artifacts))
-    return "\n".join(lines)
+        raise ToolError("the run ended without a result")
+    runs.add(result)
+    return runs.summary(result)
 
 
 def _b64(text: str) -> bytes:
