@@ -410,11 +410,8 @@ class ChatSession:
             raise SavedSessionError("nothing to save yet: the session has no sandbox before its first turn")
         if self._saver.log is None:
             self._saver.log = self.agent._runlog()
-        state = self._state
-        run_id = state.run_id if state is not None else (self._saver.runs[-1] if self._saver.runs else None)
-        step = state.step if state is not None else 0
-        if state is None and self._saver.last is not None and self.restored is not None:
-            step = self._resumed_step
+        state = self._state  # the last turn (ended: not while a turn runs); else where a resume left off
+        run_id, step = (state.run_id, state.step) if state is not None else self._saver.point
         return self._saver.save(self._sandbox, run_id, step, timeout=timeout or SAVE_TIMEOUT)
 
     def _resume(self, key: str) -> None:
@@ -431,7 +428,7 @@ class ChatSession:
         self.restored = getattr(self._sandbox, "restored", None)
         saver = self._saver
         saver.runs, saver.last, saver.restored_from = list(record.runs), snap, record.id
-        self._resumed_step = record.step
+        saver.point = (record.run_id, record.step)
         self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
         self.messages = [Message("system", self._system_prompt()), *conv.messages]
         if self.restored is not None:

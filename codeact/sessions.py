@@ -117,6 +117,8 @@ class Saver:
         #: The newest snapshot of this session (or the one it was restored from): the base of the next save.
         self.last: Any = None
         self.restored_from: str | None = None
+        #: (run id, step) a resumed session's conversation ends at, until its first turn.
+        self.point: tuple[str | None, int] = (None, 0)
         self._own: set[str] = set()
 
     def begin_run(self, run_id: str) -> None:

@@ -28,9 +28,29 @@ from codeact.runlog import RunLog
 from codeact.ui import UIOptions, UIServer
 from tests.openai_server import OpenAITestServer, openai_server  # noqa: F401 - fixture
 from tests.test_ui import request, token_header, wait_idle
-from tests.test_ui_browser import browser, code_reply, open_page, send, variable, wait_turn_done  # noqa: F401
+from tests.test_ui_browser import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, _unavailable, code_reply, open_page, send,
+                                   variable, wait_turn_done)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless Chromium for this module only: Playwright's sync API keeps an event loop running in this
+    thread while it is open, and later modules call asyncio.run()."""
+    try:
+        from playwright.sync_api import expect, sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
+    expect.set_options(timeout=TIMEOUT_MS)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
 
 
 @contextmanager
