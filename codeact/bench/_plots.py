@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Mapping, Protocol
 
 from ..errors import BenchError
+from ._metrics import GroupMetrics
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ._report import Report
+
+class Plotted(Protocol):
+    """What the plots read of a report (:class:`._report.Report` is one; declared here, below the report)."""
+
+    @property
+    def overall(self) -> Mapping[str, GroupMetrics]: ...
+
+    @property
+    def by_task(self) -> Mapping[str, Mapping[str, GroupMetrics]]: ...
+
+    @property
+    def ci(self) -> bool: ...
+
+    @property
+    def model_label(self) -> str: ...
 
 
 def _figure(width: float, height: float) -> Any:
@@ -20,7 +34,7 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=100)
 
 
-def write_plots(report: Report, directory: Path) -> list[Path]:
+def write_plots(report: Plotted, directory: Path) -> list[Path]:
     """success_rate.png (per agent, 95 % interval bars), turns_per_task.png, tokens_per_task.png."""
     directory.mkdir(parents=True, exist_ok=True)
     return [_success(report, directory / "success_rate.png"),
@@ -29,7 +43,7 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
             _per_task(report, directory / "tokens_per_task.png", "tokens", "tokens per episode (prompt + completion)")]
 
 
-def _success(report: Report, path: Path) -> Path:
+def _success(report: Plotted, path: Path) -> Path:
     agents = list(report.overall)
     fig = _figure(max(4.0, 1.4 * len(agents) + 1.5), 4.0)
     ax = fig.add_subplot()
@@ -58,7 +72,7 @@ def _success(report: Report, path: Path) -> Path:
     return path
 
 
-def _per_task(report: Report, path: Path, what: str, label: str) -> Path:
+def _per_task(report: Plotted, path: Path, what: str, label: str) -> Path:
     tasks = list(report.by_task)
     agents = list(report.overall)
     height = max(3.0, 0.28 * len(tasks) * max(1, len(agents)) / 2 + 1.5)

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 from ..errors import BenchError
 from ._metrics import GroupMetrics, Paired, by, group_metrics, needs_ci, paired
 from ._outcomes import OUTCOMES, RAN
+from ._plots import write_plots
 from ._store import Episode, ResultsDir
 
 REPORT_FORMAT = "codeact.bench.report/1"
@@ -450,8 +451,6 @@ def write_report(results: ResultsDir, report: Report, *, plots: bool = True) -> 
         tmp.replace(path)
         written.append(path)
     if plots and report.episodes:
-        from ._plots import write_plots
-
         written += write_plots(report, out / "plots")
     return written
 

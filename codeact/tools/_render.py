@@ -16,13 +16,10 @@ import enum
 import inspect
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Sequence, TypeVar, Union
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, TypeVar, Union
 
 import pydantic
 import typing_extensions
-
-if TYPE_CHECKING:
-    from ._signature import ToolSignature
 
 EMPTY = inspect.Parameter.empty
 
@@ -266,7 +263,23 @@ def python_stub(name: str, docstring: str, signature: inspect.Signature, *, is_a
     return f'{header}\n    """{indent(doc, "    ").lstrip()}\n    """'
 
 
-def stub_docstring(sig: ToolSignature, summary: str, returns: str = "", usage: Sequence[str] = ()) -> str:
+class DocumentedSignature(Protocol):
+    """What a stub's docstring reads of a signature (:class:`._signature.ToolSignature` is one).
+
+    Declared here so that rendering stays below the signature module, which renders itself with this one.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def parameters(self) -> Sequence[inspect.Parameter]: ...
+
+    @property
+    def descriptions(self) -> Mapping[str, str]: ...
+
+
+def stub_docstring(sig: DocumentedSignature, summary: str, returns: str = "", usage: Sequence[str] = ()) -> str:
     """The docstring of a tool's stub: summary, Args, Returns, call forms, types, builtin note."""
     sections = []
     if summary:
