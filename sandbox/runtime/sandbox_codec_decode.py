@@ -56,11 +56,13 @@ def _float_in(v: Any) -> float:
     raise CodecError(f"malformed payload: expected a float, got {t.__name__}")
 
 
-
 def _too_many(max_items: float) -> CodecError:
     return CodecError(limits.too_many_message(max_items))
 
 
+# --- the decoder ----------------------------------------------------------------------
+
+# Unambiguous alternatives: linear-time matching even on hostile megabyte literals.
 _DECIMAL_RE = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|inf(?:inity)?|s?nan\d*)\Z", re.I | re.A)
 _HEX_INT_RE = re.compile(r"-?[0-9a-f]+\Z")
 _DTYPE_RE = re.compile(r"([<>|=])([biufcMmSU])(\d{1,5})(?:\[(\d{0,6})([a-zA-Z]{1,2})\])?\Z")
