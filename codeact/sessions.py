@@ -333,7 +333,7 @@ def resume_note(record: Any, conv: Conversation, report: Any) -> str:
     lines.append(f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
                  + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
                                                    if report.packages else "") + ".")
-    lost_vars = [f"{name} ({why})" for name, why in list(report.not_saved) + list(report.failed)]
+    lost_vars = [f"{name} ({_cut(why, 200)})" for name, why in list(report.not_saved) + list(report.failed)]
     if lost_vars:
         lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
                      + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "") + ".")

@@ -196,6 +196,10 @@ class RunLog:
         """
         return self._db.read(lambda conn: _snapshots.find(conn, key))
 
+    def saved_runs(self, limit: int = 1000) -> set[str]:
+        """Ids of the runs that the newest ``limit`` saved sessions hold (a cheap read: no manifests)."""
+        return self._db.read(lambda conn: _snapshots.saved_runs(conn, limit))
+
     def delete_snapshot(self, snapshot_id: str) -> bool:
         """Delete a saved session's row (not its file: see :func:`codeact.sessions.delete`); False if none."""
         return bool(self._db.write(lambda conn: _snapshots.delete(conn, snapshot_id)))

@@ -108,5 +108,18 @@ def find(conn: sqlite3.Connection, key: str) -> SnapshotRecord:
     return _row(r)
 
 
+def saved_runs(conn: sqlite3.Connection, limit: int) -> set[str]:
+    """Run ids the newest ``limit`` saved sessions hold (without reading their manifests)."""
+    out: set[str] = set()
+    for (text,) in conn.execute("SELECT runs FROM snapshots ORDER BY saved DESC LIMIT ?", (max(int(limit), 0),)):
+        try:
+            runs = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(runs, list):
+            out.update(r for r in runs if isinstance(r, str))
+    return out
+
+
 def delete(conn: sqlite3.Connection, snapshot_id: str) -> bool:
     return conn.execute("DELETE FROM snapshots WHERE id = ?", (snapshot_id,)).rowcount > 0

@@ -66,10 +66,8 @@ class History:
 
     def _saved_runs(self, limit: int = 1000) -> set[str]:
         """Runs that belong to a saved session (History offers "Resume" for them)."""
-        lister = getattr(self.log, "list_snapshots", None)
-        if lister is None:
-            return set()
-        return {run_id for row in lister(limit=limit) for run_id in row.runs}
+        reader = getattr(self.log, "saved_runs", None)
+        return reader(limit) if reader is not None else set()
 
     # --- one run ----------------------------------------------------------------------------
 
