@@ -257,6 +257,8 @@ class Connection:
         self._failure: str | None = None  # why this side ended the stream (the kernel's fault)
         self._last_read = time.monotonic()
         self._closed = False
+        #: After close(drain=...): read (never write) until the stream ends or this time (monotonic).
+        self._drain_until: float | None = None
         self._reason: str | None = None
         self.stderr_tail = bytearray()
         self._wake_r, self._wake_w = os.pipe()
@@ -369,8 +371,14 @@ class Connection:
                     if self._failure is not None:
                         reason = self._failure
                         break
+                    draining = None
                     if self._closed:
-                        break
+                        if self._drain_until is None or time.monotonic() >= self._drain_until:
+                            break
+                        draining = self._drain_until - time.monotonic()
+                        self._out.clear()
+                        self._out_bytes = self._out_cost = 0
+                        self._mark = None
                     wants_write = bool(self._out)
                     mark = self._mark
                     if wants_write and mark is not None and time.monotonic() - mark[0] > mark[2]:
@@ -386,7 +394,7 @@ class Connection:
                     else:
                         selector.unregister(write_fd)
                     watching_write = wants_write
-                events = selector.select(1.0 if wants_write else None)
+                events = selector.select(draining if draining is not None else 1.0 if wants_write else None)
                 ended = False
                 for key, mask in events:
                     if key.fileobj == self._wake_r:
@@ -463,9 +471,15 @@ class Connection:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self, wait: float = 5.0) -> None:
-        """End the stream (the kernel sees end of input); idempotent."""
+    def close(self, wait: float = 5.0, drain: float = 0.0) -> None:
+        """End the stream (the kernel sees end of input); idempotent.
+
+        With ``drain``, what is already on its way still arrives: the stream is read (and its
+        frames handled) until it ends, for at most ``drain`` seconds; nothing more is written.
+        """
         with self._lock:
+            if drain > 0 and not self._closed:
+                self._drain_until = time.monotonic() + drain
             self._closed = True
         self._wake()
         if threading.current_thread() is not self._thread:

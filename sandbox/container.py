@@ -13,10 +13,14 @@ previous one left; files in /workspace stay), and kills everything when the
 stream closes. The stream closes when the host process that owns the
 session goes away, however it goes, so the container cannot outlive its
 owner: the code in the kernel cannot signal, trace or read the supervisor
-(it is the namespace's init and not dumpable). The kernel runs next to it,
-started with ``docker exec``; that exec's stream carries the host-function
-calls, straight between the kernel and the host. All traffic goes through
-the Docker API: no bind mount, no network. The engine removes the container
+(it is the namespace's init and not dumpable). The supervisor also starts
+the kernels, the first as soon as the container starts (it boots while the
+engine and the host are still busy starting the container). Each kernel's
+host-function calls travel on a ``docker exec`` stream, straight between it
+and the host: the exec runs a thin link program (:data:`LINK_CODE`) that
+hands its stdin, stdout and stderr to the kernel over a socket in the
+kernel's private directory and waits for the kernel to end. All traffic
+goes through the Docker API: no bind mount, no network. The engine removes the container
 when it stops (``AutoRemove``), and its anonymous /workspace volume with it.
 
 /workspace is a size-capped tmpfs *volume* (not a tmpfs mount) so that files
@@ -45,13 +49,42 @@ from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
 from .functions import HostFunction
 from .hostfiles import UnsafePath, check_relative_path
-from .kernel import KERNEL_CODE, KernelSandbox
+from .kernel import KernelSandbox
 from .limits import Limits
 
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
+#: The user the kernel's link program runs as (in the sandbox's group): not the code's user, so the code
+#: cannot signal or trace it; the group lets it reach the kernel's socket.
+LINK_UID = 1001
 SUPERVISOR = ["python3", "-I", "/opt/sandbox/runtime/sandbox_init.py"]
-KERNEL = ["python3", "-s", "-c", KERNEL_CODE]
+#: The program ``docker exec`` runs for a kernel's call stream (argument: the kernel's link socket): it hands
+#: the exec's stdin, stdout and stderr to the kernel (SCM_RIGHTS) and lives as long as the kernel. A kernel
+#: that died before it took them: its start-up output goes to the exec's stderr (the host's crash report).
+#: ``-I -S``: nothing from the environment, no site: it starts in a few milliseconds.
+LINK_CODE = """\
+import _socket, os, sys
+link = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+linked = False
+try:
+    link.connect(sys.argv[1])
+    link.sendmsg([b"L"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                           b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2)))])
+    linked = link.recv(1) == b"K"
+    while linked and link.recv(4096):
+        pass
+except OSError:
+    pass
+if not linked:
+    try:
+        with open(os.path.join(os.path.dirname(sys.argv[1]), "boot.log"), "rb") as log:
+            os.write(2, log.read()[-8192:])
+    except OSError:
+        pass
+    os.write(2, b"the kernel ended before it took its link\\n")
+    sys.exit(1)
+"""
+LINK = ["python3", "-I", "-S", "-c", LINK_CODE]
 
 
 def docker_client(timeout: float = 120, engine: Any = None) -> Any:
@@ -69,6 +102,10 @@ class DockerKernel:
     """The kernel process of a :class:`DockerSandbox`: one container, its supervisor and kernel."""
 
     workdir = WORKDIR
+    #: Kernels read the host functions and settings from their stream (see KernelProcess).
+    settings_on_stream = True
+    #: The supervisor says how a kernel ended (it started it): the engine only knows the link program's end.
+    exit_from_supervisor = True
 
     def __init__(self, client: Any, image: str, *, name: str, memory: str, cpus: float, pids: int, nofile: int,
                  workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
@@ -132,7 +169,10 @@ class DockerKernel:
             created = self.client.api.create_container(
                 self.image, SUPERVISOR, name=f"{self.name}-{self._count}", user=f"{self.uid}:{self.uid}",
                 working_dir=WORKDIR, stdin_open=True, labels=self.labels(), host_config=self._host_config(),
-                environment={"PYTHONPATH": "/opt/sandbox/runtime", **_thread_pools(self.cpus), **self.env},
+                environment={"PYTHONPATH": "/opt/sandbox/runtime", **_thread_pools(self.cpus), **self.env,
+                             # The supervisor starts the first kernel at once, with these (see kernel_request).
+                             "SANDBOX_SPAWN": "1", "SANDBOX_NAMESPACE": "1", "SANDBOX_WORKDIR": WORKDIR,
+                             "SANDBOX_KERNEL_PARENT": self.kernel_parent(), "SANDBOX_PACKAGES": self._package_paths()},
             )
             self.container_id = created["Id"]
             # The container's own (anonymous) volumes: /workspace and the package volume. The engine drops
@@ -162,19 +202,23 @@ class DockerKernel:
     def kernel_parent(self) -> str:
         return "/tmp"
 
+    def kernel_request(self) -> dict[str, Any]:
+        """What the supervisor needs to start the next kernel: the session's package directories."""
+        return {"packages": self._package_paths()}
+
+    def _package_paths(self) -> str:
+        return ":".join(self.packages.sandbox_paths()) if self.packages is not None else ""
+
     def start_kernel(self, connection: str) -> Stream:
         import docker.errors
 
         if self.container_id is None:
             raise KernelStartError("the sandbox's container is gone")
-        env = {"PYTHONPATH": "/opt/sandbox/runtime", **self.env,
-               "SANDBOX_CONNECTION": connection, "SANDBOX_NAMESPACE": "1", "SANDBOX_WORKDIR": WORKDIR}
-        if self.packages is not None:
-            env["SANDBOX_PACKAGES"] = ":".join(self.packages.sandbox_paths())
+        directory = PurePosixPath(connection).parent
         try:
-            created = self.client.api.exec_create(self.container_id, KERNEL, stdin=True, stdout=True, stderr=True,
-                                                  user=f"{self.uid}:{self.uid}", workdir=str(PurePosixPath(connection).parent),
-                                                  environment=env)
+            created = self.client.api.exec_create(self.container_id, [*LINK, str(directory / "link")], stdin=True,
+                                                  stdout=True, stderr=True, user=f"{LINK_UID}:{self.uid}",
+                                                  workdir="/")
             self.exec_id = created["Id"]
             attached = self.client.api.exec_start(self.exec_id, socket=True)
         except docker.errors.APIError as exc:

@@ -18,8 +18,12 @@ it answers host-function calls. It keeps every limit on the host's clock:
   :meth:`KernelSandbox.run` never raises for what the code does;
 * a kernel that dies (an exit, a signal, the OOM killer, a crash in C code)
   ends its run at once: its stream closes, and in a container the supervisor
-  also says so, with whether the OOM killer did it (a hint: the exit code
-  comes from the backend, and no answer is waited for past the run's deadline).
+  also says so, with whether the OOM killer did it, its exit code (it started
+  the kernel) and which run the kernel had noted it started (hints, used for
+  the run's error message and to decide whether the code may run again; no
+  answer is waited for past the run's deadline);
+* code whose start the kernel announced is never run again, even when it
+  killed its own kernel before anything else of its run reached the host.
 
 Recovery ladder on timeout: interrupt (SIGINT) -> a fresh kernel in the same
 environment (files stay) -> a new environment. State is kept when the
@@ -54,6 +58,7 @@ READY_MARKER = "sandbox-runtime: kernel ready"
 OUTPUT_CUT_MIME = "application/vnd.codeact.output-cut+json"
 #: How every backend starts a kernel (``python -s -c KERNEL_CODE``): with no '' or '.' on sys.path,
 #: nothing the code wrote (in its working directory, in ~) is imported at start.
+#: (The supervisor starts a container's kernels with its own copy: sandbox_init.KERNEL_CODE.)
 KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
                "import sandbox_runtime; sandbox_runtime.launch()")
 #: Frame kinds the host accepts from the supervisor, and from a kernel.
@@ -64,7 +69,10 @@ LISTING_RETRY_TIMEOUT = 5.0
 #: (the supervisor says so moments after the kernel's stream closes; never past the run's own deadline).
 DEATH_HINT_WAIT = 2.0
 _SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER, wire.KIND_DIED}
-_KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON}
+_KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON, wire.KIND_STARTED}
+#: Seconds the host keeps reading a kernel's stream after the supervisor said the kernel ended: what it
+#: wrote before it ended (a run's start, see ``run``) is still on its way through the engine.
+DEATH_DRAIN = 1.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,12 @@ class KernelProcess(Protocol):
     workdir: str
     #: Where the environment lives, for error messages ("container ... on the Docker engine ...").
     where: str
+    #: Optional (default False): the kernel reads the host functions and settings to install from its
+    #: stream before it answers anything (a ``P`` frame the host sends first): no request installs them.
+    settings_on_stream: bool
+    #: Optional (default False): the supervisor started the kernel and says how it ended (``D``); the
+    #: backend's own exit code is that of the process behind the call stream, not the kernel's.
+    exit_from_supervisor: bool
 
     def start(self) -> Stream:
         """Start the supervisor (a new environment) and return its stream."""
@@ -125,8 +139,10 @@ class KernelProcess(Protocol):
         """The directory (in the environment) below which the supervisor makes each kernel's directory."""
         ...
 
+    # Optional: ``kernel_request() -> dict``, more for the supervisor's ``K`` (see DockerKernel).
+
     def start_kernel(self, connection: str) -> Stream:
-        """Start a kernel that binds the connection file ``connection``; return its call stream."""
+        """Start (or link to) a kernel that binds the connection file ``connection``; return its call stream."""
         ...
 
     def stop_kernel(self) -> None:
@@ -209,6 +225,8 @@ class _Execution:
         self.idle = False
         self.reply: dict[str, Any] | None = None
         self.done = threading.Event()
+        #: Whether the kernel began this request (any message about it, or its code's announced start):
+        #: such code is never run again, even when the kernel died before anything else came of it.
         self.began = False
         self.clock = RunClock()
         self.budget = CallBudget(limits.max_calls_per_run, limits.max_kept_call_bytes)
@@ -341,6 +359,9 @@ class KernelSandbox:
         self._watched = False
         self._kernel_pid: int | None = None
         self._oom_hint: bool | None = None
+        #: How the kernel ended, as the supervisor said (where it started the kernel), and whether it said.
+        self._died_code: int | None = None
+        self._died_said = False
         #: Whether ``_exit`` says all there is to know (the OOM question asked once, never again).
         self._exit_settled = False
         #: Host-function calls made while no code runs: refused, and paid for here (see _on_call).
@@ -402,8 +423,14 @@ class KernelSandbox:
             return True
 
     def _start_kernel(self) -> None:
-        """A fresh kernel next to the supervisor: prepare it, start it, wait for its hello, install the stubs."""
+        """A fresh kernel next to the supervisor: prepare it, start it, wait for its hello, install the stubs.
+
+        In a container the supervisor starts the kernel itself (the first one as the container starts:
+        it is booting by now), and the host functions and settings go on the kernel's stream
+        (``settings_on_stream``): the kernel installs them before it answers anything.
+        """
         deadline = time.monotonic() + self.start_timeout
+        on_stream = getattr(self.process, "settings_on_stream", False)
         self._retire_kernel()
         self._kernels += 1
         self._violation = None
@@ -412,12 +439,15 @@ class KernelSandbox:
         self._watched = False
         self._kernel_pid = None
         self._oom_hint = None
+        self._died_code = None
+        self._died_said = False
         self._idle_calls = CallBudget(self.limits.max_calls_per_run)
         self._prepared = None
         self._set_state("starting")
         self._kernel_started = time.time()
+        request = {"parent": self.process.kernel_parent(), **getattr(self.process, "kernel_request", dict)()}
         try:
-            self._send(wire.KIND_RESTART, json.dumps({"parent": self.process.kernel_parent()}).encode())
+            self._send(wire.KIND_RESTART, json.dumps(request).encode())
         except ConnectionError:
             raise KernelStartError(f"the sandbox's supervisor is gone: {self._start_failure_detail()}") from None
         if not self._wait_state(lambda: self._prepared is not None or not self._environment_alive(), deadline) \
@@ -426,13 +456,22 @@ class KernelSandbox:
         self._kern_gen += 1
         self._kern = self._connect(self.process.start_kernel(self._prepared), _KERNEL_KINDS, self._kern_gen, "kernel")
         self._holder.conns = [c for c in (self._sup, self._kern) if c is not None]
+        if on_stream:
+            try:
+                self._kern.send(wire.KIND_PREPARED, json.dumps({
+                    "specs": self._dispatcher.specs_json(), "output_limit": int(self.output_limit),
+                    "max_payload": int(self.limits.max_payload),
+                }).encode())
+            except ConnectionError:
+                raise KernelStartError(f"the kernel exited while starting: {self._start_failure_detail()}") from None
         self._wait_state(lambda: self._state != "starting", deadline)
         if self._state != "ready":
             detail = self._start_failure_detail()
             if self._state == "starting":
                 raise KernelStartError(f"the kernel did not start within {self.start_timeout:g} s: {detail}")
             raise KernelStartError(f"the kernel exited while starting: {detail}")
-        self._setup_kernel(deadline)
+        if not on_stream:
+            self._setup_kernel(deadline)
 
     def _boot(self) -> None:
         self._open_environment()
@@ -525,26 +564,40 @@ class KernelSandbox:
             elif kind == wire.KIND_ABANDON:
                 execution = self._exec
                 self._dispatcher.abandon(wire.unpack_u32(body), execution.clock if execution else None)
+            elif kind == wire.KIND_STARTED:
+                # The kernel's word only decides whether its own code may be run again: a kernel that
+                # forges it, or leaves it out, changes nothing else.
+                execution = self._exec
+                if execution is not None:
+                    execution.began = True
         except (wire.WireError, _jupyter.MessageError, ValueError, TypeError, KeyError, RecursionError) as exc:
             self._violation = f"the kernel sent a malformed message ({type(exc).__name__}: {str(exc)[:200]})"
             self._set_state("broken")
 
     def _on_died(self, info: dict[str, Any]) -> None:
         """The supervisor saw the watched kernel end. A hint from inside the container: it only ever
-        ends this kernel sooner and says whether the OOM killer was involved; the exit code comes from
-        the engine, and the kernel's own stream closing says the same thing a moment later."""
+        ends this kernel sooner, says whether the OOM killer was involved and, where it started the
+        kernel, its exit code (else that comes from the engine); used for the run's error message only.
+        The kernel's own stream closing says the same thing a moment later."""
         if not self._watched or self._state not in ("ready", "ended") or info.get("pid") != self._kernel_pid:
             return  # not about the current kernel (or the supervisor was not watching it)
-        oom = info.get("oom")
+        oom, code = info.get("oom"), info.get("code")
+        execution = self._exec
+        if execution is not None and info.get("started") == execution.msg_id:
+            execution.began = True  # the kernel noted this run's start (see sandbox_runtime._announce_start)
         with self._state_changed:
             if self._oom_hint is None and type(oom) is bool:
                 self._oom_hint = oom
+            if not self._died_said:
+                self._died_said = True
+                self._died_code = code if type(code) is int and -64 < code < 256 else None
             self._state_changed.notify_all()
         kern = self._kern
         if self._state == "ready" and kern is not None:
             # Its stream may stay open a while (the engine waits for its output to drain): end it
-            # here, and the usual path (_on_closed) takes the exit code from the engine.
-            kern.close(wait=0)
+            # here, and the usual path (_on_closed) takes the exit code from the engine. What the kernel
+            # wrote before it ended is read first (at most DEATH_DRAIN seconds): its run's start among it.
+            kern.close(wait=0, drain=DEATH_DRAIN)
 
     def _on_call(self, call_id: int, name: str, payload: memoryview) -> None:
         execution = self._exec
@@ -593,12 +646,21 @@ class KernelSandbox:
         tail = self._kern.stderr_text() if self._kern is not None else ""
         code = None
         detail = exit_detail(tail.splitlines())
-        try:
-            code = self.process.kernel_exit_code()
-        except BackendUnavailable as exc:  # the whole environment went away (its engine, its machine)
-            detail = str(exc)
-        except Exception:
-            pass
+        from_supervisor = getattr(self.process, "exit_from_supervisor", False)
+        if from_supervisor:
+            if self._watched:  # its D is on the way, if it is not here yet (a hint: never waited for long)
+                self._wait_state(lambda: self._died_said or not self._environment_alive(),
+                                 time.monotonic() + DEATH_HINT_WAIT)
+            code = self._died_code
+        if not from_supervisor or not self._died_said:
+            try:
+                engine_code = self.process.kernel_exit_code()
+                if not from_supervisor:
+                    code = engine_code
+            except BackendUnavailable as exc:  # the whole environment went away (its engine, its machine)
+                detail = str(exc)
+            except Exception:
+                pass
         self._exit = KernelExit(code, False, detail)
         self._set_state("ended")
 
@@ -820,9 +882,13 @@ class KernelSandbox:
                     raise
                 finally:
                     self._exec = None
-                if self._state == "ended" and not execution.began and attempt == 1:
-                    # The kernel had died (killed from outside, say) before it began this code:
-                    # start a fresh one and run the code there, once.
+                if self._state == "ended" and not execution.began and attempt == 1 and (
+                        self._died_said or not getattr(self.process, "exit_from_supervisor", False)):
+                    # The kernel had died (killed from outside, say) before it began this code: start a
+                    # fresh one and run the code there, once. A kernel announces the start of the code
+                    # before the code runs (on its own stream, read to its end before the kernel counts
+                    # as ended; or, in a container, in the supervisor's word on its end, without which
+                    # nothing is run again), so code that killed its own kernel is never run twice.
                     continue
                 break
             assert execution is not None

@@ -516,6 +516,23 @@ def test_a_dead_kernel_is_reported_at_once_and_the_next_run_is_ready(death: str)
         assert ready < 5, f"the next run took {ready:.1f} s"
 
 
+def test_code_that_kills_its_own_kernel_runs_exactly_once() -> None:
+    """Issue 19.4: code that killed its kernel before any message of its run reached the host was taken
+    for a kernel that died before the run, and run again on a fresh kernel: its side effects twice."""
+    from sandbox import DockerSandbox
+
+    # One line appended, then the kernel killed at once: the kill races the run's first message.
+    code = ("import os, signal\n"
+            "fd = os.open('/workspace/ran.txt', os.O_WRONLY | os.O_APPEND | os.O_CREAT)\n"
+            "os.write(fd, b'ran\\n')\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    with DockerSandbox(timeout=20) as sb:
+        for runs in range(1, 9):  # the old code lost the race about once in ten
+            r = sb.run(code)
+            assert r.error is not None and r.error.type == "KernelDied" and "SIGKILL" in r.error.message, r.error
+            assert sb.download("ran.txt") == b"ran\n" * runs, f"run {runs}: the code ran more than once"
+
+
 # --- 5: malformed messages never raise on the host ------------------------------------------------------------------
 
 

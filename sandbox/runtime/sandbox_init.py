@@ -10,7 +10,14 @@ subprocess), with its own stream for host-function calls. The supervisor:
 
 * prepares each kernel (host ``K``): kills the previous kernel and every
   process the code left, creates a private directory with the kernel's
-  connection file, and answers ``P``;
+  connection file, and answers ``P``. In a container it also starts the
+  kernel itself, and the first one at once, as the container starts (before
+  the host asks): the kernel boots while the engine finishes starting the
+  container and the host starts the kernel's ``docker exec``. That exec runs
+  a thin link (see ``sandbox.container.LINK_CODE``) that hands the exec's
+  stdin, stdout and stderr to the kernel over a socket in the kernel's
+  directory, then waits for the kernel to end: the kernel's host-function
+  calls still travel on that exec stream, straight between it and the host;
 * relays the kernel's Jupyter messages from its own process, so the
   kernel's interpreter never spends its time (or its GIL) on relaying:
   host ``J`` (shell) frames to the kernel's shell socket, the kernel's shell
@@ -35,14 +42,132 @@ Runs with ``-I``: nothing is imported from the environment, the working
 directory or user site directories, which the kernel can write.
 """
 
-import ctypes
 import json
 import os
-import shutil
 import signal
+import socket
 import sys
-import tempfile
-import time
+
+#: How a kernel is started (must match sandbox/kernel.py KERNEL_CODE): no '' or '.' on sys.path.
+KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+               "import sandbox_runtime; sandbox_runtime.launch()")
+#: The kernel's end of its link's listening socket, and of the file where it notes each run's start
+#: (see spawn_kernel).
+LINK_FD = 3
+STARTED_FD = 4
+#: Bytes of that note read (a Jupyter msg_id is 32).
+STARTED_MAX = 64
+
+
+class Spawned:
+    """A kernel this process started: its directory, pid, the packages it was given, how it ended."""
+
+    def __init__(self, directory, pid, packages, started):
+        self.directory = directory
+        self.pid = pid
+        self.packages = packages
+        self.code = None  # os.waitstatus_to_exitcode() once reaped
+        self.started = started  # this process's fd of the kernel's note of the run it started
+
+    def started_run(self):
+        """The id of the last run the kernel said it started (its note: a hint, see sandbox_runtime)."""
+        try:
+            note = os.pread(self.started, STARTED_MAX, 0)
+        except OSError:
+            return None
+        note = note.split(b"\0", 1)[0].decode("ascii", "replace")
+        return note if note.isalnum() else None
+
+    def close(self):
+        try:
+            os.close(self.started)
+        except OSError:
+            pass
+
+
+def make_directory(parent):
+    """A fresh directory for a kernel, with its connection file.
+
+    The name is random: the code cannot prepare a trap under the name the next kernel will use.
+    Its group (the sandbox's) may enter it: the kernel's link program runs as another user of
+    that group (see spawn_kernel).
+    """
+    while True:
+        directory = os.path.join(parent, "kernel-" + os.urandom(8).hex())
+        try:
+            os.mkdir(directory, 0o700)
+            break
+        except FileExistsError:
+            continue
+    os.chmod(directory, 0o710)
+    connection = {
+        "transport": "ipc", "ip": os.path.join(directory, "k"), "shell_port": 1, "iopub_port": 2,
+        "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "", "signature_scheme": "hmac-sha256",
+        "kernel_name": "python3",
+    }
+    with open(os.path.join(directory, "kernel.json"), "w") as f:
+        json.dump(connection, f)
+    return directory
+
+
+def spawn_kernel(directory, packages):
+    """Start a kernel for ``directory`` (a child of this process, in a session of its own).
+
+    It gets the listening socket of its link (``directory/link``) as fd 3; as fd 4 a memory file
+    where it notes, before the code of a run starts, that run's id (a write into memory: it
+    wakes nobody, and survives the kernel's death; this process reads it only when the kernel
+    ends, and tells the host in ``D``); its own directory as working directory (nothing the
+    code wrote elsewhere is near it), default signal handling, and its output in
+    ``directory/boot.log`` until the link hands it the exec stream's. The link
+    program (the host's ``docker exec``) runs as a user of the sandbox's group but not the
+    sandbox's user: the code cannot signal or trace it (it would cut the kernel's call stream).
+    """
+    path = os.path.join(directory, "link")
+    try:
+        os.unlink(path)  # an earlier attempt's
+    except FileNotFoundError:
+        pass
+    link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    link.bind(path)
+    os.chmod(path, 0o660)
+    link.listen(1)
+    env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_SPAWN", "SANDBOX_KERNEL_PARENT")}
+    env.update(SANDBOX_CONNECTION=os.path.join(directory, "kernel.json"), SANDBOX_LINK_FD=str(LINK_FD),
+               SANDBOX_STARTED_FD=str(STARTED_FD), SANDBOX_PACKAGES=packages)
+    started = os.memfd_create("started", os.MFD_CLOEXEC)
+    log = os.path.join(directory, "boot.log")
+    here = os.getcwd()
+    os.chdir(directory)  # posix_spawn has no working-directory argument; this process has one thread
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-s", "-c", KERNEL_CODE], env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+            (os.POSIX_SPAWN_DUP2, link.fileno(), LINK_FD),
+            (os.POSIX_SPAWN_DUP2, started, STARTED_FD),
+        ], setsid=True, setsigmask=(),
+            setsigdef=[n for n in range(1, 32) if n not in (signal.SIGKILL, signal.SIGSTOP)])
+    except BaseException:
+        os.close(started)
+        raise
+    finally:
+        os.chdir(here)
+        link.close()
+    return Spawned(directory, pid, packages, started)
+
+
+# In a container, the first kernel starts before anything else here: it has the most to import.
+FIRST = None
+if __name__ == "__main__" and os.getpid() == 1 and os.environ.get("SANDBOX_SPAWN") == "1":
+    try:
+        FIRST = spawn_kernel(make_directory(os.environ.get("SANDBOX_KERNEL_PARENT") or "/tmp"),
+                             os.environ.get("SANDBOX_PACKAGES", ""))
+    except Exception as exc:  # the host's K starts one the usual way; say why here
+        os.write(2, ("sandbox-init: cannot start the first kernel: %r\n" % (exc,)).encode())
+
+import ctypes  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,6 +182,14 @@ START_TIMEOUT = 120.0
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 #: Milliseconds between checks that the kernel lives, where a pidfd cannot say so at once.
 WATCH_POLL_MS = 200
+#: Seconds between readiness probes of a starting kernel, and milliseconds between ZMQ's attempts to connect
+#: to its sockets before it has bound them (ZMQ's default, 100 ms, would add up to that much to every start).
+PROBE_INTERVAL = 0.01
+RECONNECT_MS = 5
+#: Iopub messages the host never reads: not relayed (a message less through the engine per run, and
+#: execute_input would echo all of the run's code back). The tail of the iopub topic names the type.
+_UNRELAYED_TOPICS = (b".execute_input",)
+_BUSY = b'"busy"'
 
 
 def ignore_signals():
@@ -113,15 +246,27 @@ def _request(msg_type):
 class KernelLink:
     """The ZMQ sockets to one kernel, and whether its iopub stream is live yet."""
 
-    def __init__(self, context, directory):
+    def __init__(self, context, directory, spawned=None):
         self.directory = directory
+        #: The kernel process, when this process started it (a container); else None.
+        self.spawned = spawned
         ip = os.path.join(directory, "k")
         self.shell = context.socket(zmq.DEALER)
         self.shell.linger = 0
         self.shell.sndhwm = 0
+        self.shell.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         self.shell.connect("ipc://%s-1" % ip)
+        # The readiness probes' own socket: they go out only once the kernel listens (none pile up
+        # while it boots). Not the relay's: the kernel may say it started (iopub) before the shell
+        # connection is complete, and what the host sends then must wait for it, not be dropped.
+        self.prober = context.socket(zmq.DEALER)
+        self.prober.linger = 0
+        self.prober.setsockopt(zmq.IMMEDIATE, 1)
+        self.prober.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
+        self.prober.connect("ipc://%s-1" % ip)
         self.iopub = context.socket(zmq.SUB)
         self.iopub.linger = 0
+        self.iopub.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
         self.iopub.connect("ipc://%s-2" % ip)
         self.ready = False
@@ -136,10 +281,10 @@ class KernelLink:
     def probe(self):
         """Ask for the kernel's info until an iopub message proves the subscription is live."""
         now = time.monotonic()
-        if now - self.last_probe > 0.05:
+        if now - self.last_probe >= PROBE_INTERVAL:
             self.last_probe = now
             try:
-                self.shell.send_multipart(_request("kernel_info_request"), zmq.NOBLOCK)
+                self.prober.send_multipart(_request("kernel_info_request"), zmq.NOBLOCK)
             except zmq.Again:
                 pass
 
@@ -179,7 +324,9 @@ class KernelLink:
 
     def close(self):
         self.unwatch()
-        for sock in (self.shell, self.iopub):
+        if self.spawned is not None:
+            self.spawned.close()
+        for sock in (self.shell, self.iopub, self.prober):
             try:
                 sock.close(0)
             except Exception:
@@ -198,11 +345,24 @@ class Supervisor:
         self.context = zmq.Context()
         self.parser = wire.FrameParser(2**31, kinds={wire.KIND_JUPYTER, wire.KIND_INTERRUPT, wire.KIND_RESTART})
         self.kernel = None
+        #: Whether this process starts the kernels (a container, when the host says so).
+        self.spawn = self.namespace_init and os.environ.get("SANDBOX_SPAWN") == "1"
+        #: The kernel started with the container, until the host's first K claims it.
+        self.first = FIRST
         self.poller = zmq.Poller()
+        #: Frames gathered while the loop handles what one poll returned, written together (one write,
+        #: one trip through the engine, one wake-up on the host) by flush().
+        self.out = []
+        self.gather = False
 
     def send(self, kind, *chunks):
         """Write a frame to the host (blocking: the host always reads, or it is gone)."""
-        views = [memoryview(v) for v in wire.frame(kind, *chunks)]
+        self.out.extend(memoryview(v) for v in wire.frame(kind, *chunks))
+        if not self.gather:
+            self.flush()
+
+    def flush(self):
+        views, self.out = self.out, []
         while views:
             try:
                 written = os.writev(self.fd_out, views)
@@ -223,49 +383,72 @@ class Supervisor:
     def prepare(self, body):
         """Kill what the previous kernel left, and make a fresh directory for the next one.
 
-        The directory's name is random: the code cannot prepare a trap under the
-        name the next kernel will use.
+        In a container, start the kernel too (the first one is already booting: no code has
+        run yet, so the host's first K claims it, unless it asks for other packages).
         """
         request = json.loads(bytes(body))
         parent = request["parent"]
+        packages = request.get("packages", "")
+        first, self.first = self.first, None
+        if first is not None and first.packages == packages and os.path.dirname(first.directory) == parent:
+            self.kernel = KernelLink(self.context, first.directory, first)
+            self.send(wire.KIND_PREPARED, json.dumps({"connection": os.path.join(first.directory, "kernel.json")}
+                                                     ).encode())
+            return
         if self.kernel is not None:
             old = self.kernel
             self.kernel = None
             self.forget_pidfd(old)
             old.close()
             shutil.rmtree(old.directory, ignore_errors=True)
+        self.kill_all()
+        if first is not None:
+            first.close()
+            shutil.rmtree(first.directory, ignore_errors=True)
+        directory = make_directory(parent)
+        spawned = None
+        for _ in range(100):
+            if not self.spawn:
+                break
+            try:
+                spawned = spawn_kernel(directory, packages)
+                break
+            except BlockingIOError:  # the pids limit: what the code left is still dying (a fork bomb)
+                time.sleep(0.02)
+                self.kill_all()
+        self.kernel = KernelLink(self.context, directory, spawned)
+        self.send(wire.KIND_PREPARED, json.dumps({"connection": os.path.join(directory, "kernel.json")}).encode())
+
+    def kill_all(self):
+        """In a container: kill every process but this one (kernels, strays, detached daemons).
+
+        Kernels' link programs run as another user and outlive this: each ends with its kernel."""
         if self.namespace_init:
             try:
-                os.kill(-1, signal.SIGKILL)  # every process but this one: kernels, strays, detached daemons
+                os.kill(-1, signal.SIGKILL)
             except OSError:
                 pass
             self.reap()
-        directory = tempfile.mkdtemp(prefix="kernel-", dir=parent)
-        connection = {
-            "transport": "ipc", "ip": os.path.join(directory, "k"), "shell_port": 1, "iopub_port": 2,
-            "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "", "signature_scheme": "hmac-sha256",
-            "kernel_name": "python3",
-        }
-        path = os.path.join(directory, "kernel.json")
-        with open(path, "w") as f:
-            json.dump(connection, f)
-        self.kernel = KernelLink(self.context, directory)
-        self.send(wire.KIND_PREPARED, json.dumps({"connection": path}).encode())
 
     def reap(self):
-        """Orphans of the kernel are re-parented to this process (the namespace's init)."""
+        """Orphans of the kernel are re-parented to this process (the namespace's init); the
+        kernels it started are its children: how the current one ended is kept for ``D``."""
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            spawned = self.kernel.spawned if self.kernel is not None else None
+            if spawned is not None and spawned.pid == pid:
+                spawned.code = os.waitstatus_to_exitcode(status)
 
     def interrupt(self):
         # In a container only: on the host (the local backend) the host signals its own child,
         # and a pid the kernel wrote could name any process of the user's.
-        pid = self.kernel.pid() if self.kernel is not None and self.namespace_init else None
+        kernel = self.kernel if self.namespace_init else None
+        pid = (kernel.spawned.pid if kernel.spawned is not None else kernel.pid()) if kernel is not None else None
         if pid:
             try:
                 os.kill(pid, signal.SIGINT)
@@ -301,7 +484,7 @@ class Supervisor:
             if kernel is not None and not kernel.ready:
                 if time.monotonic() - kernel.prepared < START_TIMEOUT:
                     kernel.probe()
-                    timeout = 50
+                    timeout = int(PROBE_INTERVAL * 1000)
             elif kernel is not None and kernel.watched is not None and kernel.pidfd is None:
                 timeout = WATCH_POLL_MS  # no pidfd: look at the process now and then
                 now = time.monotonic()
@@ -310,21 +493,31 @@ class Supervisor:
                     if not kernel.alive():
                         self.kernel_ended(kernel)
                         continue
-            for item, _ in poller.poll(timeout):
-                if item == self.fd_in:
-                    self.from_host()
-                elif item == wake_r:
-                    try:
-                        os.read(wake_r, 4096)
-                    except OSError:
-                        pass
-                    if self.namespace_init:
-                        self.reap()
-                elif self.kernel is kernel and kernel is not None and kernel.pidfd is not None \
-                        and item == kernel.pidfd:
-                    self.kernel_ended(kernel)
-                elif self.kernel is kernel and kernel is not None and not isinstance(item, int):
-                    self.kernel_messages(kernel, item)
+            events = poller.poll(timeout)
+            self.gather = True
+            try:
+                self.handle(events, kernel, wake_r)
+            finally:
+                self.gather = False
+                self.flush()
+
+    def handle(self, events, kernel, wake_r):
+        """What one poll returned: input from the host, signals, the kernel's end, its messages."""
+        for item, _ in events:
+            if item == self.fd_in:
+                self.from_host()
+            elif item == wake_r:
+                try:
+                    os.read(wake_r, 4096)
+                except OSError:
+                    pass
+                if self.namespace_init:
+                    self.reap()
+            elif self.kernel is kernel and kernel is not None and kernel.pidfd is not None \
+                    and item == kernel.pidfd:
+                self.kernel_ended(kernel)
+            elif self.kernel is kernel and kernel is not None and not isinstance(item, int):
+                self.kernel_messages(kernel, item)
 
     def forget_pidfd(self, kernel):
         if kernel.pidfd is not None:
@@ -347,7 +540,20 @@ class Supervisor:
             self.kernel_messages(kernel, sock)
         after = oom_kills()
         oom = before is not None and after is not None and after > before
-        self.send(wire.KIND_DIED, json.dumps({"pid": pid, "oom": oom}).encode())
+        died = {"pid": pid, "oom": oom}
+        spawned = kernel.spawned
+        if spawned is not None:  # this process's child: how it ended (the engine only knows the link's end)
+            if spawned.code is None:
+                try:
+                    reaped, status = os.waitpid(spawned.pid, os.WNOHANG)
+                    if reaped:
+                        spawned.code = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    pass
+            died["code"] = spawned.code
+            died["started"] = spawned.started_run()
+        self.send(wire.KIND_DIED, json.dumps(died).encode())
+        self.flush()  # now, not after the killing below
         if self.namespace_init:
             try:
                 os.kill(-1, signal.SIGKILL)
@@ -384,12 +590,16 @@ class Supervisor:
             while True:
                 parts = sock.recv_multipart(zmq.NOBLOCK)
                 if channel == "iopub":
-                    parts = parts[1:]  # the topic
+                    topic, parts = parts[0], parts[1:]
+                    if kernel.ready and (topic.endswith(_UNRELAYED_TOPICS) or
+                                         (topic.endswith(b".status") and parts and _BUSY in parts[-1])):
+                        continue
                 if not kernel.ready:
                     if channel == "iopub":  # the subscription works: the kernel is ready
                         kernel.ready = True
+                        kernel.prober.close(0)  # its replies are never read
                         self.drain(kernel)
-                        pid = kernel.pid()
+                        pid = kernel.spawned.pid if kernel.spawned is not None else kernel.pid()
                         # Watched in a container only: on the host (the local backend) the kernel is the
                         # host's own child, and a pid the kernel wrote could name any process of the user's.
                         if self.namespace_init and pid:
@@ -405,16 +615,14 @@ class Supervisor:
             pass
 
     def drain(self, kernel):
-        """Drop what the readiness probe left behind."""
-        deadline = time.monotonic() + 0.03
-        while time.monotonic() < deadline:
-            for sock in (kernel.shell, kernel.iopub):
-                try:
-                    while True:
-                        sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    pass
-            time.sleep(0.005)
+        """Drop what the readiness probe left behind so far (what comes later answers the supervisor's
+        own requests: the host ignores it)."""
+        for sock in (kernel.shell, kernel.iopub):
+            try:
+                while True:
+                    sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                pass
 
     def shutdown(self):
         """The host is gone: kill everything and leave."""

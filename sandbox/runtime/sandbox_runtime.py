@@ -70,6 +70,9 @@ class _State:
         self.publish_raw = None
         self.base_threads = set()  # the kernel's own threads, once it is ready
         self.in_container = False  # a container of its own: every stray process may be killed
+        self.relay = None  # the link program's socket (in a container): open while this process lives
+        self.started_fd = None  # where the supervisor reads which run this kernel started (a container)
+        self.capture_clocks = {}  # CPU clocks of the fd capture threads as the cell started
 
 
 _state = _State()
@@ -123,6 +126,37 @@ class _CallLink:
                     else:
                         views[0] = views[0][written:]
                         written = 0
+
+    def read_prepared(self):
+        """What the host sends first on a link it got from a link program (a ``P`` frame, JSON):
+        the host functions and settings to install before the kernel answers anything.
+
+        Read byte-exact, before any call: nothing else comes on the link until this kernel calls.
+        """
+        header = self._read_exact(wire.HEADER_SIZE)
+        kind, size = header[:1], int.from_bytes(header[1:], "big")
+        if kind != wire.KIND_PREPARED:
+            raise RuntimeError("the host did not send the kernel's settings first")
+        return json.loads(self._read_exact(size))
+
+    def _read_exact(self, size):
+        data = bytearray()
+        while len(data) < size:
+            chunk = os.read(self.fd_in, min(size - len(data), 65536))
+            if not chunk:
+                _host_gone()
+            data += chunk
+        return bytes(data)
+
+    def announce_start(self):
+        """Tell the host, before the code of a run starts, that it starts (see sandbox_wire ``S``).
+
+        A direct write: it is in the stream even if the code kills this process the next moment.
+        """
+        try:
+            self.send(wire.KIND_STARTED)
+        except OSError:
+            pass
 
     def new_call(self):
         call_id = next(self.ids) & 0xFFFFFFFF
@@ -199,19 +233,51 @@ def _skip_terminal_ipython():
 
 
 def launch(argv=None):
-    """Start the kernel. The host starts it next to the supervisor (:mod:`sandbox_init`),
-    which prepared the connection file named in ``SANDBOX_CONNECTION``; this
-    process's stdin and stdout are its link to the host for host-function calls."""
-    fd_in, fd_out = os.dup(0), os.dup(1)  # non-inheritable: subprocesses never see the link
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)  # a stray write to fd 1 lands in the kernel's log, never in the link
-    _state.link = _CallLink(fd_in, fd_out)
+    """Start the kernel, bound to the connection file named in ``SANDBOX_CONNECTION`` (the
+    supervisor, :mod:`sandbox_init`, prepared it). Its link to the host for host-function calls:
+
+    * this process's stdin and stdout, when the host started it (the local backend);
+    * in a container, where the supervisor started it: the stdin, stdout and stderr of the
+      host's ``docker exec`` of a link program, which hands them over on the listening socket
+      ``SANDBOX_LINK_FD``. The kernel imports its machinery first, then takes them, then reads
+      the host functions and settings to install from the link (a ``P`` frame).
+    """
+    link_fd = os.environ.pop("SANDBOX_LINK_FD", "")
+    started_fd = os.environ.pop("SANDBOX_STARTED_FD", "")
+    if started_fd:
+        _state.started_fd = int(started_fd)
+        os.set_inheritable(_state.started_fd, False)
+    if not link_fd:
+        fd_in, fd_out = os.dup(0), os.dup(1)  # non-inheritable: subprocesses never see the link
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)  # a stray write to fd 1 lands in the kernel's log, never in the link
+        _state.link = _CallLink(fd_in, fd_out)
     path = os.environ.pop("SANDBOX_CONNECTION")
     _state.in_container = os.environ.pop("SANDBOX_NAMESPACE", "") == "1"
     workdir = os.environ.pop("SANDBOX_WORKDIR", "") or os.getcwd()
+    # Packages the host installed for this session (read-only to this process; see use_packages).
+    use_packages([p for p in os.environ.pop("SANDBOX_PACKAGES", "").split(":") if p])
+    # The sandbox offers neither a debugger nor tab completion; without them
+    # ipykernel starts faster (debugpy pulls in pkg_resources) and
+    # stops warning about frozen modules on every start.
+    sys.modules.setdefault("debugpy", None)
+    sys.modules.setdefault("jedi", None)
+    _skip_terminal_ipython()
+    _lazy_jupyter_client()
+    _patch_fd_capture()
+    import logging
+
+    logging.getLogger("traitlets").setLevel(logging.ERROR)  # "message signing is disabled": the link is private
+    from ipykernel.kernelapp import IPKernelApp
+
+    prepared = {}
+    if link_fd:
+        _state.link = _accept_link(int(link_fd))
+        prepared = _state.link.read_prepared()
     private = os.path.dirname(path)  # fresh for each kernel, in a random place (see sandbox_init)
+    os.chdir(private)  # IPython reads config files in the working directory: only this one is the kernel's own
     try:  # the supervisor reads it to interrupt this kernel
         with open(os.path.join(private, "pid"), "w") as f:
             f.write(str(os.getpid()))
@@ -225,20 +291,6 @@ def launch(argv=None):
     os.environ["IPYTHONDIR"] = os.path.join(private, "ipython")
     os.environ["MPLCONFIGDIR"] = os.path.join(private, "matplotlib")
     _prepare_matplotlib()
-    # Packages the host installed for this session (read-only to this process; see use_packages).
-    use_packages([p for p in os.environ.pop("SANDBOX_PACKAGES", "").split(":") if p])
-    # The sandbox offers neither a debugger nor tab completion; without them
-    # ipykernel starts faster (debugpy pulls in pkg_resources) and
-    # stops warning about frozen modules on every start.
-    sys.modules.setdefault("debugpy", None)
-    sys.modules.setdefault("jedi", None)
-    _skip_terminal_ipython()
-    _patch_fd_capture()
-    import logging
-
-    logging.getLogger("traitlets").setLevel(logging.ERROR)  # "message signing is disabled": the link is private
-    from ipykernel.kernelapp import IPKernelApp
-
     args = list(sys.argv[1:] if argv is None else argv) + [
         "-f", path,
         "--IPKernelApp.log_level=40",  # no startup warnings in the kernel's log: its tail explains crashes
@@ -248,7 +300,14 @@ def launch(argv=None):
     ]
     app = IPKernelApp.instance()
     app.initialize(args)
+    # ipykernel sleeps 0.5 ms before each execute reply, for clients that take the reply as the end
+    # of a request's output: the host waits for the request's idle status on iopub, which comes
+    # after all of its output, so the sleep would only add to every run.
+    app.kernel._execute_sleep = 0.0
     setup(app.kernel, app.shell)
+    if "specs" in prepared:  # else the host installs them with a first request
+        install(prepared["specs"])
+        configure(output_limit=prepared.get("output_limit"), max_payload=prepared.get("max_payload"))
     try:
         os.chdir(workdir)
     except OSError:
@@ -259,6 +318,67 @@ def launch(argv=None):
     except OSError:
         pass
     app.start()
+
+
+def _accept_link(listener_fd):
+    """Take the link program's stdin, stdout and stderr (see :func:`launch`); stderr becomes this
+    process's (its crash reports reach the host). The connection stays open while this process
+    lives: the link program, and with it the host's exec stream, ends when it does."""
+    import socket
+
+    listener = socket.socket(fileno=listener_fd)
+    conn, _ = listener.accept()
+    listener.close()
+    _, fds, _, _ = socket.recv_fds(conn, 16, 3)
+    if len(fds) != 3:
+        raise RuntimeError("the kernel's link did not hand over its streams")
+    for fd in fds:
+        os.set_inheritable(fd, False)  # subprocesses never see the link
+    fd_in, fd_out, fd_err = fds
+    os.dup2(fd_err, 2)
+    os.close(fd_err)
+    os.dup2(2, 1)  # a stray write to fd 1 lands in the kernel's log, never in the link
+    conn.sendall(b"K")
+    conn.set_inheritable(False)
+    _state.relay = conn
+    return _CallLink(fd_in, fd_out)
+
+
+def _lazy_jupyter_client():
+    """Import ``jupyter_client``'s parts as they are used, not all of them with the package.
+
+    Its ``__init__`` imports the clients, managers and provisioners that a kernel never uses
+    (about a fifth of the kernel's start-up); ipykernel needs its session, its connection
+    helpers and the name of the blocking client. Any other name loads the package as it is.
+    """
+    import importlib
+    import importlib.util
+
+    if "jupyter_client" in sys.modules:
+        return
+    spec = importlib.util.find_spec("jupyter_client")
+    if spec is None or spec.loader is None or not spec.submodule_search_locations:
+        return
+    module = importlib.util.module_from_spec(spec)
+
+    def __getattr__(name):
+        if not name.startswith("__"):
+            for part in ("connect", "_version", "blocking"):
+                value = getattr(importlib.import_module("jupyter_client." + part), name, _MISSING)
+                if value is not _MISSING:
+                    return value
+        if module.__dict__.pop("__getattr__", None) is not None:
+            spec.loader.exec_module(module)  # the whole package, once
+        try:
+            return module.__dict__[name]
+        except KeyError:
+            raise AttributeError("module 'jupyter_client' has no attribute %r" % name) from None
+
+    module.__getattr__ = __getattr__
+    sys.modules["jupyter_client"] = module
+
+
+_MISSING = object()
 
 
 def _prepare_matplotlib():
@@ -351,7 +471,8 @@ def _sync_fds(timeout=2.0):
     """Wait until output written to fd 1/2 so far has reached the streams.
 
     Without it, what a subprocess printed at the end of a cell can arrive
-    after the cell finished, and show up in the next cell's output.
+    after the cell finished, and show up in the next cell's output. A stream
+    with nothing on its way is not waited for (see :func:`_capture_idle`).
     """
     import time
 
@@ -364,6 +485,8 @@ def _sync_fds(timeout=2.0):
         if not getattr(stream, "_should_watch", False) or thread is None or not thread.is_alive() \
                 or not isinstance(fd, int):
             continue
+        if _capture_idle(stream, thread, getattr(stream, "_fid", None)):
+            continue
         event = _fd_synced(stream)
         event.clear()
         try:
@@ -374,6 +497,47 @@ def _sync_fds(timeout=2.0):
     deadline = time.monotonic() + timeout
     for event in waiting:
         event.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _capture_clocks():
+    """The CPU clocks of the capture threads of fds 1 and 2, read as a cell starts (see _capture_idle)."""
+    import time
+
+    clocks = {}
+    for stream in _state.streams:
+        thread = getattr(stream, "watch_fd_thread", None)
+        try:
+            clocks[id(stream)] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (AttributeError, TypeError, OSError):
+            pass
+    _state.capture_clocks = clocks
+
+
+def _capture_idle(stream, thread, fid):
+    """Whether nothing written to the capture pipe ``fid`` in this cell can still be on its way.
+
+    True when the pipe is empty and then its capture thread has not run at all since the cell
+    started (its CPU clock stands still): bytes written in the cell would either still be in
+    the pipe or have been taken by the thread, which costs it CPU time. Checked in that order,
+    without releasing the GIL: two system calls instead of a hand-off to the thread and back
+    (about a tenth of a trivial run's time). Anything unexpected says False (the marker is used).
+    """
+    import time
+
+    before = _state.capture_clocks.get(id(stream))
+    if before is None or not isinstance(fid, int):
+        return False
+    try:
+        import fcntl
+        import termios
+
+        pending = bytearray(4)
+        fcntl.ioctl(fid, termios.FIONREAD, pending)
+        if int.from_bytes(pending, sys.byteorder) != 0:
+            return False
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident)) == before
+    except (OSError, ValueError, AttributeError, TypeError):
+        return False
 
 
 def setup(kernel, shell):
@@ -400,18 +564,40 @@ def configure(output_limit=None, max_payload=None):
     _state.output_limit = output_limit
     if max_payload:
         _state.max_payload = int(max_payload)
-    if not _state.base_threads:
-        _state.base_threads = {t.ident for t in threading.enumerate()}
     for limiter in _state.limiters:
         limiter.limit = output_limit
 
 
 def _before_cell(info=None):
+    _announce_start()
+    if not _state.base_threads:  # before the first code runs, every thread is the kernel's own
+        _state.base_threads = {t.ident for t in threading.enumerate()}
+    _capture_clocks()
     builtins.input = _no_input
     getpass.getpass = _no_input
     for limiter in _state.limiters:
         limiter.reset()
     _state.rich_cut = 0
+
+
+def _announce_start():
+    """Tell the host, before the code of a run starts, that it starts: the host then never runs
+    that code again on another kernel, even if it kills this one at once. Synchronous either way:
+
+    * in a container, a note of the run's id in the memory file the supervisor gave this kernel
+      (it reads the note when the kernel ends and passes it on): no process is woken per run;
+    * else an ``S`` frame on the link (see sandbox_wire).
+    """
+    if _state.started_fd is not None:
+        try:
+            parent = _state.kernel.get_parent("shell") or {}
+            msg_id = parent.get("header", {}).get("msg_id", "")
+            os.pwrite(_state.started_fd, msg_id.encode("ascii", "replace")[:63] + b"\0", 0)
+            return
+        except Exception:
+            pass
+    if _state.link is not None:
+        _state.link.announce_start()
 
 
 def _after_cell(result=None):
@@ -572,7 +758,8 @@ def _internal_prefixes():
     return tuple(prefixes)
 
 
-_RUNTIME_FILES = ("sandbox_runtime.py", "sandbox_codec.py", "sandbox_wire.py", "sandbox_init.py")
+_RUNTIME_FILES = ("sandbox_runtime.py", "sandbox_codec.py", "sandbox_wire.py", "sandbox_init.py", "sandbox_codec_limits.py",
+                  "sandbox_codec_values.py", "sandbox_codec_encode.py", "sandbox_codec_decode.py")
 
 
 def _is_internal(frame, prefixes):

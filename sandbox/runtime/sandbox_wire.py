@@ -16,9 +16,10 @@ The supervisor's stream (:mod:`sandbox_init`):
       kills the previous kernel and what it left, and answers ``P`` (JSON: connection file).
 ``H`` a prepared kernel's messages reach the host (JSON: its pid, and ``watch``: whether
       the supervisor will say ``D`` when it ends).
-``D`` the watched kernel process ended (JSON: its pid, and ``oom``: whether the container's
-      memory cgroup counted an out-of-memory kill since it was ready). A hint: the host
-      bounds it and takes the exit code from the engine.
+``D`` the watched kernel process ended (JSON: its pid, ``oom``: whether the container's
+      memory cgroup counted an out-of-memory kill since it was ready, and ``code``, its exit
+      code, where the supervisor started it). A hint: the host bounds it, and uses it only
+      to say why the kernel ended.
 ``J`` a Jupyter message, both ways: one channel byte (``s`` shell, ``i`` iopub,
       ``n`` stdin, ``c`` control) and the message's ZMQ parts (:func:`pack_parts`).
 ``X`` host: interrupt the kernel (SIGINT).
@@ -28,6 +29,10 @@ The kernel's stream (host-function calls; :mod:`sandbox_runtime`):
 ``F`` kernel: a call: call id (u32), name (u16 length + UTF-8), codec payload.
 ``A`` kernel: a call it abandoned (interrupted while waiting): call id (u32).
 ``R`` host: a call's reply: call id (u32), status byte (0 value, 1 error), codec payload.
+``S`` kernel: the code of a run is about to start (empty): written before the first line of the
+      code runs, so the host knows not to run that code again on another kernel.
+``P`` host: the host functions and settings a kernel installs before it answers anything
+      (JSON), where the supervisor started the kernel: the first frame on its stream, once.
 
 A receiver refuses frames longer than its limit: the host treats everything
 the sandbox sends as hostile (see :class:`FrameParser`).
@@ -44,6 +49,7 @@ KIND_INTERRUPT = b"X"
 KIND_RESTART = b"K"
 KIND_PREPARED = b"P"
 KIND_DIED = b"D"
+KIND_STARTED = b"S"
 
 CHANNELS = {b"s": "shell", b"i": "iopub", b"n": "stdin", b"c": "control"}
 CHANNEL_BYTES = {name: code for code, name in CHANNELS.items()}
