@@ -1161,10 +1161,17 @@ def _restore_sandbox(spec: Any, snap: Any, functions: list[HostFunction], option
     else:
         raise SavedSessionError(f"the {spec!r} backend has no kernel to restore a session into; resume it with "
                                 "the docker (or local) backend")
-    try:
-        return restore(factory, snap, functions, **options)
-    except SnapshotError as exc:
-        raise SavedSessionError(f"the session could not be restored: {exc}") from None
+    with telemetry.span("sandbox.restore", {"codeact.snapshot.id": str(getattr(snap, "id", snap))[:64]}) as span:
+        try:
+            sandbox = restore(factory, snap, functions, **options)
+        except SnapshotError as exc:
+            telemetry.span_failed(span, exc)
+            raise SavedSessionError(f"the session could not be restored: {exc}") from None
+        report = getattr(sandbox, "restored", None)
+        if span is not None and report is not None:
+            span.set_attribute("codeact.snapshot.restored_variables", len(report.restored))
+            span.set_attribute("codeact.snapshot.failed_variables", len(report.failed))
+        return sandbox
 
 
 def _install_event(record: Any, run_id: str, step: int) -> PackageInstall:

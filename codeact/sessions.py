@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import telemetry
 from .errors import RunNotFound, SavedSessionError
 from .messages import Message
 
@@ -144,15 +145,23 @@ class Saver:
         since = self.last
         if since is not None and not Path(since.path).exists():
             since = None  # deleted meanwhile (sessions rm): a whole save
-        try:
-            snap = sandbox.snapshot(since=since, store=store, timeout=timeout)
-            if since is not None and snap.id == since.id and snap.id not in self._own:
-                # Nothing changed since the restore: this session's own copy (the host copies the file).
-                snap = since.fork(store)
-        except SnapshotError as exc:
-            raise SavedSessionError(f"the session could not be saved: {exc}") from None
-        except OSError as exc:
-            raise SavedSessionError(f"the session could not be saved in {store.root}: {exc}") from None
+        with telemetry.span("sandbox.snapshot", {"codeact.session.id": self.session_id,
+                                                 "codeact.snapshot.incremental": since is not None}) as span:
+            try:
+                snap = sandbox.snapshot(since=since, store=store, timeout=timeout)
+                if since is not None and snap.id == since.id and snap.id not in self._own:
+                    # Nothing changed since the restore: this session's own copy (the host copies the file).
+                    snap = since.fork(store)
+            except SnapshotError as exc:
+                telemetry.span_failed(span, exc)
+                raise SavedSessionError(f"the session could not be saved: {exc}") from None
+            except OSError as exc:
+                telemetry.span_failed(span, exc)
+                raise SavedSessionError(f"the session could not be saved in {store.root}: {exc}") from None
+            if span is not None:
+                span.set_attribute("codeact.snapshot.id", snap.id)
+                span.set_attribute("codeact.snapshot.bytes", int(snap.size))
+                span.set_attribute("codeact.snapshot.variables", len(snap.manifest.variables))
         previous = next(iter(self._newest_rows()), None)
         parent = snap.parent or (previous.id if previous is not None and previous.id != snap.id
                                  else self.restored_from)

@@ -231,3 +231,29 @@ def test_otel_flag_without_the_sdk_says_what_to_install(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "pip install 'codeact[otel]'" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.docker
+def test_saving_and_restoring_a_session_are_spans(spans, tmp_path):
+    from codeact.runlog import RunLog
+    from codeact.sessions import SaveOptions
+
+    store = tmp_path / "snaps"
+    with RunLog(tmp_path / "runs.db") as log:
+        first = ScriptedModel([py("x = 41\nprint(x)"), "x is set."])
+        agent = CodeActAgent(first, log=log, output_dir=tmp_path / "out")
+        with agent.session(save=SaveOptions(store=store)) as chat:
+            chat.send("set x")
+        (row,) = log.list_snapshots()
+        second = ScriptedModel([py("final_answer(x + 1)")])
+        agent = CodeActAgent(second, log=log, output_dir=tmp_path / "out")
+        with agent.session(resume=row.id, save=SaveOptions(store=store)) as chat:
+            assert chat.send("add one").answer == 42
+    finished = list(spans.get_finished_spans())
+    saves = [s for s in finished if s.name == "sandbox.snapshot"]
+    [restore] = [s for s in finished if s.name == "sandbox.restore"]
+    assert saves and saves[0].attributes["codeact.snapshot.id"] == row.id
+    assert saves[0].attributes["codeact.snapshot.bytes"] > 0 and saves[0].attributes["codeact.snapshot.variables"] >= 1
+    assert restore.attributes["codeact.snapshot.id"] == row.id
+    assert restore.attributes["codeact.snapshot.restored_variables"] >= 1
+    assert restore.attributes["codeact.snapshot.failed_variables"] == 0

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._spans import Tracing
 
 __all__ = ["configure", "tracing", "active", "shutdown", "start_run", "mcp_call", "enabled_by_environment",
-           "capture_content_from_environment", "INSTALL_HINT"]
+           "capture_content_from_environment", "INSTALL_HINT", "span", "span_failed", "code_result"]
 
 INSTALL_HINT = "install the OpenTelemetry extra: pip install 'codeact[otel]'"
 
@@ -219,6 +219,16 @@ def span(name: str, attributes: Any = None) -> Any:
     if t is None:
         return _NULL
     return t.span(name, attributes)
+
+
+def span_failed(target: Any, exc: BaseException) -> None:
+    """Mark the span ``span(...)`` yielded as failed with ``exc``'s type (nothing when off)."""
+    if target is None:
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    target.set_attribute("error.type", type(exc).__name__)
+    target.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
 
 
 def code_result(target: Any, result: Any) -> None:
