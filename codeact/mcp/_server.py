@@ -39,6 +39,7 @@ import asyncio
 import base64
 import contextlib
 import hmac
+import logging
 import mimetypes
 import time
 import warnings
@@ -324,11 +325,16 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
     # The SDK's MCPServer configures the root logger (logging.basicConfig) at the level given here, INFO by
     # default, so every library's INFO lines (httpx's "HTTP Request: POST ..." on each model call, the SDK's
     # "Processing request ..." on each call) reached the host's stderr. Warnings and errors still do.
+    before = set(logging.getLogger().handlers)
     server = MCPServer(
         "codeact", version=__version__, log_level="WARNING",
         instructions=("A stateful Python sandbox: execute_python runs code in a Jupyter kernel that keeps its "
                       "variables between calls; files live in /workspace (upload_file, download_file, list_files)."),
     )
+    # The level above is the root LOGGER's; a library whose own logger is set lower (bm25s logs at DEBUG) still
+    # reaches the handler the SDK added. Its handler gets the level too (handlers the program had are left alone).
+    for handler in set(logging.getLogger().handlers) - before:
+        handler.setLevel(max(handler.level, logging.WARNING))
 
     default_discover = server._lowlevel_server._handle_discover
 
