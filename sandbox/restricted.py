@@ -940,6 +940,13 @@ class _Runtime:
                         state.error = self.describe(exc)
                     except BaseException:
                         state.error = ExecutionError(type(exc).__name__, "")
+        except BaseException as late:
+            # A cancellation that lands while the error above is handled (the code caught the first one and
+            # failed again) must not end this thread with an uncaught exception: Python's thread hook (and a
+            # test runner's) would format its chain, as deep as the recursion limit.
+            _cap_chain(late)
+            if state.error is None:
+                state.error = ExecutionError(type(late).__name__, "")
         finally:
             events.put(("done", None))
 
