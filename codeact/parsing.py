@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+import threading
 from dataclasses import dataclass
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<lang>[\w+#.-]*)[^\n]*$", re.M)
@@ -36,9 +37,15 @@ class ParsedReply:
         return bool(self.code and self.code.strip())
 
 
+#: CPython 3.11's ast module counts recursion depth in interpreter-wide state: two threads parsing at once
+#: (bench episodes, UI sessions) can fail with "SystemError: AST constructor recursion depth mismatch".
+_AST_LOCK = threading.Lock()
+
+
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        with _AST_LOCK:
+            ast.parse(code)
         return True
     except (SyntaxError, ValueError):
         return False
