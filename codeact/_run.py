@@ -22,14 +22,24 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Itera
 
 from sandbox.functions import current_call
 
-from .errors import ApprovalDenied, ModelError, RunCancelled
+from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import Event, ModelOutput, RunFinished, RunResult, Step, TextDelta, ToolCall
 from .messages import Message, ModelResponse
-from .tools import RunContext, Tool
+from .tools import RunContext, Tool, ensure_tools
 from .values import preview
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runlog import RunLog
+
+
+def tools_to_add(tools: Sequence[Any], taken: Any, reserved: str) -> list[Tool[Any, Any]]:
+    """``tools`` as Tools for a session's ``add_tools``: CodeActError when a name is in ``taken``, is
+    ``reserved`` (the final-answer name) or comes twice."""
+    new = ensure_tools(tools)
+    clashes = [t.name for t in new if t.name in taken or t.name == reserved]
+    if clashes or len({t.name for t in new}) != len(new):
+        raise CodeActError(f"cannot add tool(s) {', '.join(clashes) or 'with one name twice'}: the name is taken")
+    return new
 
 
 @dataclass(frozen=True)

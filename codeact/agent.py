@@ -35,6 +35,7 @@ from sandbox.hostfiles import UnsafePath, check_relative_path, write_confined
 from sandbox.result import ExecutionResult
 
 from ._run import (
+    tools_to_add,
     AgentRuns,
     ApprovalRequest,
     Approvals,
@@ -531,13 +532,10 @@ class ChatSession:
         """
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
-        new = ensure_tools(tools)
+        new = tools_to_add(tools, self._tools_now, FINAL_ANSWER)
         if not new:
             return ""
         self._ensure_sandbox()
-        taken = [t.name for t in new if t.name in self._tools_now or t.name == FINAL_ANSWER]
-        if taken or len({t.name for t in new}) != len(new):
-            raise CodeActError(f"cannot add tool(s) {', '.join(taken) or 'with one name twice'}: the name is taken")
         surface = self._surface
         self._sandbox.register(*[surface.host_function(t, self._invoker) if surface is not None
                                  else t.host_function(self._invoker(t)) for t in new])

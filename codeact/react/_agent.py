@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Iterator, Sequence
 
 from .._run import (
+    tools_to_add,
     AgentRuns,
     Approvals,
     Approver,
@@ -206,12 +207,9 @@ class ReActSession:
         """
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
-        new = ensure_tools(tools)
+        new = tools_to_add(tools, self._tools, FINAL_ANSWER)
         if not new:
             return ""
-        taken = [t.name for t in new if t.name in self._tools or t.name == FINAL_ANSWER]
-        if taken or len({t.name for t in new}) != len(new):
-            raise CodeActError(f"cannot add tool(s) {', '.join(taken) or 'with one name twice'}: the name is taken")
         for t in new:
             self._tools[t.name] = t
             self._tool_list.append(t)
