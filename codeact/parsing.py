@@ -10,11 +10,11 @@ block when a later closing fence makes the code parse.
 
 from __future__ import annotations
 
-import ast
 import itertools
 import re
-import threading
 from dataclasses import dataclass
+
+from sandbox.pyparse import parse
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})[ \t]*(?P<lang>[\w+#.-]*)[^\n]*$", re.M)
 _EXECUTE = re.compile(r"<execute>(.*?)(?:</execute>|\Z)", re.S | re.I)
@@ -37,15 +37,9 @@ class ParsedReply:
         return bool(self.code and self.code.strip())
 
 
-#: CPython 3.11's ast module counts recursion depth in interpreter-wide state: two threads parsing at once
-#: (bench episodes, UI sessions) can fail with "SystemError: AST constructor recursion depth mismatch".
-_AST_LOCK = threading.Lock()
-
-
 def _parses(code: str) -> bool:
     try:
-        with _AST_LOCK:
-            ast.parse(code)
+        parse(code)  # behind a lock: CPython 3.11's AST conversion is not thread-safe
         return True
     except (SyntaxError, ValueError):
         return False

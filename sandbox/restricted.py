@@ -116,8 +116,9 @@ from RestrictedPython.transformer import (
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallback, walk_files
 from .errors import FileTransferError, FunctionRegistrationError, SandboxClosed
 from .functions import FunctionDispatcher, HostFunction, as_host_functions
-from .runtime import sandbox_codec as codec
+from .pyparse import AST_LOCK, parse
 from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, Output
+from .runtime import sandbox_codec as codec
 
 __all__ = [
     "DEFAULT_ALLOWED_IMPORTS",
@@ -894,7 +895,7 @@ class _Runtime:
 
     def compile(self, source: str) -> tuple[types.CodeType | None, ExecutionError | None]:
         try:
-            tree = ast.parse(source, SANDBOX_FILENAME, "exec")
+            tree = parse(source, SANDBOX_FILENAME, "exec")
         except SyntaxError as exc:
             return None, _syntax_error(exc)
         except ValueError as exc:  # e.g. null bytes in the source
@@ -903,7 +904,8 @@ class _Runtime:
         if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(tree.body[-1], lines):
             setattr(tree.body[-1], _SandboxPolicy.DISPLAY_MARK, True)
         try:
-            compiled = compile_restricted_exec(tree, filename=SANDBOX_FILENAME, policy=_SandboxPolicy)
+            with AST_LOCK:  # it walks and compiles the tree: see sandbox.pyparse
+                compiled = compile_restricted_exec(tree, filename=SANDBOX_FILENAME, policy=_SandboxPolicy)
         except SyntaxError as exc:  # found by compile() after the policy (e.g. 'return' outside function)
             return None, _syntax_error(exc)
         if compiled.errors or compiled.code is None:

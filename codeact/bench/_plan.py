@@ -26,6 +26,8 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Mapping, Sequence
 
+from sandbox.pyparse import parse
+
 from ..errors import BenchError
 from ..tools import Tool
 
@@ -130,7 +132,7 @@ def plan_code(plan: Plan) -> str:
         source = textwrap.dedent(inspect.getsource(plan))
     except (OSError, TypeError) as exc:
         raise BenchError(f"cannot read the source of oracle plan {_name(plan)}: {exc}") from exc
-    module = ast.parse(source)
+    module = parse(source)
     func = next((n for n in module.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
     if func is None:
         raise BenchError(f"oracle plan {_name(plan)} is not a function")

@@ -14,6 +14,8 @@ from typing import Any
 
 import click
 
+from sandbox.pyparse import parse
+
 from ._app import CONTEXT_SETTINGS, UserError, cli
 
 
@@ -203,7 +205,7 @@ def _only_function(source: str, path: Path) -> str:
     import ast
 
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse(source, str(path))
     except (SyntaxError, ValueError) as exc:
         raise UserError(f"{path} is not valid Python: {exc}") from None
     names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]

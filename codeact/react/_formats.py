@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
+from sandbox.pyparse import parse
+
 from ..messages import Message, ModelResponse
 from ..tools import Tool
 
@@ -444,7 +446,7 @@ def _first_call(text: str) -> tuple[ast.Call | None, str]:
     for m in re.finditer(r"\)", text):
         candidate = text[: m.end()]
         try:
-            tree = ast.parse(candidate.strip(), mode="eval")
+            tree = parse(candidate.strip(), mode="eval")
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             continue
         if isinstance(tree.body, ast.Call):

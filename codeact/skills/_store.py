@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sandbox.pyparse import parse
+
 from ..errors import SkillError
 from ._text import clean, first_line, signature_of
 
@@ -117,7 +119,7 @@ class Skill:
 def _read(name: str, source: str) -> tuple[str, str, str]:
     """``(summary, signature, docstring)`` of the function (or class) ``name`` in ``source``; never runs it."""
     try:
-        tree = ast.parse(source, filename=f"<skill {name}>")
+        tree = parse(source, f"<skill {name}>")
     except (SyntaxError, ValueError) as exc:
         raise SkillError(f"skill {name!r} is not valid Python: {exc}") from None
     except (RecursionError, MemoryError):

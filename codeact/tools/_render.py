@@ -21,6 +21,8 @@ from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, TypeVar,
 import pydantic
 import typing_extensions
 
+from sandbox.pyparse import parse
+
 EMPTY = inspect.Parameter.empty
 
 #: A literal default whose source is longer than this shows as ``...`` too.
@@ -62,7 +64,7 @@ def literal_source(value: Any) -> str | None:
     if len(text) > MAX_LITERAL_CHARS:
         return None
     try:
-        back = _evaluate(ast.parse(text, mode="eval").body)
+        back = _evaluate(parse(text, mode="eval").body)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     return text if type(back) is type(value) and back == value else None

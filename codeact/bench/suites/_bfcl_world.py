@@ -33,6 +33,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.pyparse import parse
+
 from ...errors import BenchError
 from ...tools import Tool, tool
 from .._checkers import CheckResult
@@ -103,7 +105,7 @@ def parse_call(text: str) -> GroundCall:
         BenchError: not a single call of a plain name with literal arguments.
     """
     try:
-        node = ast.parse(text.strip(), mode="eval").body
+        node = parse(text.strip(), mode="eval").body
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             raise ValueError("not a call of a function name")
         args = tuple(ast.literal_eval(a) for a in node.args)

@@ -39,6 +39,7 @@ from codeact.catalog import count_tokens
 from codeact.catalog._search import query_parts
 from codeact.messages import Message, ModelResponse, Usage
 from codeact.models import estimate_tokens
+from sandbox.pyparse import parse
 
 #: CPython 3.11 before 3.11.8 can fail ast.parse in concurrent threads ("AST constructor recursion depth
 #: mismatch", gh-106905); episodes build their oracles on worker threads, so they parse one at a time.
@@ -130,7 +131,7 @@ def _acted(messages: list[Message]) -> bool:
 
 def _called_names(code: str) -> list[str]:
     """The functions ``code`` calls that it neither defines nor gets from builtins (its tools), in order."""
-    tree = ast.parse(code)
+    tree = parse(code)
     assigned = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     names: list[str] = []
     for node in ast.walk(tree):
