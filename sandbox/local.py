@@ -19,10 +19,12 @@ import os
 import queue
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -312,5 +314,29 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _remove_dirs(dirs: list[str]) -> None:
+    """Remove the session's directories, even ones its code made read-only or is still writing into.
+
+    The kernel's process group is dead by now, but a process the code detached (``setsid``) may still be creating
+    files, and the code may have left directories without write permission: a single ``rmtree`` leaves both behind.
+    """
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+        for attempt in range(6):  # at most ~0.75 s of waiting for a straggler
+            if sys.version_info >= (3, 12):
+                shutil.rmtree(d, onexc=_make_writable_and_retry)
+            else:
+                shutil.rmtree(d, onerror=_make_writable_and_retry)
+            if not os.path.lexists(d):
+                break
+            time.sleep(0.05 * (attempt + 1))
+
+
+def _make_writable_and_retry(function: Callable[..., Any], path: str, _exc: object) -> None:
+    """rmtree's error hook: give the owner write/search permission on the parent and try once more."""
+    try:
+        parent = os.path.dirname(path)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.chmod(path, os.stat(path).st_mode | stat.S_IRWXU)
+        function(path)
+    except OSError:
+        pass  # the next attempt (or the one after) gets it

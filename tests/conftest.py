@@ -44,6 +44,8 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 SANDBOX_LABEL = "io.codeact.sandbox"
 _leaks: list[str] = []
+#: Sandbox directory name -> the test after which it was first seen: a leak report names its likely author.
+_dir_first_seen: dict[str, str] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -176,12 +178,29 @@ def _collect_leaks(started: float, dirs_before: set[str]) -> list[str]:
     gc.collect()  # forgotten sessions are released by their finalizers
     deadline = time.monotonic() + 10
     while True:
-        leaks = [f"temporary directory {_SESSION_TMP / name}" for name in sorted(_sandbox_dirs() - dirs_before)]
+        leaks = [f"temporary directory {_SESSION_TMP / name}"
+                 f" (first seen after {_dir_first_seen.get(name, 'the last test')}: {_listing(_SESSION_TMP / name)})"
+                 for name in sorted(_sandbox_dirs() - dirs_before)]
         leaks += _docker_leaks(started)
         leaks += _kernel_processes()
         if not leaks or time.monotonic() > deadline:
             return leaks
         time.sleep(0.5)  # a process or container may be on its way out
+
+
+def _listing(directory: Path, limit: int = 8) -> str:
+    try:
+        names = sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    return ", ".join(names[:limit]) + (f", ... ({len(names)} in all)" if len(names) > limit else "") or "empty"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    for name in _sandbox_dirs():  # before the fixtures close (the session's close with the last test's)
+        _dir_first_seen.setdefault(name, item.nodeid)
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)
