@@ -181,7 +181,8 @@ def subprocess_times(cmd: list[str], repeat: int, parse: Callable[[str], float] 
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
         wall = time.perf_counter() - started
         if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[-800:]}")
+            tail = (proc.stderr or proc.stdout).strip()[-800:]
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {tail}")
         out.append(parse(proc.stdout) if parse else wall)
     return out
 
@@ -258,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
           " rest = overhead - listing)")
     print(f"\n{'backend':<8} {'run log':<7} {'run total s':>11} {'outside steps s':>16} {'listing share':>14}")
     for row in agent_rows:
-        share = row["workspace_listing_ms"]["median"] / row["overhead_ms"]["median"] if row["overhead_ms"]["median"] else 0
+        overhead = row["overhead_ms"]["median"]
+        share = row["workspace_listing_ms"]["median"] / overhead if overhead else 0
         print(f"{row['backend']:<8} {'on' if row['run_log'] else 'off':<7} {row['run_total_s']['median']:>11.3f} "
               f"{row['outside_steps_s']['median']:>16.3f} {share:>13.0%}")
 
@@ -294,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                              "ok": startup[key]["median"] <= target})
     print("\nTargets:")
     for v in verdicts:
-        print(f"  {'ok  ' if v['ok'] else 'MISS'} {v['what']}: {v['median_ms']:.2f} ms (target <= {v['target_ms']:g} ms)")
+        mark = "ok  " if v["ok"] else "MISS"
+        print(f"  {mark} {v['what']}: {v['median_ms']:.2f} ms (target <= {v['target_ms']:g} ms)")
     for f in failures:
         print(f"  FAILED {f}")
 

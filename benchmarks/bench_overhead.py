@@ -66,9 +66,10 @@ def ms(values: list[float]) -> dict[str, float]:
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
     out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    out += ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows]
     return "\n".join(out)
 
 
@@ -86,7 +87,8 @@ def main() -> int:
     if out.exists():
         shutil.rmtree(out)
     codeact = Path(sys.executable).parent / "codeact"
-    command = [str(codeact) if codeact.exists() else sys.executable, *([] if codeact.exists() else ["-m", "codeact.cli"]),
+    launcher = [str(codeact)] if codeact.exists() else [sys.executable, "-m", "codeact.cli"]
+    command = [*launcher,
                "bench", "run", "--suite", "tool-chains,data-analysis", "--agents", ",".join(AGENTS),
                "--model", "oracle", "--concurrency", str(args.concurrency), "--backend", args.backend,
                "--out", str(out)]
@@ -129,7 +131,7 @@ def main() -> int:
         if not mine:
             continue
         work = [e["sandbox_time"] if agent == "codeact" else e["tool_time"] for e in mine]
-        agent_loop = [max(0.0, e["run_time"] - e["model_time"] - w) for e, w in zip(mine, work)]
+        agent_loop = [max(0.0, e["run_time"] - e["model_time"] - w) for e, w in zip(mine, work, strict=True)]
         overhead[agent] = {"harness": ms([e["harness_time"] for e in mine]), "agent_loop": ms(agent_loop),
                            "sandbox_wait": ms([e["setup_time"] for e in mine]),
                            "episode_wall": ms([e["wall_time"] for e in mine])}

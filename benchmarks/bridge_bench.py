@@ -26,6 +26,7 @@ Targets (from the issues): docker call p50 <= 0.5 ms; 8 parallel 1-s calls
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -136,14 +137,10 @@ def raw_docker(client: Any, image: str, how: str, reps: int) -> list[float]:
             out.append(time.perf_counter() - t)
         return out
     finally:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             client.api.remove_container(cid, force=True)
-        except Exception:  # noqa: BLE001 - auto_remove may already be at it
-            pass
 
 
 def raw_zmq(reps: int) -> list[float]:

@@ -160,7 +160,8 @@ def main() -> int:
         if second is not None:
             second.remove()
 
-    head = f"{'engine':<14}{'raw attach p50':>16}{'execute p50':>14}{'call p50':>11}{'call p90':>11}{'session start':>16}"
+    head = (f"{'engine':<14}{'raw attach p50':>16}{'execute p50':>14}{'call p50':>11}{'call p90':>11}"
+            f"{'session start':>16}")
     print(head)
     print("-" * len(head))
     for label, r in rows.items():

@@ -30,6 +30,7 @@ could not be taken; missed targets do not change the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -234,7 +235,7 @@ def bench_cold(b: Bench, images: dict[str, str]) -> None:
 
     def cold() -> list[Row]:
         samples: dict[str, list[float]] = {name: [] for name in images}
-        for name, tag in images.items():  # warm-up: page cache, imports
+        for tag in images.values():  # warm-up: page cache, imports
             with DockerSandbox(image=tag) as sb:
                 sb.run("1")
         for _ in range(b.args.reps):
@@ -387,10 +388,8 @@ def bench_materialised(b: Bench, image: str) -> None:
 
             client = docker_client()
             for v in volumes:
-                try:
+                with contextlib.suppress(Exception):
                     client.volumes.get(v).remove(force=True)
-                except Exception:
-                    pass
             shutil.rmtree(cache, ignore_errors=True)
 
     b.guarded("materialised", "materialised", materialised)

@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.ray_cluster import RayCluster, unavailable_reason
+from tests.ray_cluster import RayCluster, unavailable_reason  # noqa: E402 - importable once ROOT is on sys.path
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -63,10 +63,15 @@ def ms(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(v), "median": statistics.median(v), "p95": quantile(v, 0.95), "n": len(v)}
 
 
+def _episode_wall(runs: dict[str, Any], executor: str) -> float:
+    return float(runs[executor]["per_agent_ms"]["all"]["episode_wall"]["median"])
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            for r in rows]
     return "\n".join(out)
 
 
@@ -136,13 +141,14 @@ def main() -> int:
                          f"{slot * 1000:.0f}" if agent == "all" else "", f"{wall:.1f}" if agent == "all" else ""])
         result_runs[name] = {"wall_s": wall, "episodes": len(episodes), "slot_overhead_ms": slot * 1000,
                              "per_agent_ms": per_agent}
-    print(f"\nThe same sweep ({args.suite}, {args.agents}, oracle, repeats {args.repeats}), {slots} episodes at once:\n")
+    print(f"\nThe same sweep ({args.suite}, {args.agents}, oracle, repeats {args.repeats}),"
+          f" {slots} episodes at once:\n")
     print(table(["executor", "agent", "episodes", "harness median ms", "harness p95 ms", "sandbox wait median ms",
                  "episode wall median ms", "slot overhead ms/episode", "sweep wall s"], rows))
     extra = result_runs["ray"]["slot_overhead_ms"] - result_runs["local"]["slot_overhead_ms"]
     print(f"\nRay costs {extra:+.0f} ms of slot time per episode over the local run; "
-          f"episode walls: local median {result_runs['local']['per_agent_ms']['all']['episode_wall']['median']:.0f} ms, "
-          f"ray {result_runs['ray']['per_agent_ms']['all']['episode_wall']['median']:.0f} ms")
+          f"episode walls: local median {_episode_wall(result_runs, 'local'):.0f} ms, "
+          f"ray {_episode_wall(result_runs, 'ray'):.0f} ms")
     print(f"same success, model calls and tool calls per episode on both: {'yes' if same else 'NO'}; "
           f"failed: local {len(failed['local'])}, ray {len(failed['ray'])}; load {load_before[0]:.2f} -> "
           f"{load_after[0]:.2f}")

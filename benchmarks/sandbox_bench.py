@@ -28,6 +28,7 @@ taken does (exit 1). See benchmarks/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -192,10 +193,8 @@ def machine_facts(client: Any) -> dict[str, Any]:
         "host_python_executable": sys.executable,
         "loadavg_start": loadavg(),
     }
-    try:
+    with contextlib.suppress(ValueError, OSError):
         facts["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError):
-        pass
     try:
         import jupyter_client
 
@@ -326,16 +325,12 @@ class BareDockerKernel:
 
     def close(self) -> None:
         if self.kc is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.kc.stop_channels()
-            except Exception:  # noqa: BLE001
-                pass
             self.kc = None
         if self.container is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.container.remove(force=True)
-            except Exception:  # noqa: BLE001
-                pass
             self.container = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -580,7 +575,7 @@ def bench_roundtrip(b: Bench, client: Any) -> None:
                 fn()
         sb_s: list[float] = []
         bare_s: dict[str, list[float]] = {k: [] for k in bare}
-        for i in range(reps):  # interleaved, so load changes hit both sides alike
+        for _ in range(reps):  # interleaved, so load changes hit both sides alike
             t = time.perf_counter()
             r = run_sandbox()
             sb_s.append(time.perf_counter() - t)
@@ -646,10 +641,8 @@ def bench_roundtrip(b: Bench, client: Any) -> None:
             sb.close()
             if kc is not None:
                 kc.stop_channels()
-            try:
+            with contextlib.suppress(Exception):
                 km.shutdown_kernel(now=True)
-            except Exception:  # noqa: BLE001
-                pass
 
     if client is not None:
         b.guarded("roundtrip", "docker: round trip", "ms", docker_rt, "<= 1.05 x")
@@ -767,10 +760,8 @@ def bench_cpu(b: Bench, client: Any) -> None:
                     errors[name] = f"{type(exc).__name__}: {exc}"
     finally:
         for sb in sessions.values():
-            try:
+            with contextlib.suppress(Exception):
                 sb.close()
-            except Exception:  # noqa: BLE001
-                pass
     base = samples["host python3"]
     img = samples["image python3 (docker run)"]
     for name in names:
@@ -907,7 +898,7 @@ def bench_recovery(b: Bench, client: Any) -> None:
             for name, code in KERNEL_DEATHS:
                 reported, ready = [], []
                 for _ in range(reps):
-                    took, r = timed(lambda: sb.run(code))
+                    took, r = timed(lambda code=code: sb.run(code))
                     if r.error is None or r.error.type not in ("KernelDied", "MemoryError"):
                         raise RuntimeError(f"{name}: the kernel did not die: {r.error}")
                     reported.append(took)
@@ -1004,11 +995,11 @@ def print_table(b: Bench) -> None:
         Console(width=max(150, shutil.get_terminal_size().columns)).print(table)
     except ImportError:
         widths = [max(len(h), *(len(row[i]) for row in data)) for i, h in enumerate(headers)]
-        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
+        line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
         print(line)
         print("-" * len(line))
         for row in data:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     for r in b.rows:
         if r.error:
             print(f"ERROR in [{r.group}] {r.name}: {r.error}")

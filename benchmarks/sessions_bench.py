@@ -44,7 +44,8 @@ CELLS = [
     "from sklearn.linear_model import LogisticRegression\n"
     "X = df.iloc[:20_000, :9].to_numpy(); y = (df.iloc[:20_000, 9] > 0.5).to_numpy()\n"
     "model = LogisticRegression(max_iter=200).fit(X, y)",
-    "for i in range(1000):\n    globals()[f'v{i}'] = i * 1.5 if i % 3 == 0 else (f's{i}' if i % 3 == 1 else [i, i + 1])",
+    "for i in range(1000):\n"
+    "    globals()[f'v{i}'] = i * 1.5 if i % 3 == 0 else (f's{i}' if i % 3 == 1 else [i, i + 1])",
 ]
 CHECK = "print(round(float(df.c0.sum()), 3), model.predict(X[:3]).tolist(), v999, len(df))"
 OPTIONS = {"memory": "2g", "timeout": 600}
@@ -75,11 +76,11 @@ def measure(engine: Any, store: SnapshotStore, reps: int) -> dict[str, Any]:
             seconds, snap = timed(lambda: sb.snapshot(store=store))
             rows["save"].append(seconds)
             run_ok(sb, "pass")
-            seconds, same = timed(lambda: sb.snapshot(since=snap, store=store))
+            seconds, same = timed(lambda snap=snap: sb.snapshot(since=snap, store=store))
             assert same is snap
             rows["auto_same"].append(seconds)
             run_ok(sb, "v1 = 'changed'")
-            seconds, changed = timed(lambda: sb.snapshot(since=snap, store=store))
+            seconds, changed = timed(lambda snap=snap: sb.snapshot(since=snap, store=store))
             rows["auto_small"].append(seconds)
             run_ok(sb, "v1 = 's1'")
             sizes = {"file_bytes": snap.size, "variables": len(snap.manifest.variables),
@@ -128,9 +129,11 @@ def main() -> None:
                     engine.remove()
             else:
                 print(f"(TCP+TLS engine skipped: {reason})")
-    print(f"{'engine':<14} {'save':>8} {'restore':>8} {'re-run':>8} {'auto same':>10} {'auto small':>11} {'file MB':>8}")
+    print(f"{'engine':<14} {'save':>8} {'restore':>8} {'re-run':>8} {'auto same':>10} {'auto small':>11}"
+          f" {'file MB':>8}")
     for name, r in results.items():
-        print(f"{name:<14} {r['save']:>7.2f}s {r['restore']:>7.2f}s {r['rerun']:>7.2f}s {r['auto_same'] * 1000:>8.0f}ms "
+        print(f"{name:<14} {r['save']:>7.2f}s {r['restore']:>7.2f}s {r['rerun']:>7.2f}s"
+              f" {r['auto_same'] * 1000:>8.0f}ms "
               f"{r['auto_small'] * 1000:>9.0f}ms {r['file_bytes'] / 1e6:>8.1f}")
     print("(medians of %d; restore and re-run include starting the sandbox and the check cell)" % reps)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)

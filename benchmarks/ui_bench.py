@@ -147,7 +147,7 @@ def measure(backend: str, first_event_reps: int, big_step_reps: int) -> dict[str
                 wait_turn(page, turns)
             bench = page.evaluate("window.__bench")
             clicks, seen = bench["clicks"][1:], bench["turns"][1:]
-            results["first_event_ms"] = summary([t - c for c, t in zip(clicks, seen)])
+            results["first_event_ms"] = summary([t - c for c, t in zip(clicks, seen, strict=False)])
 
             big: dict[str, list[float]] = {"js_ms": [], "longest_task_ms": [], "observation_to_images_ms": [],
                                            "total_ms": []}
@@ -221,7 +221,8 @@ def main() -> int:
     width = max(len(r[0]) for r in rows)
     print(f"\n{'measure':<{width}}  {'median':>10}  {'p95':>16}  {'target':>10}  met")
     for name, median, p95, target, met in rows:
-        print(f"{name:<{width}}  {median:>10}  {p95:>16}  {target:>10}  {'' if met is None else ('yes' if met else 'NO')}")
+        verdict = "" if met is None else ("yes" if met else "NO")
+        print(f"{name:<{width}}  {median:>10}  {p95:>16}  {target:>10}  {verdict}")
     print("\npage files (KB): " + ", ".join(f"{k} {v}" for k, v in pw["files"].items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"backend": args.backend, "cores": os.cpu_count(), "results": r,

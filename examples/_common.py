@@ -28,7 +28,8 @@ DATA = Path(__file__).resolve().parent / "data"
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--scripted", action="store_true",
-                   help="replay the built-in replies instead of asking a model (the default when CODEACT_MODEL is unset)")
+                   help="replay the built-in replies instead of asking a model"
+                        " (the default when CODEACT_MODEL is unset)")
     p.add_argument("--model", help="model name (default: $CODEACT_MODEL)")
     p.add_argument("--sandbox", default="auto", choices=["auto", "docker", "local"],
                    help="where the code runs (default: docker when it is available, else local)")
@@ -49,7 +50,9 @@ def choose_model(args: argparse.Namespace, replies: Sequence[Any]) -> Any:
     return OpenAIModel(name)
 
 
-def make_agent(args: argparse.Namespace, replies: Sequence[Any], tools: Sequence[Any] = (), **options: Any) -> CodeActAgent:
+def make_agent(
+    args: argparse.Namespace, replies: Sequence[Any], tools: Sequence[Any] = (), **options: Any
+) -> CodeActAgent:
     return CodeActAgent(
         choose_model(args, replies),
         tools,
@@ -87,7 +90,8 @@ def print_event(event: Event) -> None:
         print(_indent(event.code))
     elif isinstance(event, ToolCall):
         args = ", ".join(f"{k}={_clip(repr(v), 40)}" for k, v in event.arguments.items())
-        outcome = f"error: {event.error}" if event.error else f"{len(json.dumps(event.result, ensure_ascii=False))} chars"
+        size = len(json.dumps(event.result, ensure_ascii=False))
+        outcome = f"error: {event.error}" if event.error else f"{size} chars"
         print(f"  tool call: {event.name}({args}) -> {outcome}")
     elif isinstance(event, Observation):
         print("  observation:")

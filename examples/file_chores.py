@@ -104,7 +104,8 @@ def approver(auto_yes: bool):
         for name, value in args.items():
             text = str(value)
             lines = text.splitlines()
-            shown = "\n             ".join(lines[:6]) + (f"\n             ... ({len(lines) - 6} more lines)" if len(lines) > 6 else "")
+            more = f"\n             ... ({len(lines) - 6} more lines)" if len(lines) > 6 else ""
+            shown = "\n             ".join(lines[:6]) + more
             print(f"  {name:>9}: {shown}")
         if auto_yes:
             print("[approval] allowed (--yes)")

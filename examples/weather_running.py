@@ -108,7 +108,8 @@ final_answer({
 
 def main(argv: Sequence[str] | None = None) -> RunResult:
     p = parser("Ask whether tomorrow's weather in Beijing suits a run (tool: get_daily_weather).")
-    p.add_argument("--task", default=TASK, help=f"the question (default: {TASK}); the scripted replies answer the default")
+    p.add_argument("--task", default=TASK,
+                   help=f"the question (default: {TASK}); the scripted replies answer the default")
     args = p.parse_args(argv)
     agent = make_agent(args, SCRIPTED_REPLIES, [get_daily_weather])
     return run(agent, args.task, quiet=args.quiet)
