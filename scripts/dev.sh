@@ -2,7 +2,7 @@
 # Set up a fresh machine and run the demo or the whole test suite.
 #
 #   scripts/dev.sh demo     # Docker engine + sandbox image + venv, then `codeact demo`
-#   scripts/dev.sh test     # the same setup, then the whole pytest suite
+#   scripts/dev.sh test     # the same setup, then ruff, mypy and the whole pytest suite
 #   scripts/dev.sh setup    # only the setup
 #
 # Idempotent: every step checks first and skips what is already there.
@@ -177,14 +177,23 @@ case "$cmd" in
     ;;
   test)
     setup
+    # Lint and types first (seconds), then the suite; every part runs, and any failure fails the command.
     set +e
+    log "ruff check (pyproject.toml [tool.ruff])"
+    "$VENV/bin/ruff" check .
+    lint=$?
+    log "mypy (pyproject.toml [tool.mypy]: codeact, sandbox)"
+    "$VENV/bin/mypy"
+    types=$?
     "$VENV/bin/python" -m pytest "$@"
     rc=$?
     set -e
     if [ "$rc" = 5 ]; then
       echo "pytest collected no tests: failing on purpose" >&2
-      exit 1
+      rc=1
     fi
+    [ "$lint" = 0 ] || { echo "ruff found problems (above): fix them, or turn the rule off in pyproject.toml with a reason" >&2; rc=1; }
+    [ "$types" = 0 ] || { echo "mypy found problems (above): fix them" >&2; rc=1; }
     exit "$rc"
     ;;
   *) echo "usage: scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
