@@ -1,9 +1,11 @@
-"""Shared test setup: the Docker gate and a leak check over the whole session.
+"""Shared test setup: the Docker gate, shared fixtures and a leak check over the whole session.
 
 * ``docker_ready``: the Docker engine answers and the sandbox image exists.
   When not, Docker tests are skipped on a developer machine and FAIL in CI
   (``CI=true``): there they must run. Tests marked ``@pytest.mark.docker``
   go through it automatically.
+* ``openai_server``: a started :class:`tests.openai_server.OpenAITestServer`.
+  Shared fixtures live here and are asked for by name, never imported into a test module.
 * Leak check: when the session ends, nothing a sandbox creates may be left —
   containers or volumes labelled ``io.codeact.sandbox`` by this process,
   ``sbx-*`` socket directories or ``sandbox-work-*`` working directories in
@@ -23,9 +25,12 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.openai_server import OpenAITestServer
 
 # Before anything creates a temporary file: every sbx-*/sandbox-work-* directory
 # of this session (and of its subprocesses) lands here.
@@ -77,6 +82,13 @@ def _docker_gate(request: pytest.FixtureRequest) -> None:
     """Every test marked ``docker`` passes the gate, even one that forgot to ask for it."""
     if request.node.get_closest_marker("docker") is not None:
         request.getfixturevalue("docker_ready")
+
+
+@pytest.fixture
+def openai_server() -> Iterator[OpenAITestServer]:
+    """A started, scriptable OpenAI-compatible server on 127.0.0.1, closed after the test."""
+    with OpenAITestServer() as server:
+        yield server
 
 
 # --- leak check -----------------------------------------------------------------------------

@@ -21,9 +21,7 @@ Example::
         ...
         assert len(server.chat_requests) == 2
 
-In pytest, use the :func:`openai_server` fixture::
-
-    from tests.openai_server import openai_server  # noqa: F401
+In pytest, ask for the ``openai_server`` fixture (defined in ``tests/conftest.py``)::
 
     def test_something(openai_server):
         openai_server.plan_text("hi")
@@ -42,15 +40,10 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Union
-
-try:  # pytest is only needed for the fixture; benchmarks can use the server without it
-    import pytest
-except ImportError:  # pragma: no cover
-    pytest = None  # type: ignore[assignment]
 
 __all__ = [
     "Fault",
@@ -59,7 +52,6 @@ __all__ = [
     "Reply",
     "ToolCall",
     "free_port",
-    "openai_server",
 ]
 
 
@@ -652,18 +644,3 @@ class _Handler(BaseHTTPRequestHandler):
             self._sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                        "choices": [], "usage": self._usage(reply, req)})
         self._end_sse()
-
-
-# --------------------------------------------------------------------------- pytest fixture
-
-
-if pytest is not None:
-
-    @pytest.fixture
-    def openai_server() -> Iterator[OpenAITestServer]:
-        """A started :class:`OpenAITestServer`, closed after the test.
-
-        Import it into a test module: ``from tests.openai_server import openai_server  # noqa: F401``.
-        """
-        with OpenAITestServer() as server:
-            yield server

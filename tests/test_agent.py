@@ -37,7 +37,7 @@ from codeact.events import (
     ToolCall,
 )
 from codeact.messages import Message
-from tests.openai_server import OpenAITestServer, free_port, openai_server  # noqa: F401
+from tests.openai_server import OpenAITestServer, free_port
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,7 +24,6 @@ from codeact import CodeActAgent, ScriptedModel
 from codeact.cli import cli
 from codeact.events import Observation
 from codeact.skills import MAX_PROMPT_BLOCK, SkillApproval, SkillStore
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 

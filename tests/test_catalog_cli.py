@@ -15,7 +15,6 @@ from click.testing import CliRunner
 
 from codeact.cli import cli
 from codeact.skills import SkillStore
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.docker
 

@@ -14,7 +14,6 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.mcp_servers.helpers import CODEACT, assert_no_leftovers
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.docker
 

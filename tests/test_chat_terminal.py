@@ -28,7 +28,6 @@ import pytest
 
 from codeact.agent import USER_INTERRUPT_NOTE
 from codeact.runlog import RunLog
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.docker
 

@@ -22,7 +22,6 @@ from click.testing import CliRunner
 
 from codeact.cli import cli
 from codeact.runlog import RunLog
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from codeact.errors import (
 )
 from codeact.messages import Message, ModelResponse, ToolCallRequest, Usage
 from codeact.models import Model, OpenAIModel, ScriptedModel, _parse_retry_after
-from tests.openai_server import Fault, OpenAITestServer, ToolCall, free_port, openai_server  # noqa: F401
+from tests.openai_server import Fault, OpenAITestServer, ToolCall, free_port
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -36,7 +36,7 @@ from codeact.messages import Message
 from codeact.models import OpenAIModel
 from codeact.prompts import PROMPT_NAMES, Prompt, load_prompt, parse_prompt
 from codeact.react import AGENT_KINDS, format_name
-from tests.openai_server import OpenAITestServer, Reply, openai_server  # noqa: F401
+from tests.openai_server import OpenAITestServer, Reply
 from tests.openai_server import ToolCall as PlannedCall
 
 pytestmark = pytest.mark.timeout(60)

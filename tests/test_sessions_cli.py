@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from codeact.runlog import RunLog
-from tests.openai_server import openai_server  # noqa: F401 - fixture
 from tests.test_chat_terminal import WAIT, Terminal, code, codeact_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]

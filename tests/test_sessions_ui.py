@@ -26,7 +26,7 @@ from codeact.agent import CodeActAgent
 from codeact.models import ScriptedModel
 from codeact.runlog import RunLog
 from codeact.ui import UIOptions, UIServer
-from tests.openai_server import OpenAITestServer, openai_server  # noqa: F401 - fixture
+from tests.openai_server import OpenAITestServer
 from tests.test_ui import request, token_header, wait_idle
 from tests.test_ui_browser import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, _unavailable, code_reply, open_page, send,
                                    variable, wait_turn_done)

@@ -38,7 +38,7 @@ from codeact.models import OpenAIModel
 from codeact.runlog import RunLog
 from codeact.tools import tool
 from codeact.ui import UIOptions, UIServer
-from tests.openai_server import OpenAITestServer, openai_server  # noqa: F401 - fixture
+from tests.openai_server import OpenAITestServer
 
 CHROMIUM = os.environ.get("CODEACT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
