@@ -208,6 +208,19 @@ class ServerConnection:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             self._schedule_refresh()
 
+    async def _settle_refresh(self) -> None:
+        """Let a tool-list change the server announced while answering reach the tool list before the answer does.
+
+        The SDK dispatches notifications in tasks of their own, queued before the response that follows them: one
+        turn of the loop runs them (a refresh starts), then the refresh is awaited, bounded by the connect timeout.
+        Without this, a tool that adds tools ("add_tool") could return before the agent sees the new ones, and the
+        next code action would call a name that is not there yet.
+        """
+        await asyncio.sleep(0)
+        refreshing = self._refreshing
+        if refreshing is not None and not refreshing.done():
+            await asyncio.wait({refreshing}, timeout=self.config.connect_timeout)
+
     def _schedule_refresh(self) -> None:
         if self._closing or (self._refreshing is not None and not self._refreshing.done()):
             return
@@ -252,8 +265,12 @@ class ServerConnection:
         try:
             if _timeout is not None:  # no extra task per call, unlike wait_for (3.11+)
                 async with _timeout(timeout):
-                    return await client.call_tool(tool, arguments, progress_callback=on_progress)
-            return await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=on_progress), timeout)
+                    result = await client.call_tool(tool, arguments, progress_callback=on_progress)
+            else:
+                result = await asyncio.wait_for(client.call_tool(tool, arguments, progress_callback=on_progress),
+                                                timeout)
+            await self._settle_refresh()
+            return result
         except asyncio.TimeoutError:
             raise TimeoutError(f"MCP tool {tool!r} of server {self.name!r} did not answer within {timeout:g} s "
                                f"(the call was cancelled; raise \"timeout\" for {self.name!r} if it needs longer)") from None
