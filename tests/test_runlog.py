@@ -38,7 +38,7 @@ from codeact.events import (
     TextDelta,
     ToolCall,
 )
-from codeact.export import export_jsonl, export_notebook, model_prose
+from codeact.export import export_jsonl, export_notebook, export_run, model_prose
 from codeact.messages import Usage
 from codeact.runlog import (
     SCHEMA_VERSION,
@@ -821,7 +821,7 @@ def test_export_notebook_odd_steps(log: RunLog, tmp_path: Path) -> None:
     log.record(FinalAnswer(run_id=rid, step=2, answer="Hello there!", status="success"))
     log.record(RunFinished(run_id=rid, result=RunResult(run_id=rid, task="Say hi", answer="Hello there!", status="success")))
     path = tmp_path / "plain.ipynb"
-    log.export(rid, path)
+    export_run(log.get_run(rid), path)
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code", "markdown", "markdown", "markdown"]
@@ -830,9 +830,9 @@ def test_export_notebook_odd_steps(log: RunLog, tmp_path: Path) -> None:
     assert len(_text(nb.cells[4].source)) < 2100  # long prose is cut
     assert "Hello there!" in _text(nb.cells[-1].source)
 
-    # The convenience export writes JSONL too.
+    # export_run picks the format from the suffix: JSONL too.
     jsonl = tmp_path / "plain.jsonl"
-    log.export(rid, jsonl)
+    export_run(log.get_run(rid), jsonl)
     assert [json.loads(line)["type"] for line in jsonl.read_text().splitlines()] == ["run", "step", "step", "result"]
 
 

@@ -112,8 +112,10 @@ class ServedRuns:
         if log is None:
             raise RunAccessError("this server keeps no run log (it was started with --no-log); get_run "
                                  "still reports the run's steps")
+        from ..export import export_jsonl  # only this call needs the exporter
+
         out = io.StringIO()
-        log.export(result.run_id, out, "jsonl")
+        export_jsonl(log.get_run(result.run_id), out)
         return out.getvalue()
 
     def artifact(self, run_id: str, name: str) -> bytes:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RunLogError
-from ._schema import migrate
+from ._schema import SCHEMA_VERSION, migrate, schema_version
 
 #: Environment variable that overrides the database location.
 DB_ENV_VAR = "CODEACT_DB"
@@ -99,7 +99,13 @@ class Database:
             retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             # NORMAL is crash-safe in WAL mode (may lose the last commits on power loss).
             conn.execute("PRAGMA synchronous = NORMAL")
-            migrate(conn, str(self.path), retry)
+            version = schema_version(conn)
+            if version > SCHEMA_VERSION:
+                raise RunLogError(
+                    f"The run log {self.path} has schema version {version}, newer than this codeact "
+                    f"understands ({SCHEMA_VERSION}). Upgrade codeact or set {DB_ENV_VAR} to another file."
+                )
+            migrate(conn, retry)
         except sqlite3.Error as exc:
             conn.close()
             raise RunLogError(f"Cannot initialise the run log {self.path}: {exc}") from exc

@@ -6,7 +6,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any
 
 from ..errors import RunLogError
 from ..events import Event
@@ -203,16 +203,3 @@ class RunLog:
     def delete_snapshot(self, snapshot_id: str) -> bool:
         """Delete a saved session's row (not its file: see :func:`codeact.sessions.delete`); False if none."""
         return bool(self._db.write(lambda conn: _snapshots.delete(conn, snapshot_id)))
-
-    # -- export convenience -----------------------------------------------------------
-
-    def export(
-        self,
-        run_id: str,
-        dest: str | os.PathLike[str] | IO[str],
-        format: Literal["jsonl", "ipynb"] | None = None,
-    ) -> None:
-        """Export a run to JSONL or a Jupyter notebook; see :func:`codeact.export.export_run`."""
-        from ..export import export_run  # export reads records; it never writes the log
-
-        export_run(self.get_run(run_id), dest, format)

@@ -39,7 +39,6 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import RunLogError
 
 #: Current schema version, stored in ``PRAGMA user_version``.
 SCHEMA_VERSION = 4
@@ -175,28 +174,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
-def migrate(conn: sqlite3.Connection, where: str, retry: Callable[[Callable[[], Any]], Any]) -> None:
-    """Bring the database on ``conn`` to :data:`SCHEMA_VERSION` (one transaction; safe against races).
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The schema version of the database on ``conn`` (0 for a new file)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
-    Raises:
-        RunLogError: the database was written by a newer codeact.
+
+def migrate(conn: sqlite3.Connection, retry: Callable[[Callable[[], Any]], Any]) -> None:
+    """Bring an older database on ``conn`` to :data:`SCHEMA_VERSION` (one transaction; safe against races).
+
+    A database at a newer version is left as it is: the caller refuses it
+    (:class:`codeact.runlog._db.Database` says which setting picks another file).
     """
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version == SCHEMA_VERSION:
+    if schema_version(conn) >= SCHEMA_VERSION:
         return
-    if version > SCHEMA_VERSION:
-        from ._db import DB_ENV_VAR
-
-        raise RunLogError(
-            f"The run log {where} has schema version {version}, newer than this codeact "
-            f"understands ({SCHEMA_VERSION}). Upgrade codeact or set {DB_ENV_VAR} to another file."
-        )
 
     def upgrade() -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Re-read inside the write lock: another process may have migrated meanwhile.
-            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            current = schema_version(conn)
             for step in range(current, SCHEMA_VERSION):
                 for statement in MIGRATIONS[step]:
                     conn.execute(statement)
