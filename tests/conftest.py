@@ -19,6 +19,7 @@ what it leaves behind can be told apart from other processes' sandboxes.
 from __future__ import annotations
 
 import calendar
+import contextlib
 import gc
 import os
 import shutil
@@ -134,10 +135,8 @@ def _docker_leaks(started: float) -> list[str]:
             leaks.append(f"container {c['Names'][0].lstrip('/')} ({c.get('State')})")
     for v in client.api.volumes(filters={"label": SANDBOX_LABEL}).get("Volumes") or []:
         created = None
-        try:
+        with contextlib.suppress(ValueError):
             created = calendar.timegm(time.strptime(v.get("CreatedAt", "")[:19], "%Y-%m-%dT%H:%M:%S"))
-        except ValueError:
-            pass
         if ours(v.get("Labels") or {}, created):
             leaks.append(f"volume {v['Name']}")
     return leaks

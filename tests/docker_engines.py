@@ -12,6 +12,7 @@ brings it back on the same port and data.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -159,10 +160,8 @@ class SecondEngine:
                 doomed.append(int(entry.name))
                 doomed += _children(int(entry.name))  # a shim's child is a container's init
         for pid in doomed:  # a container's init takes its whole PID namespace with it
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=30)
         self.proc = None
         # A machine that comes back has empty /run and no mounts: otherwise dockerd takes a
@@ -270,10 +269,8 @@ class SSHServer:
     def stop(self) -> None:
         if self.proc is not None:
             # The listener and every connection's own sshd: they share the session started above.
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             self.proc.wait(timeout=10)
             self.proc = None
         shutil.rmtree(self.root, ignore_errors=True)

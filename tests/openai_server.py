@@ -569,7 +569,7 @@ class _Handler(BaseHTTPRequestHandler):
         """The streamed ``delta.tool_calls`` items of a reply, in sending order."""
         size = max(1, reply.fragment_size)
         per_call: list[list[dict[str, Any]]] = []
-        for index, (call_id, t) in enumerate(zip(self._call_ids(reply), reply.tool_calls)):
+        for index, (call_id, t) in enumerate(zip(self._call_ids(reply), reply.tool_calls, strict=True)):
             args = t.arguments_json()
             pieces = [args[i : i + size] for i in range(0, len(args), size)]
             if reply.interleave_tool_calls:
@@ -597,7 +597,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.tool_calls:
             message["tool_calls"] = [
                 {"id": cid, "type": "function", "function": {"name": t.name, "arguments": t.arguments_json()}}
-                for cid, t in zip(self._call_ids(reply), reply.tool_calls)
+                for cid, t in zip(self._call_ids(reply), reply.tool_calls, strict=True)
             ]
         payload: dict[str, Any] = {
             "id": self.owner._next_id(),

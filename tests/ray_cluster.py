@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -111,10 +112,8 @@ class NetNamespace:
         deadline = time.monotonic() + 20
         while (pids := self.pids()) and time.monotonic() < deadline:
             for pid in pids:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             time.sleep(0.2)
         self.holder.kill()
         self.holder.wait(timeout=10)
@@ -219,10 +218,8 @@ class RayCluster:
         """SIGKILL the worker node (raylet, workers, agents) at once, as a machine that vanished; returns the pids."""
         pids = self.node_processes(port)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.workers.remove(port)
         return pids
 

@@ -739,11 +739,12 @@ class ApiClient:
 
 
 SECRET = "sk-live-0123456789abcdef"
+CLIENT = ApiClient(SECRET)
 
 
 def test_tool_defaults_never_enter_the_sandbox(tmp_path: Path) -> None:
     @tool
-    def fetch(url: str, client=ApiClient(SECRET), retries: int = 3) -> str:
+    def fetch(url: str, client=CLIENT, retries: int = 3) -> str:
         """Fetch a URL with the configured client."""
         return f"{url} via {type(client).__name__} x{retries}"
 

@@ -8,6 +8,7 @@ closes or its owner is killed, what happens when the engine dies.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -232,10 +233,8 @@ def test_reap_on_a_named_engine(second: SecondEngine, tmp_path: Path, monkeypatc
         assert "codeact-sbx-leftover" in result.output
         assert sandbox_containers(remote) == []
     finally:
-        try:
+        with contextlib.suppress(Exception):
             remote.api.remove_container(leftover, force=True)
-        except Exception:
-            pass
 
 
 @pytest.mark.docker

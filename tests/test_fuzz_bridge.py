@@ -11,6 +11,7 @@ from inside a real Docker sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -163,10 +164,8 @@ class FuzzSandbox:
             pass
         finally:
             for fd in (read_fd, write_fd):
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
     def _answer(self, fd: int, msg_id: str, content: dict) -> None:
         rng = self.rng
@@ -218,10 +217,8 @@ class FuzzSandbox:
                     return
         finally:
             for fd in (read_fd, write_fd):
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
 
 def _rss() -> int:

@@ -159,7 +159,7 @@ def _same(got: Any, want: Any) -> bool:
     if isinstance(want, dict):
         return list(want) == list(got) and all(_same(got[k], want[k]) for k in want)
     if isinstance(want, (list, tuple)):
-        return len(want) == len(got) and all(_same(g, w) for g, w in zip(got, want))
+        return len(want) == len(got) and all(_same(g, w) for g, w in zip(got, want, strict=True))
     return bool(want == got)
 
 

@@ -9,6 +9,7 @@ session, so "first time" means first time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -53,10 +54,8 @@ def env_volumes() -> Any:
 
     client = docker_client()
     for name in made:
-        try:
+        with contextlib.suppress(Exception):
             client.volumes.get(name).remove(force=True)
-        except Exception:
-            pass
 
 
 def policy(cache_dir: str, **options: Any) -> PackagePolicy:
@@ -244,10 +243,8 @@ def test_two_sessions_installing_the_same_package_at_once(tmp_path: Path, env_vo
     target, present, _ = backend.inspect()
     plan = PackageInstaller(policy(fresh), target).plan(["tabulate", "msgpack"], present, source="upfront")
     volume = f"codeact-env-{plan.content_hash(target)}"
-    try:
-        client.volumes.get(volume).remove(force=True)  # made by an earlier test: start from nothing
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):  # made by an earlier test: start from nothing
+        client.volumes.get(volume).remove(force=True)
     env_volumes.add(volume)
     used: dict[str, str] = {}
 

@@ -7,6 +7,7 @@ engine reports about the container it created.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
@@ -301,10 +302,8 @@ def test_reap_removes_containers_whose_process_is_gone(client, docker_ready):
         assert "codeact-sbx-orphan-test" in reap(client)
         assert not _exists(client, "container", orphan.id)
     finally:
-        try:
+        with contextlib.suppress(Exception):
             orphan.remove(force=True)
-        except Exception:
-            pass
 
 
 @pytest.mark.timeout(120)

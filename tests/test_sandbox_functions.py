@@ -58,9 +58,12 @@ class Secret:
         return "sk-live-SECRET"
 
 
+SECRET_DEFAULT = Secret()
+
+
 def search(query: str, /, limit: int = 10, *tags: str, exact: bool = False, since: dt.date = dt.date(2020, 1, 1),
            mode: Literal["fast", "full"] = "fast", note: str | None = None, label: str = "x",
-           client: Secret = Secret(), **extra: int) -> list:
+           client: Secret = SECRET_DEFAULT, **extra: int) -> list:
     """Search the index.
 
     Args:

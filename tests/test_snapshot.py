@@ -177,9 +177,8 @@ def test_local_backend_saves_and_restores_and_restricted_refuses(tmp_path: Path)
         assert ok(sb, "print(g(), open('x.txt').read())") == "3 x\n"
     with DockerSandbox.restore(snap) as sb:  # across backends too
         assert ok(sb, "print(g())") == "3\n"
-    with RestrictedSandbox() as rs:
-        with pytest.raises(SnapshotError, match="restricted backend cannot"):
-            rs.snapshot()
+    with RestrictedSandbox() as rs, pytest.raises(SnapshotError, match="restricted backend cannot"):
+        rs.snapshot()
     with pytest.raises(SnapshotError, match="restricted backend cannot"):
         RestrictedSandbox.restore(snap)
 

@@ -58,9 +58,9 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory):
            "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(grpc_port), "PHOENIX_TELEMETRY_ENABLED": "false"}
     for name in [k for k in env if k.startswith("OTEL_")]:
         env.pop(name)
-    log = open(workdir / "phoenix.log", "wb")
-    proc = subprocess.Popen([str(command), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, cwd=workdir)
+    with open(workdir / "phoenix.log", "wb") as log:  # the child writes to its own copy of the descriptor
+        proc = subprocess.Popen([str(command), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=workdir)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     try:
@@ -82,7 +82,6 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        log.close()
 
 
 #: The MCP server's process: the toolbox server with an OpenTelemetry SDK of its own, exporting to Phoenix.

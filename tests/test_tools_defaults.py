@@ -55,6 +55,15 @@ class Settings:
     client: Any = CLIENT  # a secret default one level down, in a structured type
 
 
+# Defaults that are containers or built objects, named here rather than written in the signatures: the value a tool
+# gets is the same, and ruff's B006/B008 (one shared mutable default) hold for the tests too.
+CLIENTS = [CLIENT]
+SETTINGS = Settings()
+EMPTY_SET: set[int] = set()
+NESTED = {"k": [1, None, True]}
+LIST_WITH_AN_OBJECT = [object()]
+
+
 @pytest.fixture(autouse=True)
 def _no_reprs_yet() -> None:
     reprs.clear()
@@ -65,10 +74,10 @@ def make_tool() -> Tool[Any, Any]:
         query: str,
         client: Any = CLIENT,
         token: str = "Bearer " + SECRET * 4,  # a literal, but too long to show
-        clients: list[Any] = [CLIENT],  # noqa: B006 - a container holding a non-literal
+        clients: list[Any] = CLIENTS,  # a container holding a non-literal
         label: str = SneakyStr("public"),
         *,
-        settings: Settings = Settings(),  # noqa: B008
+        settings: Settings = SETTINGS,
         limit: int = 10,
     ) -> dict[str, Any]:
         """Search with the configured client."""
@@ -169,17 +178,17 @@ def test_errors_show_the_signature_without_secrets() -> None:
 def test_what_counts_as_a_literal() -> None:
     @tool
     def shapes(
-        a=(1, "a"),  # noqa: ANN001
-        b=frozenset({1}),  # noqa: ANN001
-        c=set(),  # noqa: ANN001, B008
-        d=float("nan"),  # noqa: ANN001
-        e="x" * 61,  # noqa: ANN001
-        f=b"\x00",  # noqa: ANN001
-        g={"k": [1, None, True]},  # noqa: ANN001, B006
-        h=-1.5,  # noqa: ANN001
-        i=(1,),  # noqa: ANN001
-        j=float("inf"),  # noqa: ANN001
-        k=[object()],  # noqa: ANN001, B006
+        a=(1, "a"),
+        b=frozenset({1}),
+        c=EMPTY_SET,
+        d=float("nan"),
+        e="x" * 61,
+        f=b"\x00",
+        g=NESTED,
+        h=-1.5,
+        i=(1,),
+        j=float("inf"),
+        k=LIST_WITH_AN_OBJECT,
     ) -> None:
         """Literal or not."""
 

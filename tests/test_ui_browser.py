@@ -529,7 +529,7 @@ def test_a_turn_runs_whatever_the_page_is_doing(browser: Any, openai_server: Ope
         assert len(openai_server.chat_requests) == 2  # the model got both requests of the turn
         t = turn(page, 1)
         assert "success" in t.locator(".run-status").inner_text()
-        assert t.locator(".live-output").inner_text().split() == "tick 0 tick 1 tick 2 tick 3 tick 4".split()
+        assert t.locator(".live-output").inner_text().split() == ["tick", "0", "tick", "1", "tick", "2", "tick", "3", "tick", "4"]
         assert not session.busy
         assert hammer["errors"] == [] and hammer["done"] > 0 and hammer["streams"] > 0, hammer["errors"][:5]
         assert page.evaluate("window.codeactStats.events") == session.last_seq  # every event, once
