@@ -28,6 +28,32 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The public API. Each name is imported from its module on first use (_EXPORTS says which).
+__all__ = [
+    "ApprovalRequest",
+    "ChatSession",
+    "CodeActAgent",
+    "CodeActError",
+    "ConfigError",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelResponse",
+    "OpenAIModel",
+    "ReActAgent",
+    "ReActSession",
+    "RunContext",
+    "RunLog",
+    "RunResult",
+    "ScriptedModel",
+    "Step",
+    "Tool",
+    "ToolError",
+    "Usage",
+    "load_tools",
+    "tool",
+]
+
 _EXPORTS = {
     "CodeActAgent": ".agent",
     "ChatSession": ".agent",
@@ -52,8 +78,8 @@ _EXPORTS = {
     "ModelError": ".errors",
     "ToolError": ".errors",
 }
+assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the same things"
 
-__all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import ApprovalRequest, ChatSession, CodeActAgent

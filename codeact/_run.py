@@ -177,10 +177,8 @@ def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Cal
 
     def emit(event: Event) -> Event:
         if log is not None:
-            try:
+            with contextlib.suppress(Exception):  # the log must never break a run
                 log.record(transform(event) if transform is not None else event)
-            except Exception:  # the log must never break a run
-                pass
         return event
 
     return emit

@@ -182,7 +182,10 @@ def output_root(option: str | os.PathLike[str] | None = None) -> Path:
 
 
 def snapshot_dir(option: str | os.PathLike[str] | None = None) -> Path:
-    """Where saved sessions go: ``--snapshot-dir``, ``$CODEACT_SNAPSHOT_DIR`` or ``<user data dir>/codeact/snapshots``."""
+    """Where saved sessions go.
+
+    ``--snapshot-dir``, else ``$CODEACT_SNAPSHOT_DIR``, else ``<user data dir>/codeact/snapshots``.
+    """
     if option:
         return Path(option).expanduser()
     value = env(SNAPSHOT_DIR_ENV)

@@ -371,7 +371,8 @@ def _header_markdown(record: RunRecord) -> str:
         meta.insert(0, f"agent `{record.agent}`")
     if record.prompt:
         meta.append(f"prompt `{record.prompt}@{record.prompt_version or '?'}`")
-    lines = ["# Task", "", record.task or "*(no task recorded)*", "", " · ".join(meta), "", f"Run `{record.id}` · {when}"]
+    lines = ["# Task", "", record.task or "*(no task recorded)*", "", " · ".join(meta), "",
+             f"Run `{record.id}` · {when}"]
     if record.tools:
         lines += ["", "Tools: " + ", ".join(f"`{t}`" for t in record.tools)]
     if record.files:
@@ -389,7 +390,8 @@ def to_notebook(record: RunRecord) -> NotebookNode:
     for step in record.steps:
         prose = model_prose(step.model_output)
         if prose:
-            cells.append(nbf.new_markdown_cell(f"**Step {step.step}**\n\n{prose}", metadata={"codeact": {"step": step.step}}))
+            cells.append(nbf.new_markdown_cell(f"**Step {step.step}**\n\n{prose}",
+                                               metadata={"codeact": {"step": step.step}}))
         if step.code is None:
             if step.tool_calls:
                 cells.append(nbf.new_markdown_cell(_actions_markdown(step), metadata={"codeact": {"step": step.step}}))

@@ -529,10 +529,10 @@ class Renderer:
             for err in errs:
                 if err.fatal:
                     self.console.print(Text(safe(f"error ({err.kind}): {err.message}"), style="red"))
-        if record.error and record.status != "success":
-            if not any(e.fatal and e.message == record.error for e in record.errors):
-                self.console.print(Text(safe(f"{record.status}: {record.error}"),
-                                        style=STATUS_STYLE.get(record.status, "")))
+        if record.error and record.status != "success" \
+                and not any(e.fatal and e.message == record.error for e in record.errors):
+            self.console.print(Text(safe(f"{record.status}: {record.error}"),
+                                    style=STATUS_STYLE.get(record.status, "")))
         folder = None
         if record.artifacts:
             folder = Path(record.artifacts[0].path).parent

@@ -34,7 +34,8 @@ def change_note(catalog: ToolCatalog, added: Sequence[Any], removed: Sequence[st
                 entry = catalog.resolve(t.name)
             except LookupError:
                 continue
-            shown.append(f"- {entry.qualified_name}{entry.signature}" + (f"  # {entry.summary}" if entry.summary else ""))
+            comment = f"  # {entry.summary}" if entry.summary else ""
+            shown.append(f"- {entry.qualified_name}{entry.signature}{comment}")
         more = f"\n- ... and {len(added) - 30} more (search_tools finds them)" if len(added) > 30 else ""
         lines.append("New or changed tools:\n" + "\n".join(shown) + more)
     if removed:

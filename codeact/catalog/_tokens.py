@@ -40,7 +40,8 @@ def _encoding() -> Any:
         import tiktoken
     except ImportError:
         return None
-    raw = gzip.decompress(resources.files(__package__).joinpath("data").joinpath("cl100k_base.tiktoken.gz").read_bytes())
+    packed = resources.files(__package__).joinpath("data").joinpath("cl100k_base.tiktoken.gz")
+    raw = gzip.decompress(packed.read_bytes())
     if hashlib.sha256(raw).hexdigest() != _SHA256:
         raise RuntimeError("codeact/catalog/data/cl100k_base.tiktoken.gz is damaged (its SHA-256 does not match); "
                            "reinstall codeact")

@@ -152,8 +152,10 @@ class ServerConnection:
         if cfg.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            # A real file: the SDK hands it to the child process as its stderr.
-            self._stderr = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
+            # A real file: the SDK hands it to the child process as its stderr. Not a `with`: it outlives this
+            # call and the exit stack (failures quote its tail after the stack closed); run() closes it last.
+            self._stderr = tempfile.TemporaryFile(  # noqa: SIM115  # closed in run()'s finally, see above
+                mode="w+", encoding="utf-8", errors="replace")
             params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args), env=dict(cfg.env) or None,
                                            cwd=cfg.cwd)
             return stdio_client(params, errlog=self._stderr)
@@ -257,10 +259,8 @@ class ServerConnection:
         on_progress = None
         if progress is not None:
             async def on_progress(value: float, total: float | None, message: str | None) -> None:
-                try:
+                with contextlib.suppress(Exception):  # a progress consumer must not break the call
                     progress(value, total, message)
-                except Exception:  # a progress consumer must not break the call
-                    pass
 
         try:
             if _timeout is not None:  # no extra task per call, unlike wait_for (3.11+)
@@ -272,8 +272,9 @@ class ServerConnection:
             await self._settle_refresh()
             return result
         except asyncio.TimeoutError:
-            raise TimeoutError(f"MCP tool {tool!r} of server {self.name!r} did not answer within {timeout:g} s "
-                               f"(the call was cancelled; raise \"timeout\" for {self.name!r} if it needs longer)") from None
+            raise TimeoutError(
+                f"MCP tool {tool!r} of server {self.name!r} did not answer within {timeout:g} s "
+                f"(the call was cancelled; raise \"timeout\" for {self.name!r} if it needs longer)") from None
         except Exception as exc:
             raise self._call_failure(exc, f"the call to {tool!r}") from None
 

@@ -287,7 +287,7 @@ class MCPToolset(Sequence[Tool[..., Any]]):
         tools: list[Tool[..., Any]] = []
         groups = self._group_names()
         local_taken: dict[str, set[str]] = {}  # per server: names inside its namespace tools.<group>
-        for (server, conn, spec), base in zip(listed, bases):
+        for (server, conn, spec), base in zip(listed, bases, strict=True):
             name = python_name(f"{python_name(server)}_{base}" if base in clashes else base, taken)
             taken.add(name)
             local = python_name(base, local_taken.setdefault(server, set()))

@@ -340,10 +340,7 @@ class ReActSession:
             outcome = yield from self._call(call, step, state, emit)
             outcomes.append(outcome)
         errors = [o.text for o in outcomes if o.failed]
-        if len(outcomes) == 1:
-            text = outcomes[0].text
-        else:
-            text = "\n".join(f"[{o.call.name}] {o.text}" for o in outcomes)
+        text = outcomes[0].text if len(outcomes) == 1 else "\n".join(f"[{o.call.name}] {o.text}" for o in outcomes)
         if decision.note:
             text += "\n" + decision.note
         step.observation = text
@@ -386,8 +383,9 @@ class ReActSession:
                     arguments = tool.bind(*call.python)
                 except ToolArgumentError as exc:
                     args, kwargs = call.python
+                    given = {"args": list(args), **kwargs}
                     reported.append(ToolCall(run_id=state.run_id, step=step.index, name=tool.name,
-                                             arguments={k: preview(v) for k, v in {"args": list(args), **kwargs}.items()},
+                                             arguments={k: preview(v) for k, v in given.items()},
                                              error=f"{type(exc).__name__}: {exc}"))
                     raise
             else:

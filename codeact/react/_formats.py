@@ -22,6 +22,7 @@ becomes a :class:`Decision` with a ``problem`` the model is told about.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import math
 import re
@@ -309,10 +310,8 @@ class JsonFormat(_PromptedFormat):
         if arguments is None:
             arguments = {}
         if isinstance(arguments, str):  # some models JSON-encode the arguments twice
-            try:
+            with contextlib.suppress(ValueError):
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError:
-                pass
         if not isinstance(arguments, dict):
             return None, (f'"arguments" must be a JSON object of named arguments, not '
                           f"{type(arguments).__name__}: {_clip(raw)}")

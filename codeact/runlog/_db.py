@@ -90,7 +90,9 @@ class Database:
                 check_same_thread=False,  # guarded by self.lock
             )
         except sqlite3.Error as exc:
-            raise RunLogError(f"Cannot open the run log {self.path}: {exc}. Set {DB_ENV_VAR} to a writable file.") from exc
+            raise RunLogError(
+                f"Cannot open the run log {self.path}: {exc}. Set {DB_ENV_VAR} to a writable file."
+            ) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")

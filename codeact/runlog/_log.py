@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -39,10 +40,8 @@ class RunLog:
             path = default_db_path()
         self.path: Path | str = path if str(path) == ":memory:" else Path(path).expanduser()
         self._db = Database(self.path)
-        try:
+        with contextlib.suppress(RunLogError):  # a read-only or busy log still reads
             self.mark_interrupted()
-        except RunLogError:
-            pass  # a read-only or busy log still reads
 
     # -- lifecycle -------------------------------------------------------------------
 

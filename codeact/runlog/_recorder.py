@@ -15,6 +15,7 @@ Values (answers, tool arguments and results) are stored as
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mimetypes
 import os
@@ -159,7 +160,8 @@ def _observation(conn: sqlite3.Connection, event: Observation) -> None:
         ).fetchone()
         conn.executemany(
             "INSERT INTO images (run_id, step, seq, mime, png) VALUES (?, ?, ?, ?, ?)",
-            [(run_id, event.step, last + i, image_mime(bytes(img)), bytes(img)) for i, img in enumerate(event.images, 1)],
+            [(run_id, event.step, last + i, image_mime(bytes(img)), bytes(img))
+             for i, img in enumerate(event.images, 1)],
         )
 
 
@@ -228,7 +230,8 @@ def _run_finished(conn: sqlite3.Connection, event: RunFinished) -> None:
 
 def _code_output(conn: sqlite3.Connection, event: CodeOutput) -> None:
     """Keep a step's live output (capped) until its observation: what survives if the process dies."""
-    conn.execute("INSERT OR IGNORE INTO runs (id, status, started) VALUES (?, 'running', ?)", (event.run_id, event.time))
+    conn.execute("INSERT OR IGNORE INTO runs (id, status, started) VALUES (?, 'running', ?)",
+                 (event.run_id, event.time))
     ensure_step(conn, event.run_id, event.step, event.time)
     text = event.text if event.stream == "stdout" else f"[stderr] {event.text}"
     conn.execute(
@@ -300,10 +303,8 @@ def insert_artifact(conn: sqlite3.Connection, run_id: str, step: int, path: str 
     text = os.fspath(path)
     size: int | None = None
     if os.path.isabs(text):  # a file the agent wrote; relative names come from the sandbox: never stat them
-        try:
+        with contextlib.suppress(OSError, ValueError):  # gone, or a name the OS refuses: no size
             size = os.lstat(text).st_size
-        except (OSError, ValueError):
-            pass
     conn.execute(
         "INSERT OR IGNORE INTO artifacts (run_id, step, path, mime, size) VALUES (?, ?, ?, ?, ?)",
         (run_id, step, clean(text), mimetypes.guess_type(text)[0], size),

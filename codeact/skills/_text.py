@@ -106,7 +106,7 @@ def signature_of(args: ast.arguments, limit: int = MAX_SIGNATURE) -> str:
         parts.append(param(args.vararg, None, False, "*"))
     elif args.kwonlyargs:
         parts.append("*")
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
+    for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
         parts.append(param(arg, default, default is not None))
     if args.kwarg is not None:
         parts.append(param(args.kwarg, None, False, "**"))

@@ -27,7 +27,9 @@ class RunHooks:
     report_progress: ReportProgress | None = None
 
 
-_hooks: contextvars.ContextVar[RunHooks] = contextvars.ContextVar("codeact_run_hooks", default=RunHooks())
+# Frozen, so every context may share this one "no hooks" value.
+_NO_HOOKS = RunHooks()
+_hooks: contextvars.ContextVar[RunHooks] = contextvars.ContextVar("codeact_run_hooks", default=_NO_HOOKS)
 
 
 @contextlib.contextmanager

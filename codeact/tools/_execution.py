@@ -15,6 +15,7 @@ cannot kill a thread) and never holds up the process's exit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
@@ -61,7 +62,8 @@ def call_layout(
     if extra:
         by_position = len(positional)
     else:
-        by_position = max((i + 1 for i, p in enumerate(positional) if p.kind is p.POSITIONAL_ONLY and present(p)), default=0)
+        by_position = max((i + 1 for i, p in enumerate(positional) if p.kind is p.POSITIONAL_ONLY and present(p)),
+                          default=0)
     args: list[Any] = []
     for p in positional[:by_position]:
         if present(p):
@@ -155,10 +157,8 @@ async def to_daemon_thread(fn: Callable[[], Any], tool_name: str) -> Any:
             outcome = (True, context.run(fn))
         except BaseException as exc:  # handed to the awaiting task
             outcome = (False, exc)
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this result any more
             loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:
-            pass  # the loop is closed: nobody waits for this result any more
 
     threading.Thread(target=target, name=f"tool-{tool_name}", daemon=True).start()
     return await future

@@ -191,7 +191,9 @@ class _Renderer:
         items = schema.get("items")
         item_hint = hint[:-1] if hint.endswith("s") and len(hint) > 1 else hint + "_item"
         if isinstance(items, list):  # draft 4-7 tuple form
-            return "tuple[" + ", ".join(self.render(s, item_hint, depth + 1) for s in items) + "]" if items else "list[Any]"
+            if not items:
+                return "list[Any]"
+            return "tuple[" + ", ".join(self.render(s, item_hint, depth + 1) for s in items) + "]"
         return f"list[{self.render(items, item_hint, depth + 1)}]"
 
     def _object(self, schema: Mapping[str, Any], hint: str, depth: int) -> str:
@@ -309,10 +311,12 @@ def signature_from_schema(
         ToolDefinitionError: the input schema is not an object schema.
     """
     if not isinstance(input_schema, Mapping):
-        raise ToolDefinitionError(f"tool {name!r}: its input schema must be a JSON object, not {type(input_schema).__name__}")
+        raise ToolDefinitionError(
+            f"tool {name!r}: its input schema must be a JSON object, not {type(input_schema).__name__}")
     root_type = input_schema.get("type", "object")
     if root_type != "object" and not (isinstance(root_type, list) and "object" in root_type):
-        raise ToolDefinitionError(f"tool {name!r}: its input schema must describe an object (type 'object'), not {root_type!r}")
+        raise ToolDefinitionError(
+            f"tool {name!r}: its input schema must describe an object (type 'object'), not {root_type!r}")
     types = SchemaTypes()
     renderer = _Renderer(input_schema, types)
     props = input_schema.get("properties") or {}

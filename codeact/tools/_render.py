@@ -115,7 +115,7 @@ def _evaluate(node: ast.expr) -> Any:
     if isinstance(node, ast.Set):
         return {_evaluate(e) for e in node.elts}
     if isinstance(node, ast.Dict):
-        return {_evaluate(k): _evaluate(v) for k, v in zip(node.keys, node.values) if k is not None}
+        return {_evaluate(k): _evaluate(v) for k, v in zip(node.keys, node.values, strict=True) if k is not None}
     return ast.literal_eval(node)
 
 

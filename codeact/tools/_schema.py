@@ -58,7 +58,7 @@ def _as_passed(original: Any, validated: Any, annotation: Any, kind: Any) -> Any
     """The caller's own value when it already fits the annotation, else the validated (converted) one."""
     if kind is inspect.Parameter.VAR_POSITIONAL and isinstance(original, (list, tuple)) \
             and isinstance(validated, list) and len(original) == len(validated):
-        return [o if _fits(o, v, annotation) else v for o, v in zip(original, validated)]
+        return [o if _fits(o, v, annotation) else v for o, v in zip(original, validated, strict=True)]
     if kind is inspect.Parameter.VAR_KEYWORD and isinstance(original, Mapping) and isinstance(validated, dict) \
             and list(original) == list(validated):
         return {k: (o if _fits(o, validated[k], annotation) else validated[k]) for k, o in original.items()}
@@ -228,9 +228,11 @@ class ArgumentsModel:
                     f"tool {self.name!r}: {what} has type {format_annotation(p.annotation)}, which cannot be "
                     f"described as JSON ({_first_line(param_exc)}). Use a JSON-compatible type (str, int, float, "
                     "bool, list, dict, Literal, Enum, TypedDict, a dataclass or a pydantic model); to give the tool "
-                    "an object the model should not see, annotate a parameter with RunContext and pass the object as deps"
+                    "an object the model should not see, annotate a parameter with RunContext and pass the object "
+                    "as deps"
                 )
-        return ToolDefinitionError(f"tool {self.name!r}: cannot build a JSON schema for its parameters: {_first_line(exc)}")
+        return ToolDefinitionError(
+            f"tool {self.name!r}: cannot build a JSON schema for its parameters: {_first_line(exc)}")
 
     def _describe_errors(self, errors: list[Any]) -> list[str]:
         """One line per pydantic error: where, what was expected, what was received."""
@@ -294,7 +296,8 @@ class ArgumentsModel:
             others = [n for n in unknown if n != sig.context_param]
             if others:
                 example = ", ".join(f"{n!r}: ..." for n in others)
-                text += f"; extra keyword arguments go inside {sig.var_keyword.name!r}: {{{sig.var_keyword.name!r}: {{{example}}}}}"
+                bag = sig.var_keyword.name
+                text += f"; extra keyword arguments go inside {bag!r}: {{{bag!r}: {{{example}}}}}"
         return text
 
 

@@ -135,7 +135,7 @@ def docstring_of(func: Any) -> str:
     while isinstance(func, functools.partial):
         func = func.func
     if not (inspect.isroutine(func) or inspect.isclass(func)):
-        call = getattr(type(func), "__call__", None)
+        call = _call_method(func)
         if inspect.isfunction(call) and call.__doc__:  # its own, not one inherited from `type`
             return inspect.cleandoc(call.__doc__)
     return inspect.getdoc(func) or ""
@@ -264,13 +264,22 @@ def _is_coroutine_callable(func: Any) -> bool:
         return True
     if inspect.isroutine(func) or inspect.isclass(func):
         return False
-    return inspect.iscoroutinefunction(getattr(type(func), "__call__", None))
+    return inspect.iscoroutinefunction(_call_method(func))
+
+
+def _call_method(obj: Any) -> Any:
+    """The ``__call__`` that calling the instance ``obj`` runs: the one its class defines.
+
+    A class without one resolves to its metaclass's slot wrapper, which is
+    neither a function nor a coroutine or generator function.
+    """
+    return type(obj).__call__
 
 
 def _is_generator_callable(func: Any) -> bool:
     func = _unwrap_partial(func)
     if not (inspect.isroutine(func) or inspect.isclass(func)):
-        func = getattr(type(func), "__call__", func)
+        func = _call_method(func)
     return inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func)
 
 
@@ -288,7 +297,7 @@ def _hint_sources(func: Any) -> list[Any]:
         return sources
     if inspect.isroutine(target):
         return [target]
-    return [getattr(type(target), "__call__", target)]
+    return [_call_method(target)]
 
 
 def _resolve_hints(func: Any, signature: inspect.Signature, tool_name: str) -> dict[str, Any]:
@@ -389,7 +398,8 @@ class ToolSignature:
                         f"tool {name!r} has two RunContext parameters ({context!r} and {p.name!r}); keep one"
                     )
                 if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                    raise ToolDefinitionError(f"tool {name!r}: the RunContext parameter {p.name!r} cannot be *args/**kwargs")
+                    raise ToolDefinitionError(
+                        f"tool {name!r}: the RunContext parameter {p.name!r} cannot be *args/**kwargs")
                 context = p.name
                 continue
             public.append(p)
@@ -449,7 +459,8 @@ class ToolSignature:
         params = self.signature.parameters
         positional = [p for p in params.values() if p.kind in POSITIONAL]
         usage = _SignatureHint(self)  # rendered only in an error message, not on every call
-        out: dict[str, Any] = {p.name: value for p, value in zip(positional, args)}
+        # Not strict: args beyond the named positionals go to *args (or are refused) below.
+        out: dict[str, Any] = {p.name: value for p, value in zip(positional, args, strict=False)}
         if len(args) > len(positional):
             if self.var_positional is None:
                 raise ToolArgumentError(
@@ -467,7 +478,8 @@ class ToolSignature:
             elif self.var_keyword is not None and key != self.context_param:
                 extra[key] = value  # unknown names, and positional-only names, as Python does
             elif param is not None and param.kind is param.POSITIONAL_ONLY:
-                raise ToolArgumentError(f"tool {self.name!r}: argument {key!r} is positional-only; pass it by position{usage}")
+                raise ToolArgumentError(
+                    f"tool {self.name!r}: argument {key!r} is positional-only; pass it by position{usage}")
             elif param is not None:  # the name of *args (there is no **kwargs)
                 raise ToolArgumentError(
                     f"tool {self.name!r} got an unexpected keyword argument {key!r}: *{key} collects extra "

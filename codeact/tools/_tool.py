@@ -202,7 +202,8 @@ class Tool(Generic[P, R]):
         return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
-        flags = [f for f, on in (("return_direct", self.return_direct), ("requires_approval", self.requires_approval)) if on]
+        flags = [f for f, on in (("return_direct", self.return_direct), ("requires_approval", self.requires_approval))
+                 if on]
         return f"Tool({self.name}{self._interface.render()}{', ' + ', '.join(flags) if flags else ''})"
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -266,14 +267,16 @@ class Tool(Generic[P, R]):
         """
         values = self.validate(arguments)
         return _execution.run(
-            functools.partial(self._invoke, values, context), is_async=self.is_async, timeout=self.timeout, name=self.name
+            functools.partial(self._invoke, values, context),
+            is_async=self.is_async, timeout=self.timeout, name=self.name,
         )
 
     async def acall(self, arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
         """Async :meth:`call`. Sync tools run in a worker thread so the event loop stays free."""
         values = self.validate(arguments)
         return await _execution.arun(
-            functools.partial(self._invoke, values, context), is_async=self.is_async, timeout=self.timeout, name=self.name
+            functools.partial(self._invoke, values, context),
+            is_async=self.is_async, timeout=self.timeout, name=self.name,
         )
 
     def python_stub(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import shutil
 import socket
@@ -127,10 +128,8 @@ class UIServer:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(15)
         self.workspace.close_all()
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
         shutil.rmtree(self._upload_dir, ignore_errors=True)
 
     def __enter__(self) -> UIServer:

@@ -12,6 +12,7 @@ timeout: then the call is denied and the model reads that as an error).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import contextvars
@@ -157,10 +158,8 @@ class UISession:
             waiters = list(self._waiters)
             seq = self._seq
         for loop, event in waiters:
-            try:
+            with contextlib.suppress(RuntimeError):  # that stream's loop is gone
                 loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # that stream's loop is gone
-                pass
         return seq
 
     @property
@@ -192,10 +191,8 @@ class UISession:
         with self._events_lock:
             waiters = list(self._waiters)
         for loop, event in waiters:
-            try:
+            with contextlib.suppress(RuntimeError):  # that stream's loop is gone
                 loop.call_soon_threadsafe(event.set)
-            except RuntimeError:
-                pass
 
     # --- blobs (images for <img>) --------------------------------------------------------------
 

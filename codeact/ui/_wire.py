@@ -11,6 +11,7 @@ the page uses as an ``<img>`` source.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -102,10 +103,8 @@ def answer_wire(answer: Any) -> dict[str, Any]:
         out["text"] = answer[:VALUE_LIMIT * 5]
     to_html = getattr(answer, "to_html", None)
     if callable(to_html) and type(answer).__module__.startswith("pandas"):
-        try:
+        with contextlib.suppress(Exception):  # the text form is enough
             out["html"] = to_html(max_rows=ANSWER_ROWS, escape=True)
-        except Exception:  # noqa: BLE001 - the text form is enough
-            pass
     return out
 
 
