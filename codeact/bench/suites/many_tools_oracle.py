@@ -33,8 +33,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from codeact.bench import ORACLE, Task
-from codeact.bench._oracle import WholeReplies
+from codeact.bench._oracle import ORACLE, WholeReplies
+from codeact.bench._task import Task
 from codeact.catalog import count_tokens
 from codeact.catalog._search import query_parts
 from codeact.messages import Message, ModelResponse, Usage
@@ -199,8 +199,8 @@ def oracle_factory(task: Task, kind: str, ctx: Any) -> Any:
         run_bench(BenchConfig(suites=["many-tools"], agents=["codeact-all", "codeact-on-demand"]),
                   model=oracle_factory)
     """
-    from codeact.bench import OracleModel
     from codeact.bench._agents import agent_base
+    from codeact.bench._oracle import OracleModel
 
     if kind == "codeact-on-demand":
         return TokenCounter(SearchingOracle(task))
