@@ -38,7 +38,8 @@ class UserError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click types exit_code as a ClassVar yet reads it from the instance; each UserError carries its own code
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 class RunCancelledByUser(Exception):
@@ -277,10 +278,10 @@ def package_settings(ctx: click.Context | None = None) -> dict[str, Any]:
     from sandbox.packages import PackagePolicy
 
     max_mb = meta.get("max_mb")
+    size_cap: dict[str, Any] = {"max_total_bytes": int(max_mb * 1e6)} if max_mb is not None else {}  # else the default
     policy = PackagePolicy(allow=tuple(meta.get("allow") or ()), deny=tuple(meta.get("deny") or ()),
                            index_url=meta.get("index_url"), extra_index_urls=tuple(meta.get("extra_index_urls") or ()),
-                           wheelhouse=meta.get("wheelhouse"), offline=bool(meta.get("offline")),
-                           **({"max_total_bytes": int(max_mb * 1e6)} if max_mb is not None else {}))
+                           wheelhouse=meta.get("wheelhouse"), offline=bool(meta.get("offline")), **size_cap)
     return {"packages": list(meta.get("packages") or ()), "package_policy": policy, "approve_installs": True}
 
 
@@ -478,7 +479,7 @@ def skills_auto_approved(ctx: click.Context | None = None) -> bool:
 
 def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
     from ..render import call_text, short
-    from .skills import approve_skill
+    from ._skill_prompt import approve_skill
 
     auto_skills = skills_auto_approved()
 

@@ -1,5 +1,6 @@
-"""``codeact skills``: the functions kept for later sessions (add, list, show, rm), and the terminal's
-question before the code saves one (:func:`approve_skill`).
+"""``codeact skills``: the functions kept for later sessions (add, list, show, rm).
+
+The terminal's question before the code saves one is :func:`codeact.cli._skill_prompt.approve_skill`.
 
 Skills are model-written code. These commands only move text: nothing is
 imported or run on the host, and what a skill says is escaped before it
@@ -13,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from sandbox.pyparse import parse
 
 from ._app import CONTEXT_SETTINGS, UserError, cli
 
@@ -69,63 +68,6 @@ def _hint_user_store(store: Any) -> None:
     if user.path != store.path and user.list():
         click.echo(f"The user-wide store {safe(user.path)} has skills; use them with --skills-dir "
                    f"{safe(user.path)} (run, chat) or --dir (here).")
-
-
-def approve_skill(renderer: Any, request: Any, *, auto: bool, interactive: bool) -> bool:
-    """The terminal's answer to a :class:`~codeact.skills.SkillApproval`: shown in full, then asked.
-
-    ``auto`` (``--approve-skills``) saves without asking but still says what was
-    saved; without a terminal the save is refused (``--yes`` does not cover skills).
-    """
-    from ..terminal import safe
-
-    what = f"skill {request.name}{safe(request.signature)}"
-    verb = "replace" if request.overwrite else "save"
-    if auto:
-        renderer.note(f"{verb}d (--approve-skills): {what} in {safe(request.store)}", style="yellow")
-        return True
-    if not interactive:
-        renderer.warning(f"not saved: {what}: saving a skill needs your approval and there is no terminal to "
-                         "ask (pass --approve-skills to save skills without asking)")
-        return False
-    _show_skill_request(renderer, request)
-    try:
-        allowed = click.confirm(f"{verb.capitalize()} skill {request.name} for later sessions?", default=False,
-                                err=True)
-    except click.exceptions.Abort:
-        allowed = False
-    renderer.note(("saved: " if allowed else "not saved: ") + what, style="green" if allowed else "yellow")
-    renderer.wait(f"step {request.step}: running the code")
-    return allowed
-
-
-def _show_skill_request(renderer: Any, request: Any) -> None:
-    """The whole request on the terminal, escaped: where, name, signature, docstring, then the code (a new
-    skill) or the diff and the new code (a replacement)."""
-    from rich import box
-    from rich.console import Group
-    from rich.panel import Panel
-    from rich.syntax import Syntax
-    from rich.text import Text
-
-    from ..terminal import safe
-
-    renderer.pause()
-    head = Text.assemble(("store: ", "bold"), safe(request.store), "\n", ("name: ", "bold"), request.name, "\n",
-                         ("signature: ", "bold"), safe(request.signature), "\n",
-                         ("docstring: ", "bold"), safe(request.docstring) or "(none)")
-    parts: list[Any] = [head]
-    if request.overwrite:
-        parts += [Text("\nchanges to the saved skill:", style="bold yellow"),
-                  Syntax(safe(request.diff), "diff", theme="ansi_dark", background_color="default", word_wrap=True)]
-    parts += [Text(f"\nthe whole code ({request.code.count(chr(10)) + 1} lines), run in the sandbox of every later "
-                   "session that imports it:", style="bold"),
-              Syntax(safe(request.code), "python", theme="ansi_dark", background_color="default",
-                     word_wrap=True, line_numbers=True)]
-    title = Text(f"step {request.step}: the code wants to {'REPLACE' if request.overwrite else 'save'} a skill",
-                 style="bold yellow")
-    renderer.err.print(Panel(Group(*parts), title=title, title_align="left", border_style="yellow",
-                             box=box.ROUNDED))
 
 
 def _dir_of(ctx: click.Context, skills_dir: str | None) -> str | None:
@@ -203,6 +145,8 @@ def add_skill(ctx: click.Context, file: str, name: str | None, skills_dir: str |
 
 def _only_function(source: str, path: Path) -> str:
     import ast
+
+    from sandbox.pyparse import parse  # here, not at the top: `codeact --help` must not import the sandbox
 
     try:
         tree = parse(source, str(path))
