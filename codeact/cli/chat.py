@@ -13,6 +13,7 @@ the first quits, as does Ctrl-D or ``/exit`` at the prompt.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -128,10 +129,8 @@ class Turn:
 
 def _read_line(prompt: str) -> str:
     if stdin_is_tty():
-        try:
+        with contextlib.suppress(ImportError):  # Windows has no readline
             import readline  # noqa: F401 - line editing and history for input()
-        except ImportError:  # pragma: no cover - Windows
-            pass
         return input(prompt)
     line = sys.stdin.readline()
     if not line:
@@ -216,10 +215,8 @@ def _save(session: Any, renderer: Any, *, quitting: bool = False, explicit: bool
     if not explicit and getattr(session._sandbox, "backend", None) not in ("docker", "local"):
         return  # the restricted backend has no kernel to save (/save says so)
     if quitting:  # Ctrl-C twice may leave code running: stop it, so that the save does not wait on it
-        try:
+        with contextlib.suppress(Exception):  # best effort; the save says what failed
             session.interrupt()
-        except Exception:  # noqa: BLE001 - best effort; the save says what failed
-            pass
     try:
         record = session.save(timeout=60.0 if quitting else None)
     except CodeActError as exc:

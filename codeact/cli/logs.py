@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -138,7 +139,7 @@ def logs_export(ctx: click.Context, run_id: str, jsonl_out: str | None, ipynb_ou
     assert out is not None
     if jsonl_out:
         if out == "-":
-            _export.export_jsonl(record, click.get_text_stream("stdout"), include_images=not no_images)
+            _export.export_jsonl(record, sys.stdout, include_images=not no_images)
             return
         with open(out, "w", encoding="utf-8") as fp:
             _export.export_jsonl(record, fp, include_images=not no_images)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
 import click
 
 from .. import config as cfg
 from ._app import CONTEXT_SETTINGS, UserError, cli, disclosure_options, load_tools, model_options, tool_settings
 
+if TYPE_CHECKING:
+    from ..mcp import MCPServerConfig, MCPToolset
 
-def mcp_servers(files: tuple[str, ...], specs: tuple[str, ...]) -> list:
+
+def mcp_servers(files: tuple[str, ...], specs: tuple[str, ...]) -> list[MCPServerConfig]:
     """The servers named by ``--mcp FILE`` and ``--mcp-server NAME=COMMAND`` options."""
     from ..mcp import load_config, parse_server_spec
 
-    servers = []
+    servers: list[MCPServerConfig] = []
     for path in files:
         servers.extend(load_config(path))
     servers.extend(parse_server_spec(spec) for spec in specs)
@@ -24,7 +31,8 @@ def mcp_servers(files: tuple[str, ...], specs: tuple[str, ...]) -> list:
     return servers
 
 
-def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn: object = None) -> object:
+def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str,
+             warn: Callable[[str], object] | None = None) -> MCPToolset | None:
     """An open :class:`~codeact.mcp.MCPToolset` for the options, or None when none are given.
 
     ``--allow-mcp-tools`` (read from the command's context) lets every tool run without asking, with a warning.
@@ -40,7 +48,7 @@ def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn
     if allow_all:
         message = ("--allow-mcp-tools: every tool of the MCP servers runs without asking, including ones that "
                    "write files or send messages; list trusted tools in a server's \"alwaysAllow\" instead")
-        if callable(warn):
+        if warn is not None:
             warn(message)
         else:
             click.secho(f"Warning: {message}", fg="yellow", err=True)
@@ -50,7 +58,7 @@ def open_mcp(files: tuple[str, ...], specs: tuple[str, ...], on_error: str, warn
     toolset.open()
     for failure in toolset.failures:
         message = f"skipping MCP server {failure.server!r}: {failure}"
-        if callable(warn):
+        if warn is not None:
             warn(message)
         else:
             click.secho(f"Warning: {message}", fg="yellow", err=True)
@@ -115,9 +123,9 @@ def mcp() -> None:
 @click.option("--db", metavar="PATH", type=click.Path(dir_okay=False),
               help="Run log database run_task records its runs in [env: CODEACT_DB].")
 @click.option("--no-log", is_flag=True, help="Do not record run_task's runs in the run log.")
-def serve(transport: str, host: str, port: int, token: str | None, backend: str | None, memory: str | None,
-          cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float, output_limit: int,
-          model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
+def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, token: str | None, backend: str | None,
+          memory: str | None, cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float,
+          output_limit: int, model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
           max_steps: int, packages: tuple[str, ...] = (), db: str | None = None, no_log: bool = False) -> None:
     """Serve a stateful Python sandbox over MCP.
 
@@ -171,10 +179,8 @@ def serve(transport: str, host: str, port: int, token: str | None, backend: str 
         click.echo(f"codeact MCP server ({transport}) listening on {url}"
                    + (" (bearer token required)" if token else ""), err=True)
 
-    try:
-        run_server(options, transport, host=host, port=port, ready=ready)  # type: ignore[arg-type]
-    except KeyboardInterrupt:
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        run_server(options, transport, host=host, port=port, ready=ready)
 
 
 @mcp.command(context_settings=CONTEXT_SETTINGS)
@@ -189,9 +195,12 @@ def tools(mcp_files: tuple[str, ...], mcp_specs: tuple[str, ...]) -> None:
     if not mcp_files and not mcp_specs:
         raise click.UsageError("give --mcp FILE or --mcp-server NAME=COMMAND")
     toolset = open_mcp(mcp_files, mcp_specs, "raise")
+    if toolset is None:
+        raise UserError("the --mcp files name no servers (their \"mcpServers\" is empty); add a server to one, "
+                        "or give --mcp-server NAME=COMMAND", exit_code=2)
     try:
-        for t in toolset:  # type: ignore[union-attr]
+        for t in toolset:
             click.echo(safe(t.python_stub()))
             click.echo()
     finally:
-        toolset.close()  # type: ignore[union-attr]
+        toolset.close()

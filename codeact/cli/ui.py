@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,5 @@ def _server(cls: Any, factory: Any, host: str, port: int, token: str | None, log
 def _open_browser(url: str) -> None:
     import webbrowser
 
-    try:
+    with contextlib.suppress(Exception):  # the URL is printed anyway
         webbrowser.open(url)
-    except Exception:  # noqa: BLE001 - the URL is printed anyway
-        pass
