@@ -244,7 +244,8 @@ def test_artifact_checker_wants_a_real_png(tmp_path: Path) -> None:
 def test_statistics() -> None:
     assert sign_test(0, 0) == 1.0 and sign_test(6, 0) == pytest.approx(0.03125)
     rate = wilson(8, 10, ci=True)
-    assert rate.mean == 0.8 and rate.low == pytest.approx(0.4902, abs=1e-3) and rate.high == pytest.approx(0.9433, abs=1e-3)
+    assert rate.mean == 0.8
+    assert rate.low == pytest.approx(0.4902, abs=1e-3) and rate.high == pytest.approx(0.9433, abs=1e-3)
     assert wilson(8, 10, ci=False).low is None
 
 
@@ -412,7 +413,8 @@ def test_a_stalled_model_costs_only_its_episode(mini: Path, tmp_path: Path) -> N
 
 def test_a_killed_run_resumes_without_rerunning_finished_episodes(mini: Path, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    env = {**os.environ, "MINI_SLOW": "0.15", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "MINI_SLOW": "0.15",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, "-m", "codeact.cli", "bench", "run", "--suite", str(mini), "--model", "oracle",
             "--agents", "react-json,react-text", "--task", "sum", "--task", "chain", "--task", "pair",
             "--concurrency", "1", "--out", str(out), "--no-plots"]
@@ -443,7 +445,8 @@ def test_a_killed_run_resumes_without_rerunning_finished_episodes(mini: Path, tm
 
 def test_ctrl_c_saves_finished_episodes_and_says_how_to_resume(mini: Path, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    env = {**os.environ, "MINI_SLOW": "0.15", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "MINI_SLOW": "0.15",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     argv = [sys.executable, "-m", "codeact.cli", "bench", "run", "--suite", str(mini), "--model", "oracle",
             "--agents", "react-json,react-text", "--task", "sum", "--task", "chain", "--task", "pair",
             "--concurrency", "1", "--out", str(out), "--no-plots"]

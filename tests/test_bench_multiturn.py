@@ -152,7 +152,8 @@ def test_a_tool_added_at_a_later_turn_is_not_there_before(suite_file: Path, tmp_
     react_turn2 = models["react-json"].requests[4][-1].content
     assert "there is no tool named 'remove_item'" in react_turn2
     turn3 = models["react-json"].requests[5]
-    assert "remove_item" in turn3[-1].content and turn3[1].content == "Put tea and milk in the cart."  # one conversation
+    # one conversation
+    assert "remove_item" in turn3[-1].content and turn3[1].content == "Put tea and milk in the cart."
     assert "def remove_item(name: str) -> int" in models["codeact"].requests[3][-1].content
 
 

@@ -354,7 +354,8 @@ def test_a_node_killed_mid_run_its_episodes_run_again_elsewhere(cluster: RayClus
                                                "shop-lamp-spread-gbp", "shop-audio-supplier-countries")
             for a in ("codeact", "react-json")}
     episodes = assert_each_episode_once(out, keys)
-    assert all(e["success"] for e in episodes.values()), {k: e["error"] for k, e in episodes.items() if not e["success"]}
+    failed = {k: e["error"] for k, e in episodes.items() if not e["success"]}
+    assert not failed, failed
     assert cut, "no episode was running on the worker node when it was killed"
     for name in cut:  # started on the killed node, then again (to the end) on the head
         starts = (marks / name).read_text().split()

@@ -540,7 +540,8 @@ MALFORMED = {
     "bad-json-content": """
 k = get_ipython().kernel
 k.session.send(k.iopub_socket, 'stream', {'name': ['not', 'a', 'str'], 'text': {'x': 1}}, parent=k.get_parent('shell'))
-k.session.send(k.iopub_socket, 'error', {'ename': [1], 'evalue': None, 'traceback': 'nope'}, parent=k.get_parent('shell'))
+k.session.send(k.iopub_socket, 'error', {'ename': [1], 'evalue': None, 'traceback': 'nope'},
+               parent=k.get_parent('shell'))
 k.session.send(k.iopub_socket, 'display_data', {'data': {'image/png': 'not base64!!', 'text/html': 7}},
                parent=k.get_parent('shell'))
 k.session.send(k.iopub_socket, 'display_data', {'data': [1, 2]}, parent=k.get_parent('shell'))
@@ -571,7 +572,8 @@ print('replaced')
     "call-name-not-a-string": """
 import sandbox_runtime as s, sandbox_wire as w, os
 fd = s._state.link.fd_out
-os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, b'\\x00\\x00\\x00\\x07\\x00\\x04\\xff\\xfe\\xfd\\xfcjunk')))
+call = b'\\x00\\x00\\x00\\x07\\x00\\x04\\xff\\xfe\\xfd\\xfcjunk'
+os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_CALL, call)))
 os.write(fd, b''.join(bytes(x) for x in w.frame(w.KIND_ABANDON, b'\\x01')))
 print('sent')
 """,
@@ -684,7 +686,7 @@ def test_a_call_given_up_by_the_sandbox_never_runs_after_a_late_yes(tmp_path: Pa
     assert "KeyboardInterrupt" in (result.steps[0].observation or "")
 
 
-# --- 8: nothing from a run reaches the terminal raw --------------------------------------------------------------------
+# --- 8: nothing from a run reaches the terminal raw -------------------------------------------------------------------
 
 
 HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\x9b31m\u202eevil\u2066"
@@ -763,7 +765,7 @@ def test_tool_defaults_never_enter_the_sandbox(tmp_path: Path) -> None:
     assert obs.rstrip().endswith("clean") and SECRET not in obs
 
 
-# --- 11: a killed host process leaves nothing running, and the run log says so ---------------------------------------------
+# --- 11: a killed host process leaves nothing running, and the run log says so ----------------------------------------
 
 
 _HOSTILE_CODE = """```python
@@ -823,7 +825,7 @@ def test_killed_owner_leaves_no_container_and_the_run_is_marked_interrupted(tmp_
     assert "interrupted" in record.steps[0].observation
 
 
-# --- hardening options -------------------------------------------------------------------------------------------------------
+# --- hardening options ------------------------------------------------------------------------------------------------
 
 
 def test_open_files_limit_and_nosuid_nodev_workspace() -> None:

@@ -231,7 +231,7 @@ def test_cli_asks_on_a_terminal_showing_the_code_and_the_diff(tmp_path: Path, cl
 
 def test_cli_later_session_prompt_over_http_quotes_the_skill(tmp_path: Path, cli_env: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
-                                                             openai_server: Any) -> None:  # noqa: F811
+                                                             openai_server: Any) -> None:
     SkillStore(cli_env).save("helper", HOSTILE)  # saved earlier (approved by a user who did not read it)
     openai_server.plan_text("```python\nfinal_answer(2)\n```")
     result = CliRunner().invoke(cli, ["run", "What is 1+1?", "--json", "--no-log", "--model", "test-model",

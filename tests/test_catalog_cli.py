@@ -29,7 +29,7 @@ def get_contact(name: str) -> dict:
 '''
 
 
-def test_run_with_tools_on_demand_skills_and_privacy(tmp_path: Path, openai_server: Any,  # noqa: F811
+def test_run_with_tools_on_demand_skills_and_privacy(tmp_path: Path, openai_server: Any,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "crm_tools.py").write_text(TOOLS)

@@ -29,7 +29,7 @@ def get_price(product: str) -> float:
 
 
 def test_run_task_follows_the_servers_disclosure_and_the_calls_own(tmp_path: Path,
-                                                                   openai_server: Any) -> None:  # noqa: F811
+                                                                   openai_server: Any) -> None:
     (tmp_path / "shop_tools.py").write_text(TOOLS)
     openai_server.plan_text("```python\nprint(search_tools('price of a product', limit=1))\n```")
     openai_server.plan_text("```python\nfrom tools.shop import get_price\nfinal_answer(get_price('red shoe'))\n```")

@@ -625,9 +625,10 @@ def test_huge_claims_fail_before_allocating():
 
 def _json_trees():
     tags = st.sampled_from(sorted(codec._DECODERS) + ["ndarray", "bytes", "?"])
-    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**65), st.floats(allow_nan=False, allow_infinity=False),
-                        st.text(max_size=8), st.sampled_from(["<f8", "|b1", "<M8[ns]", "O", "UTC", "Europe/Paris", "C",
-                                                              "np", "cat", "masked", "str", "dttz", "Int64"]))
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**65),
+                        st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+                        st.sampled_from(["<f8", "|b1", "<M8[ns]", "O", "UTC", "Europe/Paris", "C",
+                                         "np", "cat", "masked", "str", "dttz", "Int64"]))
     keys = st.sampled_from(["$", "v", "b", "x", "k", "a", "m", "dtype", "shape", "data", "index", "columns",
                             "name", "tz", "utc", "zone", "levels", "codes", "names", "cats", "ordered", "unit"])
 
@@ -1071,9 +1072,11 @@ def test_pandas_dataframe_all_column_kinds():
         lambda: pd.DataFrame({0: [1.0], 1: [2.0]}),  # int column names
         lambda: pd.DataFrame({("a", 1): [1], ("b", 2): [2]}),  # tuple column names
         lambda: pd.DataFrame(np.arange(8.0).reshape(4, 2),
-                             index=pd.MultiIndex.from_tuples([(1, "a"), (1, "b"), (2, "a"), (2, None)], names=["n", "l"]),
+                             index=pd.MultiIndex.from_tuples([(1, "a"), (1, "b"), (2, "a"), (2, None)],
+                                                             names=["n", "l"]),
                              columns=pd.MultiIndex.from_tuples([("x", 1), ("y", 2)], names=["top", None])),
-        lambda: pd.DataFrame({"v": [1, 2, 3]}, index=pd.date_range("2024-01-01", periods=3, freq="D", tz="Asia/Tokyo", name="t")),
+        lambda: pd.DataFrame({"v": [1, 2, 3]},
+                             index=pd.date_range("2024-01-01", periods=3, freq="D", tz="Asia/Tokyo", name="t")),
         lambda: pd.DataFrame({"v": [1, 2]}, index=pd.CategoricalIndex(["a", "b"], name="cat")),
         lambda: pd.DataFrame({"v": [1, 2]}, index=pd.RangeIndex(10, 30, 10, name="r")),
         lambda: pd.DataFrame({"v": [1, 2]}, index=pd.Index([1.5, 2.5])),
@@ -1313,14 +1316,16 @@ def fallback_cases():
         (np.datetime64("2024-01-01", "D"), dt.date(2024, 1, 1)),
         (np.datetime64("2024-01-01T00:00:00", "s"), dt.datetime(2024, 1, 1)),
         (np.timedelta64(5, "h"), dt.timedelta(hours=5)),
-        (np.array([1.1], dtype=np.longdouble), Opaque("numpy.ndarray", "<numpy.ndarray dtype=<f16 shape=(1,): needs numpy>")),
+        (np.array([1.1], dtype=np.longdouble),
+         Opaque("numpy.ndarray", "<numpy.ndarray dtype=<f16 shape=(1,): needs numpy>")),
     ]
     if pd is not None:
         paris = zoneinfo.ZoneInfo("Europe/Paris")
         cases += [
             (pd.DataFrame({"a": [1, 2], "b": ["x", None], 3: pd.array([1, None], dtype="Int64")}),
              {"a": [1, 2], "b": ["x", None], 3: [1, None]}),
-            (pd.DataFrame({"c": pd.Categorical(["u", None, "v"]), "t": pd.date_range("2024-01-01", periods=3, tz=paris)}),
+            (pd.DataFrame({"c": pd.Categorical(["u", None, "v"]),
+                           "t": pd.date_range("2024-01-01", periods=3, tz=paris)}),
              {"c": ["u", None, "v"], "t": [dt.datetime(2024, 1, d, tzinfo=paris) for d in (1, 2, 3)]}),
             (pd.Series([1.5, 2.5], index=["a", "b"]), [1.5, 2.5]),
             (pd.Series(pd.to_datetime(["2024-01-01 00:00:00.000001001", None]), dtype="M8[ns]"),
@@ -1355,7 +1360,8 @@ def test_decoding_numpy_and_pandas_payloads_without_them():
 
 @needs_pandas
 def test_decoding_pandas_payloads_without_pandas_but_with_numpy():
-    cases = [(v, e) for v, e in fallback_cases() if type(type(v)).__module__ != "numpy" and "pandas" in type(v).__module__]
+    cases = [(v, e) for v, e in fallback_cases()
+             if type(type(v)).__module__ != "numpy" and "pandas" in type(v).__module__]
     got = run_child(["pandas"], [codec.dumps(v) for v, _ in cases])
     for (value, expected), text in zip(cases, got, strict=True):
         assert text == repr(expected), (value, text)

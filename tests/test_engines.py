@@ -249,8 +249,10 @@ def test_cli_runs_on_the_pool_and_doctor_lists_its_engines(second: SecondEngine,
     engines.write_text(json.dumps({"engines": [{"name": "second", "url": second.url,
                                                 "tls_dir": second.engine.tls_dir, "max_sessions": 2}]}))
     replies = tmp_path / "replies.json"
-    replies.write_text(json.dumps(["```python\nimport socket\nprint(open('/proc/1/cmdline').read().split('\\0')[-2])\n```",
-                                   "```python\nfinal_answer('done')\n```"]))
+    replies.write_text(json.dumps([
+        "```python\nimport socket\nprint(open('/proc/1/cmdline').read().split('\\0')[-2])\n```",
+        "```python\nfinal_answer('done')\n```",
+    ]))
     monkeypatch.setenv("CODEACT_ENGINES", str(engines))
     monkeypatch.setenv("CODEACT_SCRIPTED_REPLIES", str(replies))
     remote = second.client()
@@ -489,7 +491,8 @@ def test_engine_dies_mid_session(second: SecondEngine) -> None:
             assert r.error is not None
             assert f"second ({second.url})" in str(r.error), r.error
             # The next run says where the session was instead of hanging on a dead engine.
-            with pytest.raises(BackendUnavailable, match=rf"engine second \(tcp://127.0.0.1:{second.port}\) does not answer"):
+            dead = rf"engine second \(tcp://127.0.0.1:{second.port}\) does not answer"
+            with pytest.raises(BackendUnavailable, match=dead):
                 sb.run("print(1)")
         pool.check()
         status = {s["name"]: s for s in pool.status()}

@@ -151,7 +151,8 @@ class FuzzSandbox:
                 for kind, body in parser.feed(data):
                     if kind == wire.KIND_RESTART:
                         if rng.random() < 0.9:
-                            self._write(write_fd, _frame(wire.KIND_PREPARED, json.dumps({"connection": "/fuzz/k.json"}).encode()))
+                            prepared = json.dumps({"connection": "/fuzz/k.json"}).encode()
+                            self._write(write_fd, _frame(wire.KIND_PREPARED, prepared))
                         if rng.random() < 0.9:
                             self._write(write_fd, _frame(wire.KIND_HELLO, b"{}"))
                     elif kind == wire.KIND_JUPYTER:
@@ -176,7 +177,8 @@ class FuzzSandbox:
             kind = rng.choice(["stream", "display_data", "error", "execute_result", "weird"])
             payload = {"stream": {"name": rng.choice(["stdout", "stderr", 7]), "text": rng.choice(["hi\n", 5, "\x1b"])},
                        "display_data": {"data": rng.choice([{"text/plain": "x"}, {"image/png": "!!"}, [1], None])},
-                       "error": {"ename": rng.choice(["E", None]), "evalue": "v", "traceback": rng.choice([["t"], "t"])},
+                       "error": {"ename": rng.choice(["E", None]), "evalue": "v",
+                                 "traceback": rng.choice([["t"], "t"])},
                        "execute_result": {"data": {"text/plain": "1"}},
                        "weird": _random_json(rng)}[kind]
             out.append(("iopub", _message(kind, msg_id, payload)))
@@ -249,7 +251,8 @@ def test_random_and_malformed_frames_never_break_the_host() -> None:
                 result = sandbox.run("x = 1", list_files=fake.rng.random() < 0.3)
                 runs += 1
                 if result.files is not None:
-                    assert all(not f.path.startswith(("/", "..")) and ".." not in f.path.split("/") for f in result.files)
+                    assert all(not f.path.startswith(("/", "..")) and ".." not in f.path.split("/")
+                               for f in result.files)
             except SandboxError:  # a kernel that never says hello: a start error, never anything else
                 errors += 1
             worst = max(worst, time.monotonic() - started)
@@ -282,7 +285,8 @@ while time.monotonic() < end:
         data = os.urandom(rng.randint(1, 300))
     elif roll < 0.6:
         payload = b''.join(bytes(x) for x in c.encode(((rng.random(),), {})))
-        data = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *w.pack_call(rng.randint(0, 2**32 - 1), 'echo', [payload])))
+        call = w.pack_call(rng.randint(0, 2**32 - 1), 'echo', [payload])
+        data = b''.join(bytes(x) for x in w.frame(w.KIND_CALL, *call))
     else:
         data = rng.choice([b'F', b'A', b'Z']) + struct.pack('>I', rng.randint(0, 2**32 - 1)) + os.urandom(64)
     try:

@@ -67,7 +67,8 @@ def test_mcp_tools_from_sandbox_code(tmp_path):
     assert f"saved as {png[0].name}" in first.text and png[0].name in first.artifacts
     # progress notifications became events of the run
     progress = [e for e in events if isinstance(e, ToolProgress)]
-    assert [(p.name, p.progress, p.total) for p in progress] == [("work", 1.0, 3.0), ("work", 2.0, 3.0), ("work", 3.0, 3.0)]
+    assert [(p.name, p.progress, p.total) for p in progress] == [
+        ("work", 1.0, 3.0), ("work", 2.0, 3.0), ("work", 3.0, 3.0)]
     # the tool list changed mid-run: the model was told, and the new tool works in the next step
     assert "Note: an MCP server changed its tools." in first.text and "def fresh() -> str" in first.text
     calls = [e for e in events if isinstance(e, ToolCall)]

@@ -136,7 +136,8 @@ def test_stubs_say_what_a_json_text_result_becomes(stdio_tools):
 
 def test_nested_arguments_are_validated_then_sent(stdio_tools):
     order = {"customer": "Ada", "address": {"street": "1 Main St", "city": "Oslo"},
-             "items": [{"sku": "a", "quantity": 2}, {"sku": "b", "quantity": 3}], "payment": {"kind": "card", "number": "4"}}
+             "items": [{"sku": "a", "quantity": 2}, {"sku": "b", "quantity": 3}],
+             "payment": {"kind": "card", "number": "4"}}
     result = by_name(stdio_tools)["place_order"].call({"order": order})
     assert result == {"total_items": 5, "payment": "card", "city": "Oslo", "dry_run": True}  # JSON text, parsed
     from codeact.errors import ToolArgumentError
@@ -211,7 +212,8 @@ def test_a_server_exiting_mid_call_names_it_with_its_stderr():
 
 def test_a_missing_command_is_one_clear_error():
     with pytest.raises(MCPServerError) as err:
-        MCPToolset([MCPServerConfig("ghost", command="no-such-mcp-server-xyz", source="servers.json: mcpServers.ghost")]).open()
+        ghost = MCPServerConfig("ghost", command="no-such-mcp-server-xyz", source="servers.json: mcpServers.ghost")
+        MCPToolset([ghost]).open()
     text = str(err.value)
     assert "MCP server 'ghost'" in text and "'no-such-mcp-server-xyz' was not found" in text
     assert "servers.json: mcpServers.ghost" in text
@@ -307,7 +309,8 @@ def test_published_python_server_from_pypi():
         assert get.call({"timezone": "Asia/Tokyo"})["timezone"] == "Asia/Tokyo"
 
 
-@pytest.mark.skipif(not npx_available(), reason="the npm servers are not installed (scripts/dev.sh setup installs them)")
+@pytest.mark.skipif(not npx_available(),
+                    reason="the npm servers are not installed (scripts/dev.sh setup installs them)")
 def test_published_node_server_via_npx(tmp_path):
     (tmp_path / "notes.txt").write_text("from npm")
     config = {"mcpServers": {"files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem",

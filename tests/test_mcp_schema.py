@@ -44,7 +44,8 @@ def test_nested_objects_arrays_of_objects_refs_and_recursion_render_as_named_typ
                 "pay": {"oneOf": [{"$ref": "#/$defs/Card"}, {"type": "string"}]},
             }},
             "Card": {"type": "object", "properties": {"number": {"type": "string"}}},
-            "Node": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}},
+            "Node": {"type": "object",
+                     "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}},
         },
     }
     stub = make(schema).python_stub()
@@ -132,7 +133,8 @@ def test_config_transports_env_expansion_and_disabled(tmp_path):
     }}, "servers.json", env, tmp_path)
     by = {s.name: s for s in servers}
     assert set(by) == {"git", "api", "old", "forced", "dflt"}
-    assert by["git"].transport == "stdio" and by["git"].args[-1] == "/home/x/repo" and by["git"].env == {"KEY": "s3cret"}
+    assert by["git"].transport == "stdio" and by["git"].args[-1] == "/home/x/repo"
+    assert by["git"].env == {"KEY": "s3cret"}
     assert by["git"].cwd == str(tmp_path / "sub")
     assert by["api"].transport == "http" and by["api"].headers["Authorization"] == "Bearer s3cret"
     assert by["old"].transport == "sse" and by["forced"].transport == "sse" and by["forced"].timeout == 5
@@ -173,7 +175,8 @@ def test_config_file_that_is_not_json_says_where(tmp_path):
 
 def test_server_spec_from_the_command_line():
     s = parse_server_spec("time=mcp-server-time --local-timezone 'Europe/Paris'")
-    assert (s.name, s.command, s.args, s.transport) == ("time", "mcp-server-time", ("--local-timezone", "Europe/Paris"), "stdio")
+    assert (s.name, s.command, s.args, s.transport) == (
+        "time", "mcp-server-time", ("--local-timezone", "Europe/Paris"), "stdio")
     assert parse_server_spec("api=http://127.0.0.1:8000/mcp").transport == "http"
     for bad in ("no-equals", "=cmd", "x=", "x='unbalanced"):
         with pytest.raises(ConfigError, match="--mcp-server"):

@@ -201,7 +201,8 @@ def test_run_task_returns_its_run_id_to_fetch_the_log_and_artifacts_and_writes_n
 
                 got = (await client.call_tool("get_run", {"run_id": run_id})).structured_content
                 assert got["task"] == "plot, then answer"
-                assert "plt.plot" in got["step_details"][0]["code"] and "plotted" in got["step_details"][0]["observation"]
+                step = got["step_details"][0]
+                assert "plt.plot" in step["code"] and "plotted" in step["observation"]
                 (figure,) = [a for a in got["artifacts"] if a["name"].endswith(".png")]
                 assert figure["uri"] == f"codeact://runs/{run_id}/artifacts/{figure['name']}"
 

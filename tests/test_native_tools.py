@@ -144,7 +144,7 @@ def _tools() -> list[Tool]:
 
 
 def _same(got: Any, want: Any) -> bool:
-    """``==`` and ``type()``, recursively, with NaN equal to itself and numpy/pandas compared as they are meant to be."""
+    """``==`` and ``type()``, recursively; NaN equals itself, numpy/pandas compare as they are meant to."""
     if type(got) is not type(want):
         return False
     if isinstance(want, pd.DataFrame):
@@ -181,7 +181,8 @@ def test_third_party_callables_as_tools_give_the_same_values(backend: str, tmp_p
     _counter.n = 0  # the run bumped it once; do the same directly
     for name, (fn, args, kwargs) in CALLABLES.items():
         want = fn(*args, **kwargs)
-        assert _same(got[name], want), f"{name}: {got[name]!r} ({type(got[name]).__name__}) != {want!r} ({type(want).__name__})"
+        assert _same(got[name], want), (
+            f"{name}: {got[name]!r} ({type(got[name]).__name__}) != {want!r} ({type(want).__name__})")
 
 
 def test_variadic_tools_work_through_function_calling_schemas_too() -> None:

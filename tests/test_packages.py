@@ -91,7 +91,8 @@ def test_pip_runs_with_what_it_needs_and_no_secrets() -> None:
 
     host = {"PATH": "/usr/bin", "HOME": "/home/u", "https_proxy": "http://proxy:3128", "NO_PROXY": "localhost",
             "REQUESTS_CA_BUNDLE": "/etc/ssl/ca.pem", "SSL_CERT_FILE": "/etc/ssl/c.pem", "PIP_INDEX_URL": "https://m/s",
-            "PIP_CONFIG_FILE": "/etc/pip.conf", "OPENAI_API_KEY": "sk-1", "GITHUB_TOKEN": "t", "AWS_SECRET_ACCESS_KEY": "s",
+            "PIP_CONFIG_FILE": "/etc/pip.conf", "OPENAI_API_KEY": "sk-1", "GITHUB_TOKEN": "t",
+            "AWS_SECRET_ACCESS_KEY": "s",
             "PIP_AUTH_TOKEN": "t2", "DATABASE_URL": "postgres://u:p@h/db", "LD_PRELOAD": "/tmp/x.so",
             "PYTHONPATH": "/tmp/evil"}
     env = pip_environment(host)
@@ -468,7 +469,8 @@ def test_a_dead_sessions_lease_is_dropped(tmp_path: Path) -> None:
     root = tmp_path / "cache"
     _, shas = _fill_cache(root, 2)
     code = ("import os, sys; sys.path.insert(0, sys.argv[1]); from sandbox._pkg_cache import PackageCache\n"
-            "lease = PackageCache(sys.argv[2]).lease(); lease.add(wheels=[sys.argv[3]]); os._exit(0)")  # dies holding it
+            "lease = PackageCache(sys.argv[2]).lease(); lease.add(wheels=[sys.argv[3]])\n"
+            "os._exit(0)")  # dies holding it
     subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent), str(root), shas[0]],
                    check=True)
     assert len(list((root / "leases").glob("*.json"))) == 1

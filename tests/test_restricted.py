@@ -284,13 +284,15 @@ def test_loop_that_catches_base_exception_is_stopped(sb: RestrictedSandbox) -> N
 
 @pytest.mark.timeout(20)
 def test_loop_that_catches_exception_is_stopped(sb: RestrictedSandbox) -> None:
-    assert_stopped(sb, "def step():\n    raise ValueError()\nwhile True:\n    try:\n        step()\n    except Exception:\n        pass")
+    assert_stopped(sb, "def step():\n    raise ValueError()\n"
+                       "while True:\n    try:\n        step()\n    except Exception:\n        pass")
 
 
 @pytest.mark.timeout(20)
 def test_sleep_is_interrupted(sb: RestrictedSandbox) -> None:
     assert_stopped(sb, "import time\ntime.sleep(10**6)")
-    assert_stopped(sb, "from time import sleep\nwhile True:\n    try:\n        sleep(100)\n    except BaseException:\n        pass")
+    assert_stopped(sb, "from time import sleep\n"
+                       "while True:\n    try:\n        sleep(100)\n    except BaseException:\n        pass")
     assert ok(sb, "import time\ntime.sleep(0.01)\n'slept'").outputs[0].text == "'slept'"
 
 
@@ -298,7 +300,8 @@ def test_sleep_is_interrupted(sb: RestrictedSandbox) -> None:
 def test_generators_recursion_and_callbacks_are_stopped(sb: RestrictedSandbox) -> None:
     assert_stopped(sb, "import itertools\nsum(1 for _ in itertools.count())")
     assert_stopped(sb, "import itertools\nlist(map(lambda v: v, itertools.count()))[:1]")
-    assert_stopped(sb, "def f(n):\n    try:\n        return f(n + 1)\n    except BaseException:\n        return f(n + 1)\nf(0)")
+    assert_stopped(sb, "def f(n):\n    try:\n        return f(n + 1)\n"
+                       "    except BaseException:\n        return f(n + 1)\nf(0)")
 
 
 @pytest.mark.timeout(20)
@@ -376,7 +379,8 @@ def test_host_function_with_args_and_kwargs() -> None:
 
 def test_host_function_bytes_round_trip() -> None:
     with RestrictedSandbox([echo]) as sandbox:
-        result = ok(sandbox, "r = echo(b'\\x00\\xffdata', tag='t')\n(r['data'], type(r['data']).__name__, r['pair'], r['tag'])")
+        result = ok(sandbox, "r = echo(b'\\x00\\xffdata', tag='t')\n"
+                             "(r['data'], type(r['data']).__name__, r['pair'], r['tag'])")
         assert result.outputs[0].text == "(b'\\x00\\xffdata', 'bytes', (1, 2), 't')"  # the same types as on the host
         assert result.calls[0].args == [b"\x00\xffdata"]
 
@@ -384,10 +388,12 @@ def test_host_function_bytes_round_trip() -> None:
 def test_host_errors_are_catchable_in_the_sandbox() -> None:
     with RestrictedSandbox([fail, lookup, quota]) as sandbox:
         code = (
-            "try:\n    fail('bad input')\nexcept ValueError as e:\n    print('value', e, type(e).__name__, e.type_name)\n"
+            "try:\n    fail('bad input')\n"
+            "except ValueError as e:\n    print('value', e, type(e).__name__, e.type_name)\n"
             "try:\n    fail('again')\nexcept HostFunctionError as e:\n    print('host', e)\n"
             "try:\n    lookup('k')\nexcept KeyError as e:\n    print('key', e)\n"
-            "try:\n    quota()\nexcept ToolError as e:\n    print(type(e).__name__, e.type_name.rsplit('.', 1)[-1], e.message)\n"
+            "try:\n    quota()\n"
+            "except ToolError as e:\n    print(type(e).__name__, e.type_name.rsplit('.', 1)[-1], e.message)\n"
         )
         result = ok(sandbox, code)
         assert result.stdout.splitlines() == [
@@ -600,7 +606,8 @@ def test_open_is_confined_to_the_workdir(sb: RestrictedSandbox) -> None:
         assert "outside the sandbox working directory" in result.error.message
     assert sb.run("open(0)").error.type == "TypeError"  # no file descriptors
     assert not (Path(sb.workdir).parent / "outside.txt").exists()
-    assert ok(sb, "import io\nwith io.open('note.txt', 'w') as f:\n    f.write('n')\nopen('note.txt').read()").outputs[0].text == "'n'"
+    written = ok(sb, "import io\nwith io.open('note.txt', 'w') as f:\n    f.write('n')\nopen('note.txt').read()")
+    assert written.outputs[0].text == "'n'"
 
 
 def test_relative_paths_do_not_change_the_host_cwd(sb: RestrictedSandbox) -> None:
@@ -614,7 +621,8 @@ def test_relative_paths_do_not_change_the_host_cwd(sb: RestrictedSandbox) -> Non
 @pytest.mark.skipif(not HAVE_PANDAS, reason="needs pandas")
 def test_pandas_paths_are_relative_to_the_workdir(sb: RestrictedSandbox) -> None:
     sb.upload(b"a,b\n1,2\n3,4\n", "data.csv")
-    result = ok(sb, "import pandas as pd\ndf = pd.read_csv('data.csv')\ndf.to_csv('copy.csv', index=False)\nint(df['b'].sum())")
+    result = ok(sb, "import pandas as pd\ndf = pd.read_csv('data.csv')\n"
+                    "df.to_csv('copy.csv', index=False)\nint(df['b'].sum())")
     assert result.outputs[0].text == "6"
     assert sb.download("copy.csv") == b"a,b\n1,2\n3,4\n"
     result = sb.run("import pandas as pd\npd.read_csv('/etc/passwd')")

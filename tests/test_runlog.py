@@ -716,7 +716,8 @@ def test_concurrent_processes_on_a_fresh_file(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Barrier(2)
     procs = [
-        ctx.Process(target=_process_worker, args=(str(db), f"f{i}", RUNS_PER_WORKER, start, str(tmp_path / f"err{i}.txt")))
+        ctx.Process(target=_process_worker,
+                    args=(str(db), f"f{i}", RUNS_PER_WORKER, start, str(tmp_path / f"err{i}.txt")))
         for i in range(2)
     ]
     for p in procs:
@@ -819,7 +820,8 @@ def test_export_notebook_odd_steps(log: RunLog, tmp_path: Path) -> None:
     log.record(Observation(run_id=rid, step=1, text="hi"))
     log.record(ModelOutput(run_id=rid, step=2, text="Hello there! " * 400))
     log.record(FinalAnswer(run_id=rid, step=2, answer="Hello there!", status="success"))
-    log.record(RunFinished(run_id=rid, result=RunResult(run_id=rid, task="Say hi", answer="Hello there!", status="success")))
+    log.record(RunFinished(run_id=rid,
+                           result=RunResult(run_id=rid, task="Say hi", answer="Hello there!", status="success")))
     path = tmp_path / "plain.ipynb"
     export_run(log.get_run(rid), path)
     nb = nbformat.read(path, as_version=4)

@@ -160,7 +160,8 @@ def test_workspace_and_tmp_fill_up_with_enospc(limited):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("code", ["x = bytearray(2 * 1024**3)", "chunks = []\nwhile True:\n    chunks.append(b'x' * 2**24)"],
+@pytest.mark.parametrize("code",
+                         ["x = bytearray(2 * 1024**3)", "chunks = []\nwhile True:\n    chunks.append(b'x' * 2**24)"],
                          ids=["bytearray", "list-growth"])
 def test_memory_bomb_is_reported_as_oom_and_session_recovers(limited, code):
     ok(limited, "before_oom = 1\nopen('survives.txt', 'w').write('yes')")

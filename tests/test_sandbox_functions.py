@@ -500,7 +500,8 @@ def test_clean_traceback_and_exit_detail():
     assert strip_ansi("\x1b[1;32mok\x1b[0m") == "ok"
     noise = ["WARNING | Config option x", "To connect another client", READY_MARKER]
     assert exit_detail(noise) == ""
-    assert exit_detail(noise + ["Fatal Python error: Segmentation fault", ""]) == "Fatal Python error: Segmentation fault"
+    segfault = "Fatal Python error: Segmentation fault"
+    assert exit_detail(noise + [segfault, ""]) == segfault
     assert exit_detail(["ImportError: no module named ipykernel"]) == "ImportError: no module named ipykernel"
 
 

@@ -267,7 +267,8 @@ def test_calls_from_several_threads(sb):
         "out = []\n"
         "threads = [threading.Thread(target=lambda i=i: out.append(weather(f'c{i}')['city'])) for i in range(6)]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
-        "with ThreadPoolExecutor(8) as ex:\n    doubled = list(ex.map(lambda i: reverse_bytes(bytes([i])), range(20)))\n"
+        "with ThreadPoolExecutor(8) as ex:\n"
+        "    doubled = list(ex.map(lambda i: reverse_bytes(bytes([i])), range(20)))\n"
         "print(sorted(out), doubled == [bytes([i]) for i in range(20)])",
     )
     assert r.stdout == "['c0', 'c1', 'c2', 'c3', 'c4', 'c5'] True\n"
@@ -336,12 +337,14 @@ def test_register_and_unregister_on_a_live_session(sb):
 
 def test_on_output_streams_text(sb):
     chunks = []
-    ok(sb, "import sys\nprint('a')\nprint('b', file=sys.stderr)", on_output=lambda name, text: chunks.append((name, text)))
+    ok(sb, "import sys\nprint('a')\nprint('b', file=sys.stderr)",
+       on_output=lambda name, text: chunks.append((name, text)))
     assert ("stdout", "a\n") in chunks and ("stderr", "b\n") in chunks
 
 
 def test_host_environment_is_not_visible(sb):
-    r = ok(sb, "import os\nprint('OPENAI_API_KEY' in os.environ, [k for k in os.environ if 'KEY' in k or 'TOKEN' in k])")
+    r = ok(sb, "import os\n"
+               "print('OPENAI_API_KEY' in os.environ, [k for k in os.environ if 'KEY' in k or 'TOKEN' in k])")
     assert r.stdout == "False []\n"
 
 

@@ -199,7 +199,8 @@ def test_the_environment_turns_tracing_on(tmp_path):
     assert not telemetry.enabled_by_environment({})
     assert telemetry.enabled_by_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
     assert telemetry.enabled_by_environment({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
-    assert not telemetry.enabled_by_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c", "OTEL_SDK_DISABLED": "true"})
+    assert not telemetry.enabled_by_environment({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c",
+                                                 "OTEL_SDK_DISABLED": "true"})
     assert not telemetry.enabled_by_environment({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "x"})
     assert telemetry.capture_content_from_environment({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"})
     assert not telemetry.capture_content_from_environment({})

@@ -291,7 +291,8 @@ def test_annotated_descriptions_and_field_constraints() -> None:
 
     props = search.parameters["properties"]
     assert props["query"] == {"type": "string", "description": "full-text query"}
-    assert props["limit"] == {"type": "integer", "description": "max results", "minimum": 1, "maximum": 50, "default": 10}
+    assert props["limit"] == {"type": "integer", "description": "max results", "minimum": 1, "maximum": 50,
+                              "default": 10}
     assert props["lang"]["description"] == "language code"
     with pytest.raises(ToolArgumentError, match="limit"):
         search.validate({"query": "x", "limit": 100})
@@ -303,7 +304,9 @@ def test_annotated_descriptions_and_field_constraints() -> None:
 
 def test_literal_and_enum_become_enums() -> None:
     @tool
-    def convert(value: float, unit: Unit = Unit.CELSIUS, priority: Priority = Priority.LOW, mode: Literal[1, 2] = 1) -> str:
+    def convert(
+        value: float, unit: Unit = Unit.CELSIUS, priority: Priority = Priority.LOW, mode: Literal[1, 2] = 1
+    ) -> str:
         """Convert."""
         return f"{value}{unit.value}{priority.name}{mode}"
 
@@ -333,7 +336,8 @@ def test_optional_union_and_defaults() -> None:
     assert p["properties"]["c"] == {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
     assert p["properties"]["d"] == {"type": "boolean", "default": False}
     assert p["required"] == ["a"]
-    assert "def pick(a: int | None, b: int | str = 1, c: str | None = None, d: bool = False) -> None:" in pick.python_stub()
+    stub = pick.python_stub()
+    assert "def pick(a: int | None, b: int | str = 1, c: str | None = None, d: bool = False) -> None:" in stub
 
 
 def test_containers() -> None:
@@ -965,7 +969,8 @@ def test_load_tools_missing_module() -> None:
 def test_load_tools_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "helpers.py").write_text("FACTOR = 3\n")
     path = tmp_path / "my_tools.py"
-    path.write_text(TOOLS_MODULE + "\nfrom helpers import FACTOR\n\n@tool\ndef triple(n: int) -> int:\n    \"Triple.\"\n    return n * FACTOR\n")
+    path.write_text(TOOLS_MODULE + "\nfrom helpers import FACTOR\n\n"
+                    "@tool\ndef triple(n: int) -> int:\n    \"Triple.\"\n    return n * FACTOR\n")
     [area] = load_tools(f"{path}:area")
     assert area.call({"box": {"w": 1.5, "h": 2}}) == 3.0
     names = [t.name for t in load_tools(f"{path}:ALL")]
@@ -1000,7 +1005,9 @@ def test_load_tools_file_errors(tmp_path) -> None:  # type: ignore[no-untyped-de
 def test_load_tools_duplicate_names(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "dupes.py"
     path.write_text(
-        "from codeact.tools import tool\n\n@tool(name='same')\ndef a():\n    'A.'\n\n@tool(name='same')\ndef b():\n    'B.'\n"
+        "from codeact.tools import tool\n\n"
+        "@tool(name='same')\ndef a():\n    'A.'\n\n"
+        "@tool(name='same')\ndef b():\n    'B.'\n"
     )
     with pytest.raises(ToolDefinitionError, match="two tools are named 'same'"):
         load_tools(f"{path}:ALL")

@@ -158,7 +158,8 @@ def test_every_request_without_the_token_is_refused(tmp_path: Path) -> None:
         # ... and another site's page cannot use the header either (Origin is checked).
         foreign = {**hdr, "Origin": "http://evil.example"}
         assert request(server, "POST", "/api/sessions", headers=foreign)[0] == 403
-        for path, body in [(f"/api/sessions/{sid}/run", b'{"code": "print(1)"}'), (f"/api/sessions/{sid}/restart", b"{}")]:
+        for path, body in [(f"/api/sessions/{sid}/run", b'{"code": "print(1)"}'),
+                           (f"/api/sessions/{sid}/restart", b"{}")]:
             assert request(server, "POST", path, headers=foreign, body=body)[0] == 403, path
         for path in (f"/api/sessions/{sid}/variables", "/api/runs/abc/files"):
             assert request(server, "GET", path, headers={**hdr, "Host": f"evil.example:{server.port}"})[0] == 403
@@ -407,7 +408,8 @@ def test_idle_timeout_frees_the_sandbox_and_the_next_message_starts_a_new_one(tm
         session.send("is x there?")
         events = wait_idle(session)
         kinds = [e["type"] for e in events]
-        assert "SandboxFreed" in kinds and kinds.index("SandboxFreed") < kinds.index("Notice", kinds.index("SandboxFreed"))
+        assert "SandboxFreed" in kinds
+        assert kinds.index("SandboxFreed") < kinds.index("Notice", kinds.index("SandboxFreed"))
         assert [e for e in events if e["type"] == "Observation"][-1]["stdout"].strip() == "False"
 
 
@@ -416,7 +418,8 @@ def test_history_shows_a_stored_dataframe_answer_as_a_table(tmp_path: Path) -> N
     # The run log keeps answers as codec previews; the history page must restore them, not print the tree.
     from codeact.ui._history import History
 
-    code = "```python\nimport pandas as pd\nfinal_answer(pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3.5, 19.0]}))\n```"
+    code = ("```python\nimport pandas as pd\n"
+            "final_answer(pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3.5, 19.0]}))\n```")
     log = RunLog(tmp_path / "runs.db")
     agent = CodeActAgent(ScriptedModel([code]), [], log=log, output_dir=tmp_path / "out")
     result = agent.run("a table")
@@ -526,7 +529,8 @@ def test_the_variable_listing_is_bounded_whatever_the_kernel_prints() -> None:
         assert result.variables == () and (result.error or hostile.startswith('{"variables": [['))
     assert parse_listing("x" * 10_000_000).error == "the kernel's variable listing was too large to show"
     assert parse_listing("no marker at all").error
-    ok = parse_listing(listing({"variables": [{"name": "df", "type": "DataFrame", "repr": "3 x 2 (a, b)"}], "total": 7}))
+    ok = parse_listing(listing({"variables": [{"name": "df", "type": "DataFrame", "repr": "3 x 2 (a, b)"}],
+                                "total": 7}))
     assert ok.wire() == {"variables": [{"name": "df", "type": "DataFrame", "repr": "3 x 2 (a, b)"}], "total": 7,
                          "error": None}
 

@@ -427,7 +427,8 @@ def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITest
         expect(page.locator("#variables-table .var-repr", has_text="<img src=x onerror=")).to_have_count(1)
         # No handler attribute, javascript: URL or script element came from the sandbox.
         assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
-            [...el.attributes].some((a) => a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))).length""") == 0
+            [...el.attributes].some((a) => a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))
+        ).length""") == 0
         assert page.evaluate("document.scripts.length") == 4  # the page's own
         assert page.locator("img.plot.svg").count() == 1  # the SVG is an image: its script cannot run
         # Opened on its own, the SVG still runs nothing (served with a sandbox CSP).
@@ -437,7 +438,8 @@ def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITest
         svg_page.wait_for_timeout(300)
         assert svg_page.evaluate("window.__pwned") is None
         svg_page.close()
-        assert not [v for v in violations if v.startswith("CSP script") and "/vendor/purify.min.js" not in v], violations
+        assert not [v for v in violations if v.startswith("CSP script") and "/vendor/purify.min.js" not in v], (
+            violations)
 
 
 def test_a_big_step_renders_without_freezing(browser: Any, openai_server: OpenAITestServer,
@@ -447,7 +449,8 @@ def test_a_big_step_renders_without_freezing(browser: Any, openai_server: OpenAI
     openai_server.plan_text(code_reply(
         "import matplotlib.pyplot as plt\n"
         "for i in range(1000):\n    print(f'line {i:04d} ' + 'x' * 60)\n"
-        "for k in range(5):\n    plt.figure(figsize=(4, 3))\n    plt.plot(range(20), [j * (k + 1) for j in range(20)])\n"
+        "for k in range(5):\n    plt.figure(figsize=(4, 3))\n"
+        "    plt.plot(range(20), [j * (k + 1) for j in range(20)])\n"
         "    plt.title(f'plot {k}')\n    plt.show()"))
     openai_server.plan_text("Printed and plotted.")
     with ui_server(tmp_path, openai_server) as server, open_page(browser, server.url) as page:
@@ -529,7 +532,8 @@ def test_a_turn_runs_whatever_the_page_is_doing(browser: Any, openai_server: Ope
         assert len(openai_server.chat_requests) == 2  # the model got both requests of the turn
         t = turn(page, 1)
         assert "success" in t.locator(".run-status").inner_text()
-        assert t.locator(".live-output").inner_text().split() == ["tick", "0", "tick", "1", "tick", "2", "tick", "3", "tick", "4"]
+        assert t.locator(".live-output").inner_text().split() == [
+            "tick", "0", "tick", "1", "tick", "2", "tick", "3", "tick", "4"]
         assert not session.busy
         assert hammer["errors"] == [] and hammer["done"] > 0 and hammer["streams"] > 0, hammer["errors"][:5]
         assert page.evaluate("window.codeactStats.events") == session.last_seq  # every event, once
