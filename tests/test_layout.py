@@ -1,0 +1,335 @@
+"""The house rules on how modules depend on each other, checked by machine over the source.
+
+* No import cycles between the modules of ``codeact`` and ``sandbox``: every import counts, at
+  module level or inside a function, relative imports resolved. Importing a package is an edge to
+  its ``__init__``; ``from package import name`` is an edge to the submodule ``package.name`` when
+  there is one, else to the package's ``__init__``. So ``codeact/x/__init__.py`` re-exporting from
+  ``codeact/x/_y.py`` while ``_y`` takes a sibling's name through ``codeact.x`` is a cycle
+  (``_y`` then depends on how far ``__init__`` got); ``_y`` importing ``codeact.x._z`` is not.
+* ``sandbox`` never imports ``codeact`` (the sandbox knows nothing of LLMs and agents).
+* ``sandbox/runtime/*`` runs inside the kernel, where neither package is installed: it imports the
+  standard library, its sibling files (as top-level modules there, as ``sandbox.runtime.*`` on the
+  host) and the kernel's own packages listed in ``KERNEL_PACKAGES``, nothing else.
+
+A failure lists each offending import with its file and line, so it says what to move.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("codeact", "sandbox")
+RUNTIME = "sandbox/runtime"  # its files are also top-level modules: the kernel has this directory on sys.path
+
+#: Packages that are not the standard library but that ``sandbox/runtime`` may import: each is part of
+#: the kernel the runtime starts or lives in, or is imported lazily with a clear error when absent.
+KERNEL_PACKAGES = {
+    "ipykernel": "the kernel itself (sandbox_runtime.launch starts an IPKernelApp)",
+    "IPython": "the kernel's shell, a dependency of ipykernel",
+    "zmq": "the kernel's transport (pyzmq, a dependency of ipykernel); the supervisor relays it",
+    "cloudpickle": "snapshots only, imported when one is taken, with a clear error when missing",
+}
+
+
+# --- the checker ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module of one import statement.
+
+    ``target`` is a module of the tree when ``internal``, else the absolute name as written (a
+    standard-library or third-party module, or a name that does not resolve).
+    """
+
+    source: str
+    target: str
+    internal: bool
+    path: str  # relative to the tree's root
+    line: int
+    statement: str
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}: {self.statement}"
+
+
+def module_files(root: Path, packages: Sequence[str]) -> dict[str, Path]:
+    """Every module of the packages under ``root``: dotted name -> file (a package's name -> its __init__.py)."""
+    found: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _statement(node: ast.Import | ast.ImportFrom) -> str:
+    return " ".join(ast.unparse(node).split())
+
+
+def _package_of(module: str, path: Path) -> str:
+    """The package a relative import in ``module`` starts from."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def imports_of(root: Path, packages: Sequence[str], script_dirs: Sequence[str] = ()) -> list[Import]:
+    """Every import in every module of the packages, resolved to modules of the tree where it names one.
+
+    ``script_dirs`` (relative to ``root``) hold files that also run as top-level modules with their
+    directory on ``sys.path``: there a plain ``import sibling`` names the sibling file.
+    """
+    modules = module_files(root, packages)
+    found: list[Import] = []
+    for module, path in modules.items():
+        siblings: dict[str, str] = {}
+        if any(path.parent == root / d for d in script_dirs):
+            package = _package_of(module, path)
+            siblings = {p.stem: f"{package}.{p.stem}" for p in path.parent.glob("*.py") if p.name != "__init__.py"}
+        found += _module_imports(module, path, path.relative_to(root).as_posix(), modules, siblings)
+    return found
+
+
+def _module_imports(module: str, path: Path, rel: str, modules: dict[str, Path],
+                    siblings: dict[str, str]) -> list[Import]:
+    def resolve(name: str) -> str:
+        head, _, rest = name.partition(".")
+        return siblings[head] + (f".{rest}" if rest else "") if head in siblings else name
+
+    found: list[Import] = []
+
+    def add(target: str, node: ast.Import | ast.ImportFrom) -> None:
+        name = resolve(target)
+        if name != module:
+            found.append(Import(module, name, name in modules, rel, node.lineno, _statement(node)))
+
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):  # every statement: module level, functions, classes, TYPE_CHECKING blocks
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = _package_of(module, path).split(".")
+                if node.level - 1 >= len(base_parts):
+                    raise AssertionError(f"{rel}:{node.lineno}: relative import beyond the top package")
+                base = ".".join(base_parts[: len(base_parts) - (node.level - 1)])
+                if node.module:
+                    base = f"{base}.{node.module}"
+            else:
+                base = resolve(node.module or "")
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                add(submodule if alias.name != "*" and submodule in modules else base, node)
+    return found
+
+
+def import_cycles(imports: Iterable[Import]) -> list[list[Import]]:
+    """The imports inside each strongly connected component of more than one module (Tarjan)."""
+    edges: dict[str, set[str]] = {}
+    for imp in imports:
+        if imp.internal:
+            edges.setdefault(imp.source, set()).add(imp.target)
+            edges.setdefault(imp.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(edges) + 100))
+    try:
+        for node in sorted(edges):
+            if node not in index:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    imports = list(imports)
+    return [
+        sorted((i for i in imports if i.internal and i.source in c and i.target in c),
+               key=lambda i: (i.source, i.target, i.line))
+        for c in sorted(components, key=min)
+    ]
+
+
+def describe_cycles(cycles: Sequence[Sequence[Import]]) -> str:
+    parts = []
+    for n, cycle in enumerate(cycles, 1):
+        members = sorted({i.source for i in cycle} | {i.target for i in cycle})
+        lines = [f"cycle {n}: {', '.join(members)}"]
+        lines += [f"    {i.source} -> {i.target}    ({i.where()})" for i in cycle]
+        parts.append("\n".join(lines))
+    return "\n".join(parts)
+
+
+def forbidden_imports(imports: Iterable[Import], *, under: str, allowed: frozenset[str] | None = None,
+                      banned: str | None = None) -> list[Import]:
+    """Imports of modules whose files are under ``under`` that reach ``banned`` (a top-level package), or,
+    with ``allowed``, anything outside the tree other than those top-level names."""
+    bad = []
+    for imp in imports:
+        if not (imp.path == under or imp.path.startswith(under.rstrip("/") + "/")):
+            continue
+        top = imp.target.partition(".")[0]
+        reaches_banned = banned is not None and top == banned
+        if allowed is None:
+            outside = False
+        elif imp.internal:
+            outside = not _within(imp.target, under)
+        else:
+            outside = top not in allowed
+        if reaches_banned or outside:
+            bad.append(imp)
+    return bad
+
+
+def _within(module: str, directory: str) -> bool:
+    package = directory.replace("/", ".")
+    return module == package or module.startswith(package + ".")
+
+
+def describe(imports: Iterable[Import]) -> str:
+    return "\n".join(f"    {i.where()}" for i in imports)
+
+
+# --- the rules, over the real tree ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tree_imports() -> list[Import]:
+    return imports_of(REPO, PACKAGES, script_dirs=(RUNTIME,))
+
+
+def test_no_import_cycles(tree_imports: list[Import]) -> None:
+    cycles = import_cycles(tree_imports)
+    if cycles:
+        pytest.fail("Modules import each other in a circle (each line: an import inside the circle; moving what "
+                    "it needs to a module below both breaks it):\n" + describe_cycles(cycles), pytrace=False)
+
+
+def test_sandbox_never_imports_codeact(tree_imports: list[Import]) -> None:
+    bad = forbidden_imports(tree_imports, under="sandbox", banned="codeact")
+    if bad:
+        pytest.fail("sandbox must not import codeact (codeact imports sandbox, never the reverse):\n" + describe(bad),
+                    pytrace=False)
+
+
+def test_the_runtime_imports_only_the_standard_library_and_itself(tree_imports: list[Import]) -> None:
+    allowed = frozenset(sys.stdlib_module_names) | frozenset(KERNEL_PACKAGES)
+    bad = forbidden_imports(tree_imports, under=RUNTIME, allowed=allowed)
+    if bad:
+        pytest.fail(f"{RUNTIME}/* runs inside the kernel without the host packages: it may import the standard "
+                    f"library, its sibling files and {sorted(KERNEL_PACKAGES)} only:\n" + describe(bad), pytrace=False)
+
+
+def test_the_checker_sees_every_module_and_resolves_relative_imports(tree_imports: list[Import]) -> None:
+    modules = module_files(REPO, PACKAGES)
+    assert {"codeact", "sandbox", "sandbox.runtime.sandbox_wire"} <= set(modules)
+    assert len(modules) > 50
+    # Both spellings of the runtime's sibling import resolve to the same module.
+    wire = {i.statement for i in tree_imports
+            if i.source == "sandbox.runtime.sandbox_init" and i.target == "sandbox.runtime.sandbox_wire"}
+    assert {"from . import sandbox_wire as wire", "import sandbox_wire as wire"} <= wire, wire
+
+
+# --- the checker can fail ------------------------------------------------------------------------------------------
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_a_cycle_through_a_function_level_import_is_found_with_its_lines(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from . import b\n",
+        "pkg/b.py": "import os\n\ndef later():\n    from pkg.c import thing\n",
+        "pkg/c.py": "from .a import x\n",
+        "pkg/d.py": "import pkg.a\n",  # depends on the circle, not part of it
+    })
+    cycles = import_cycles(imports_of(root, ["pkg"]))
+    assert [[(i.source, i.target, i.path, i.line) for i in cycle] for cycle in cycles] == [[
+        ("pkg.a", "pkg.b", "pkg/a.py", 1),
+        ("pkg.b", "pkg.c", "pkg/b.py", 4),
+        ("pkg.c", "pkg.a", "pkg/c.py", 1),
+    ]]
+    text = describe_cycles(cycles)
+    assert "cycle 1: pkg.a, pkg.b, pkg.c" in text
+    assert "pkg.b -> pkg.c    (pkg/b.py:4: from pkg.c import thing)" in text
+
+
+def test_a_reexporting_package_is_a_cycle_only_when_its_module_imports_through_it(tmp_path: Path) -> None:
+    through_the_package = write_tree(tmp_path / "one", {
+        "pkg/__init__.py": "",
+        "pkg/x/__init__.py": "from ._y import Y\nfrom ._z import Z\n",
+        "pkg/x/_y.py": "from pkg.x import Z\n",
+        "pkg/x/_z.py": "Z = 1\n",
+    })
+    cycles = import_cycles(imports_of(through_the_package, ["pkg"]))
+    assert [sorted({i.source for i in c}) for c in cycles] == [["pkg.x", "pkg.x._y"]]
+
+    to_the_sibling = write_tree(tmp_path / "two", {
+        "pkg/__init__.py": "",
+        "pkg/x/__init__.py": "from ._y import Y\nfrom ._z import Z\n",
+        "pkg/x/_y.py": "from pkg.x._z import Z\nfrom . import _z\nfrom .. import x as _unused\n",
+        "pkg/x/_z.py": "Z = 1\n",
+    })
+    imports = imports_of(to_the_sibling, ["pkg"])
+    assert {(i.source, i.target) for i in imports if i.source == "pkg.x._y"} == {
+        ("pkg.x._y", "pkg.x._z"), ("pkg.x._y", "pkg.x")}
+    # `from .. import x` names the package x itself: that is the cycle again.
+    assert [sorted({i.source for i in c}) for c in import_cycles(imports)] == [["pkg.x", "pkg.x._y"]]
+    fixed = [i for i in imports if i.statement != "from .. import x as _unused"]
+    assert import_cycles(fixed) == []
+
+
+def test_forbidden_imports_are_found_in_functions_and_type_checking_blocks(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "app/__init__.py": "import lib\n",
+        "lib/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app import thing\n",
+        "lib/rt/__init__.py": "",
+        "lib/rt/one.py": "import json\nimport two\n\ndef f():\n    import numpy\n    from lib import x\n",
+        "lib/rt/two.py": "from . import one\n",
+    })
+    imports = imports_of(root, ["app", "lib"], script_dirs=("lib/rt",))
+    assert [i.where() for i in forbidden_imports(imports, under="lib", banned="app")] == [
+        "lib/__init__.py:3: from app import thing"]
+    bad = forbidden_imports(imports, under="lib/rt", allowed=frozenset(sys.stdlib_module_names))
+    assert [i.where() for i in bad] == ["lib/rt/one.py:5: import numpy", "lib/rt/one.py:6: from lib import x"]
+    # `import two` inside lib/rt is the sibling file, the same module as `from . import two` on the host.
+    assert ("lib.rt.one", "lib.rt.two") in {(i.source, i.target) for i in imports if i.internal}
