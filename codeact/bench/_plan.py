@@ -48,7 +48,10 @@ def call(name: str, /, *args: Any, **kwargs: Any) -> Call:
     return Call(name, args, kwargs)
 
 
-Plan = Callable[[], Generator[Any, Any, Any]]
+#: What a plan function returns: a generator that yields one call or a list of calls per turn, is sent
+#: their results, and returns the answer.
+PlanSteps = Generator[Call | list[Call], Any, Any]
+Plan = Callable[[], PlanSteps]
 
 
 @dataclass(frozen=True)
@@ -137,8 +140,8 @@ def plan_code(plan: Plan) -> str:
     if func is None:
         raise BenchError(f"oracle plan {_name(plan)} is not a function")
     body = list(func.body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
         body = body[1:]  # the docstring
     returns = [n for n in _own_nodes(body) if isinstance(n, ast.Return)]
     if len(returns) != 1 or body[-1] is not returns[0] or returns[0].value is None:
@@ -177,7 +180,7 @@ class _CallsToCode(ast.NodeTransformer):
             return ast.ListComp(elt=self._call(value.elt), generators=[self.visit(g) for g in value.generators])
         return self._call(value)
 
-    def _call(self, node: ast.AST) -> ast.AST:
+    def _call(self, node: ast.AST) -> ast.Call:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "call"
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             raise BenchError(f"oracle plan {self.plan}: yield call('tool', ...) with the tool's name as a literal, "

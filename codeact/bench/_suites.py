@@ -131,7 +131,8 @@ def _from_module(module: ModuleType, function: str, default_name: str, source: s
     except Exception as exc:
         raise BenchError(f"suite {source}: {function}() failed: {type(exc).__name__}: {exc}") from exc
     name = str(getattr(module, "NAME", "") or default_name)
-    root = Path(module.__file__).resolve().parent if getattr(module, "__file__", None) else Path.cwd()
+    file = getattr(module, "__file__", None)
+    root = Path(file).resolve().parent if file else Path.cwd()
     seen: set[str] = set()
     out: list[Task] = []
     for item in tasks:

@@ -193,8 +193,10 @@ class Task:
             BenchError: the factory failed or returned something that is not a list of tools.
         """
         spec = self.tools
+        if isinstance(spec, Tool):  # callable, but not a factory
+            raise BenchError(f"task {self.key}: tools= is one tool; give a list of tools (or a factory)")
         try:
-            items = spec(ctx) if callable(spec) and not isinstance(spec, (Tool, list, tuple)) else spec
+            items = spec if isinstance(spec, (list, tuple)) or not callable(spec) else spec(ctx)
             return ensure_tools(items)
         except BenchError:
             raise
@@ -238,7 +240,7 @@ class Suite:
 
         digest = hashlib.sha256()
         for task in self.tasks:
-            files = []
+            files: list[list[str | None]] = []
             for f in task.files:
                 try:
                     files.append([f.name, hashlib.sha256(f.read_bytes()).hexdigest()])

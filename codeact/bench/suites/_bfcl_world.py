@@ -56,7 +56,8 @@ CLASSES = {
 }
 #: Classes without a scenario to load (BFCL's STATELESS_CLASSES).
 STATELESS = frozenset({"MathAPI"})
-#: What BFCL's multi-turn handler says when it adds the held-back functions (DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC).
+#: What BFCL's multi-turn handler says when it adds the held-back functions
+#: (DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC).
 MORE_FUNCTIONS = "I have updated some more functions you can choose from. What about now?"
 #: Calls BFCL refuses to execute (multi_turn_utils.execute_multi_turn_func_call).
 _REFUSED = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
@@ -351,7 +352,7 @@ def _template(class_name: str, function: str) -> Tool[Any, Any]:
     def unbound(*args: Any, **kwargs: Any) -> Any:
         raise BenchError(f"the template of {function} was called; tools come from World.tools()")
 
-    typed = tool(unbound, name=function, description=_description(doc))
+    typed = tool(name=function, description=_description(doc))(unbound)
 
     def untyped(*args: Any, **kwargs: Any) -> Any:
         raise BenchError(f"the template of {function} was called; tools come from World.tools()")
@@ -360,7 +361,7 @@ def _template(class_name: str, function: str) -> Tool[Any, Any]:
     untyped.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
         return_annotation=inspect.Signature.empty)
-    typed._arguments = _AsGiven(typed._arguments, tool(untyped, name=function)._arguments)
+    typed._arguments = _AsGiven(typed._arguments, tool(name=function)(untyped)._arguments)
     return typed
 
 

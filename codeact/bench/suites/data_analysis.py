@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .._checkers import all_of, artifact, numeric, unordered
-from .._plan import call
+from .._plan import Plan, PlanSteps, call
 from .._task import Oracle, Task
 from ._data import data_tools
 
@@ -34,8 +34,8 @@ _REVENUE = "Each row of sales.csv is an order; its revenue is units * unit_price
 
 
 def _task(id: str, instruction: str, files: tuple[Path, ...], expected: Any, code: str, *, check: Any = None,
-          tags: tuple[str, ...] = ()) -> Callable[[Any], Any]:
-    def register(plan: Any) -> Any:
+          tags: tuple[str, ...] = ()) -> Callable[[Plan], Plan]:
+    def register(plan: Plan) -> Plan:
         _TASKS.append(Task(id=id, instruction=instruction, tools=data_tools, files=files, expected=expected,
                            check=check or numeric(abs_tol=0.011), tags=("data", *tags), max_turns=20,
                            oracle=Oracle(plan, code=code.strip())))
@@ -55,7 +55,7 @@ import pandas as pd
 sales = pd.read_csv("sales.csv")
 final_answer(round(float((sales.units * sales.unit_price).sum()), 2))
 """, tags=("aggregate",))
-def _total_revenue():
+def _total_revenue() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     return round((yield call("aggregate", "sales", "revenue", "sum")), 2)
 
@@ -66,7 +66,7 @@ sales = pd.read_csv("sales.csv")
 sales["revenue"] = sales.units * sales.unit_price
 final_answer(str(sales.groupby("region").revenue.sum().idxmax()))
 """, check="exact", tags=("group-by",))
-def _top_region():
+def _top_region() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     by_region = yield call("aggregate", "sales", "revenue", "sum", by="region")
     return max(by_region, key=by_region.get)
@@ -79,7 +79,7 @@ import pandas as pd
 sales = pd.read_csv("sales.csv").merge(pd.read_csv("products.csv"), on="product_id")
 final_answer(str(sales.groupby("category").units.sum().idxmax()))
 """, check="exact", tags=("join", "group-by"))
-def _category_units():
+def _category_units() -> PlanSteps:
     yield call("join_tables", "sales", "products", "product_id", "sales_products")
     units = yield call("aggregate", "sales_products", "units", "sum", by="category")
     return max(units, key=units.get)
@@ -93,7 +93,7 @@ import pandas as pd
 sales = pd.read_csv("sales.csv").merge(pd.read_csv("products.csv"), on="product_id")
 final_answer(round(float((sales.units * (sales.unit_price - sales.unit_cost)).sum()), 2))
 """, tags=("join", "aggregate"))
-def _gross_margin():
+def _gross_margin() -> PlanSteps:
     yield call("join_tables", "sales", "products", "product_id", "joined")
     yield call("add_column", "joined", "unit_margin", "unit_price", "-", "unit_cost")
     yield call("add_column", "joined", "margin", "units", "*", "unit_margin")
@@ -106,7 +106,7 @@ sales = pd.read_csv("sales.csv", parse_dates=["date"])
 sales["revenue"] = sales.units * sales.unit_price
 final_answer(str(sales.groupby(sales.date.dt.strftime("%Y-%m")).revenue.sum().idxmax()))
 """, check="exact", tags=("time-series",))
-def _peak_month():
+def _peak_month() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     months = yield call("time_series", "sales", "date", "revenue", "M")
     return max(months, key=lambda m: m[1])[0]
@@ -120,7 +120,7 @@ w = pd.read_csv("weather.csv", parse_dates=["date"])
 feb = w[(w.city == "Lisbon") & (w.date.dt.strftime("%Y-%m") == "2024-02")]
 final_answer(round(float(feb.temp_c.mean()), 2))
 """, tags=("time-series", "filter"))
-def _lisbon_february():
+def _lisbon_february() -> PlanSteps:
     months = yield call("time_series", "weather", "date", "temp_c", "M", agg="mean", filters={"city": "Lisbon"})
     return round(dict(months)["2024-02"], 2)
 
@@ -134,7 +134,7 @@ oslo = w[w.city == "Oslo"]
 monday = (oslo.date - pd.to_timedelta(oslo.date.dt.day_of_week, unit="D")).dt.strftime("%Y-%m-%d")
 final_answer(str(oslo.groupby(monday).rain_mm.sum().idxmax()))
 """, check="exact", tags=("time-series", "filter"))
-def _oslo_rainiest_week():
+def _oslo_rainiest_week() -> PlanSteps:
     weeks = yield call("time_series", "weather", "date", "rain_mm", "W", filters={"city": "Oslo"})
     return max(weeks, key=lambda w: w[1])[0]
 
@@ -147,7 +147,7 @@ w = pd.read_csv("weather.csv")
 oslo = w[w.city == "Oslo"]
 final_answer(round(float(oslo.temp_c.corr(oslo.rain_mm)), 3))
 """, check=numeric(abs_tol=0.0011), tags=("statistics",))
-def _oslo_correlation():
+def _oslo_correlation() -> PlanSteps:
     r = yield call("correlation", "weather", "temp_c", "rain_mm", filters={"city": "Oslo"})
     return round(r, 3)
 
@@ -158,7 +158,7 @@ import pandas as pd
 e = pd.read_csv("employees.csv")
 final_answer(str(e.groupby("department").salary.median().idxmax()))
 """, check="exact", tags=("group-by", "statistics"))
-def _top_median_salary():
+def _top_median_salary() -> PlanSteps:
     medians = yield call("aggregate", "employees", "salary", "median", by="department")
     return max(medians, key=medians.get)
 
@@ -170,7 +170,7 @@ import pandas as pd
 e = pd.read_csv("employees.csv")
 final_answer(round(float(e[e.department == "Engineering"].salary.std())))
 """, check=numeric(abs_tol=1.01), tags=("statistics", "filter"))
-def _engineering_std():
+def _engineering_std() -> PlanSteps:
     return round((yield call("aggregate", "employees", "salary", "std", filters={"department": "Engineering"})))
 
 
@@ -179,7 +179,7 @@ import pandas as pd
 e = pd.read_csv("employees.csv", parse_dates=["hire_date"])
 final_answer(int((e.hire_date.dt.year == 2021).sum()))
 """, check="exact", tags=("time-series",))
-def _hires_2021():
+def _hires_2021() -> PlanSteps:
     years = yield call("time_series", "employees", "hire_date", "emp_id", "Y", agg="count")
     return int(dict(years).get("2021", 0))
 
@@ -192,7 +192,7 @@ w = pd.read_csv("weather.csv", parse_dates=["date"])
 lisbon = w[w.city == "Lisbon"].sort_values("date")
 final_answer(round(float(lisbon.temp_c.rolling(7).mean().max()), 2))
 """, tags=("time-series", "statistics"))
-def _lisbon_rolling():
+def _lisbon_rolling() -> PlanSteps:
     means = yield call("rolling_mean", "weather", "date", "temp_c", 7, filters={"city": "Lisbon"})
     return round(max(m for _, m in means), 2)
 
@@ -211,7 +211,7 @@ ax = monthly.plot(marker="o", title="Monthly revenue")
 plt.savefig("monthly_revenue.png")
 final_answer(round(float(monthly.max()), 2))
 """, check=all_of(numeric(abs_tol=0.011), artifact("monthly_revenue.png")), tags=("time-series", "plot"))
-def _plot_monthly_revenue():
+def _plot_monthly_revenue() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     months = yield call("time_series", "sales", "date", "revenue", "M")
     yield call("plot_line", points=[list(m) for m in months], title="Monthly revenue", filename="monthly_revenue.png")
@@ -232,7 +232,7 @@ plt.title("Oslo daily temperature")
 plt.savefig("oslo_temperature.png")
 final_answer(float(oslo.temp_c.min()))
 """, check=all_of(numeric(abs_tol=0.011), artifact("oslo_temperature.png")), tags=("time-series", "plot"))
-def _plot_oslo():
+def _plot_oslo() -> PlanSteps:
     days = yield call("time_series", "weather", "date", "temp_c", "D", agg="mean", filters={"city": "Oslo"})
     yield call("plot_line", points=[list(d) for d in days], title="Oslo daily temperature",
                filename="oslo_temperature.png")
@@ -249,7 +249,7 @@ regions = pd.read_csv("regions.csv").set_index("region")
 revenue = (sales.units * sales.unit_price).groupby(sales.region).sum()
 final_answer(sorted(str(r) for r in revenue.index if revenue[r] >= regions.target[r]))
 """, check=unordered(), tags=("join", "group-by", "filter"))
-def _regions_met_target():
+def _regions_met_target() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     revenue = yield call("aggregate", "sales", "revenue", "sum", by="region")
     targets = yield call("query_rows", "regions")
@@ -263,7 +263,7 @@ import pandas as pd
 sales = pd.read_csv("sales.csv").merge(pd.read_csv("products.csv"), on="product_id")
 final_answer(str(sales.groupby("name").units.sum().idxmax()))
 """, check="exact", tags=("join", "group-by"))
-def _top_product_units():
+def _top_product_units() -> PlanSteps:
     yield call("join_tables", "sales", "products", "product_id", "sales_products")
     units = yield call("aggregate", "sales_products", "units", "sum", by="name")
     return max(units, key=units.get)
@@ -277,6 +277,6 @@ sales = pd.read_csv("sales.csv")
 west = sales[sales.region == "West"]
 final_answer(round(float((west.units * west.unit_price).mean()), 2))
 """, tags=("aggregate", "filter"))
-def _west_average_order():
+def _west_average_order() -> PlanSteps:
     yield call("add_column", "sales", "revenue", "units", "*", "unit_price")
     return round((yield call("aggregate", "sales", "revenue", "mean", filters={"region": "West"})), 2)

@@ -22,7 +22,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from codeact.bench import Oracle, Task, TaskContext, call
+from .._plan import Plan, PlanSteps, call
+from .._task import Oracle, Task, TaskContext
 
 from . import many_tools_world as world
 
@@ -73,117 +74,117 @@ def make_tools(ctx: TaskContext) -> list[Any]:
 # --------------------------------------------------------------------------- plans (self-contained)
 
 
-def _overdue_total():
+def _overdue_total() -> PlanSteps:
     found = yield call("search_customers", query="Quartz Textiles")
     invoices = yield call("invoices_for_customer", customer_id=found[0]["id"])
     return sum(i["amount"] for i in invoices if i["status"] == "overdue")
 
 
-def _manager_department():
+def _manager_department() -> PlanSteps:
     found = yield call("search_customers", query="Harbor Works")
     manager = yield call("get_employee", employee_id=found[0]["employee_id"])
     department = yield call("get_department", department_id=manager["department_id"])
     return department["name"]
 
 
-def _supplier_products():
+def _supplier_products() -> PlanSteps:
     found = yield call("search_suppliers", query="Harbor Robotics")
     products = yield call("products_for_supplier", supplier_id=found[0]["id"])
     return sorted(p["name"] for p in products if p["status"] == "active")
 
 
-def _server_incidents():
+def _server_incidents() -> PlanSteps:
     found = yield call("search_servers", query="harbor-12")
     incidents = yield call("incidents_for_server", server_id=found[0]["id"])
     return sum(1 for i in incidents if i["status"] != "resolved")
 
 
-def _certificates():
+def _certificates() -> PlanSteps:
     found = yield call("search_servers", query="ember-19")
     certificates = yield call("certificates_for_server", server_id=found[0]["id"])
     return min(c["days_left"] for c in certificates)
 
 
-def _coupons():
+def _coupons() -> PlanSteps:
     found = yield call("search_campaigns", query="Lunar Pine Campaign")
     coupons = yield call("coupons_for_campaign", campaign_id=found[0]["id"])
     return max(c["discount_percent"] for c in coupons if c["status"] == "valid")
 
 
-def _risks():
+def _risks() -> PlanSteps:
     found = yield call("search_projects", query="Hidden Prism Project")
     risks = yield call("risks_for_project", project_id=found[0]["id"])
     return sum(r["impact"] for r in risks if r["status"] == "open")
 
 
-def _tracking():
+def _tracking() -> PlanSteps:
     found = yield call("search_shipments", query="Golden Raven Parcel")
     events = yield call("tracking_events_for_shipment", shipment_id=found[0]["id"])
     return sum(1 for e in events if e["status"] == "exception")
 
 
-def _payments():
+def _payments() -> PlanSteps:
     found = yield call("search_invoices", query="Amber Willow Invoice")
     payments = yield call("payments_for_invoice", invoice_id=found[0]["id"])
     return sum(p["amount"] for p in payments if p["status"] == "settled")
 
 
-def _department_leave():
+def _department_leave() -> PlanSteps:
     found = yield call("search_departments", query="Quiet Orbit Team")
     staff = yield call("employees_for_department", department_id=found[0]["id"])
     requests = yield [call("leave_requests_for_employee", employee_id=e["id"]) for e in staff]
     return sum(r["days"] for rs in requests for r in rs if r["status"] == "pending")
 
 
-def _room_minutes():
+def _room_minutes() -> PlanSteps:
     found = yield call("search_rooms", query="Hidden Comet Room")
     meetings = yield call("meetings_for_room", room_id=found[0]["id"])
     return sum(m["duration_minutes"] for m in meetings if m["status"] == "scheduled")
 
 
-def _building_seats():
+def _building_seats() -> PlanSteps:
     found = yield call("search_buildings", query="Crimson Ember House")
     rooms = yield call("rooms_for_building", building_id=found[0]["id"])
     return sum(r["seats"] for r in rooms if r["status"] == "bookable")
 
 
-def _survey_rating():
+def _survey_rating() -> PlanSteps:
     found = yield call("search_tickets", query="Misty River Ticket")
     responses = yield call("survey_responses_for_ticket", ticket_id=found[0]["id"])
     return round(sum(r["rating"] for r in responses) / len(responses), 2)
 
 
-def _ticket_priority():
+def _ticket_priority() -> PlanSteps:
     found = yield call("search_customers", query="Polaris Logistics")
     tickets = yield call("tickets_for_customer", customer_id=found[0]["id"])
     return max(t["priority_score"] for t in tickets if t["status"] != "solved")
 
 
-def _deal_notes():
+def _deal_notes() -> PlanSteps:
     found = yield call("search_deals", query="Quiet Meadow Deal")
     notes = yield call("sales_notes_for_deal", deal_id=found[0]["id"])
     return sum(n["words"] for n in notes if n["status"] == "final")
 
 
-def _off_track_kpis():
+def _off_track_kpis() -> PlanSteps:
     found = yield call("search_dashboards", query="Velvet Willow Board")
     kpis = yield call("kpis_for_dashboard", dashboard_id=found[0]["id"])
     return sorted(k["name"] for k in kpis if k["status"] == "off_track")
 
 
-def _reimbursed():
+def _reimbursed() -> PlanSteps:
     found = yield call("search_employees", query="Ada Duarte")
     expenses = yield call("expenses_for_employee", employee_id=found[0]["id"])
     return sum(e["amount"] for e in expenses if e["status"] == "reimbursed")
 
 
-def _unpaid_bills():
+def _unpaid_bills() -> PlanSteps:
     found = yield call("search_suppliers", query="Redstone Textiles")
     bills = yield call("vendor_bills_for_supplier", supplier_id=found[0]["id"])
     return sum(b["amount"] for b in bills if b["status"] != "paid")
 
 
-def _budget_minus_payroll():
+def _budget_minus_payroll() -> PlanSteps:
     found = yield call("search_departments", query="Azure Comet Team")
     budgets, payrolls = yield [call("budgets_for_department", department_id=found[0]["id"]),
                                call("payroll_runs_for_department", department_id=found[0]["id"])]
@@ -191,32 +192,32 @@ def _budget_minus_payroll():
     return approved - sum(p["gross_total"] for p in payrolls if p["status"] == "completed")
 
 
-def _alerts_firing():
+def _alerts_firing() -> PlanSteps:
     found = yield call("search_servers", query="harbor-12")
     incidents = yield call("incidents_for_server", server_id=found[0]["id"])
     alerts = yield [call("alerts_for_incident", incident_id=i["id"]) for i in incidents]
     return sum(1 for group in alerts for a in group if a["status"] == "firing")
 
 
-def _qualified_leads():
+def _qualified_leads() -> PlanSteps:
     found = yield call("search_campaigns", query="Rapid Ember Campaign")
     leads = yield call("leads_for_campaign", campaign_id=found[0]["id"])
     return sum(1 for lead in leads if lead["status"] == "qualified")
 
 
-def _active_project_budget():
+def _active_project_budget() -> PlanSteps:
     found = yield call("search_customers", query="Redstone Media")
     projects = yield call("projects_for_customer", customer_id=found[0]["id"])
     return sum(p["budget"] for p in projects if p["status"] == "active")
 
 
-def _overdue_customers():
+def _overdue_customers() -> PlanSteps:
     invoices = yield call("list_invoices", status="overdue")
     customers = yield [call("get_customer", customer_id=i["customer_id"]) for i in invoices]
     return sorted({c["name"] for c in customers})
 
 
-def _manager_budget():
+def _manager_budget() -> PlanSteps:
     found = yield call("search_customers", query="Brightwater Foods")
     manager = yield call("get_employee", employee_id=found[0]["employee_id"])
     department, budgets = yield [call("get_department", department_id=manager["department_id"]),
@@ -225,7 +226,7 @@ def _manager_budget():
             "approved_budget": sum(b["amount"] for b in budgets if b["status"] == "approved")}
 
 
-def _shipment_customer_tickets():
+def _shipment_customer_tickets() -> PlanSteps:
     found = yield call("search_shipments", query="Velvet Willow Parcel")
     customer = yield call("get_customer", customer_id=found[0]["customer_id"])
     tickets, invoices = yield [call("tickets_for_customer", customer_id=customer["id"]),
@@ -237,7 +238,7 @@ def _shipment_customer_tickets():
             "returns": len(returns)}
 
 
-_TASKS: list[tuple[str, str, Any, str]] = [
+_TASKS: list[tuple[str, str, Plan, str]] = [
     ("customer-overdue-total", "Look up the customer Quartz Textiles in the CRM and list the invoices billed to that "
      "customer. What is the total amount in EUR of its overdue invoices?", _overdue_total, "numeric"),
     ("account-manager-department", "The customer Harbor Works has an account manager (an employee). Find the customer, "
@@ -300,7 +301,7 @@ _TASKS: list[tuple[str, str, Any, str]] = [
 ]
 
 
-def expected_of(plan: Any) -> Any:
+def expected_of(plan: Plan) -> Any:
     """A plan's answer computed directly on the world's data (what the servers would answer)."""
     gen = plan()
     sent: Any = None
@@ -314,7 +315,7 @@ def expected_of(plan: Any) -> Any:
         sent = values if isinstance(request, (list, tuple)) else values[0]
 
 
-def needed_tools(plan: Any) -> list[str]:
+def needed_tools(plan: Plan) -> list[str]:
     """The tools a plan calls, in order of first use (for the search-quality measure)."""
     gen = plan()
     sent: Any = None

@@ -18,7 +18,7 @@ from pydantic import Field
 
 if __package__ in (None, ""):  # run as a script: make the world importable without installing anything
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import many_tools_world as world  # type: ignore[no-redef]
+    import many_tools_world as world
 else:
     from . import many_tools_world as world
 
@@ -33,7 +33,8 @@ def _function(spec: world.ToolSpec) -> Any:
 
     params = []
     for name, kind, about, default in spec.params:
-        annotation = Annotated[_TYPES[kind], Field(description=about)]
+        # the parameter's type is chosen at run time from the spec: no static type to check
+        annotation = Annotated[_TYPES[kind], Field(description=about)]  # type: ignore[valid-type]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                         default=inspect.Parameter.empty if default is ... else default))
     tool.__signature__ = inspect.Signature(params, return_annotation=_RETURNS[spec.returns])  # type: ignore[attr-defined]
