@@ -139,7 +139,7 @@ def _equal(answer: Any, expected: Any, tol: float) -> bool:
         return _is_number(answer) and math.isclose(float(answer), float(expected), rel_tol=tol, abs_tol=tol)
     if isinstance(expected, (list, tuple)):
         return (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
-                and all(_equal(a, e, tol) for a, e in zip(answer, expected)))
+                and all(_equal(a, e, tol) for a, e in zip(answer, expected, strict=True)))
     if isinstance(expected, dict):
         if not isinstance(answer, dict):
             return False
@@ -189,7 +189,7 @@ class Numeric:
                                                        abs_tol=self.abs_tol)
         if isinstance(expected, (list, tuple)):
             return (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
-                    and all(self._close(a, e) for a, e in zip(answer, expected)))
+                    and all(self._close(a, e) for a, e in zip(answer, expected, strict=True)))
         if isinstance(expected, dict):
             if not isinstance(answer, dict):
                 return False
@@ -213,7 +213,8 @@ class Unordered:
         for item in answer:
             match = next((i for i, e in enumerate(remaining) if _equal(item, e, self.tol)), None)
             if match is None:
-                return CheckResult(False, f"unexpected item {_show(item)}; expected {_show(sorted(map(str, expected)))}")
+                return CheckResult(False,
+                                   f"unexpected item {_show(item)}; expected {_show(sorted(map(str, expected)))}")
             remaining.pop(match)
         if remaining:
             return CheckResult(False, f"missing {_show(remaining)}")

@@ -204,7 +204,7 @@ class OracleModel(WholeReplies):
                     break
                 if m.role == "tool" and m.tool_call_id is not None:
                     got[m.tool_call_id] = m.content
-            for i, (c, want) in enumerate(zip(calls, expected)):
+            for i, (c, want) in enumerate(zip(calls, expected, strict=True)):
                 have = got.get(self._call_id(self._turn - 1, i))
                 if have != want:
                     return f"the result of {c.call.name} was {_clip(have)}, the plan expected {_clip(want)}"

@@ -56,7 +56,7 @@ def _success(report: Plotted, path: Path) -> Path:
         low.append(max(0.0, mean - r.low) * 100 if r.low is not None and math.isfinite(r.mean) else 0.0)
         high.append(max(0.0, r.high - mean) * 100 if r.high is not None and math.isfinite(r.mean) else 0.0)
     ax.bar(agents, means, yerr=[low, high], capsize=6, color="#4C72B0")
-    for i, (m, r) in enumerate(zip(means, rates)):
+    for i, (m, r) in enumerate(zip(means, rates, strict=True)):
         text = f"{m:.0f}%" if math.isfinite(r.mean) else "n/a"
         ax.text(i, min(m + 2, 103), text, ha="center", va="bottom", fontsize=9)
     ax.set_ylim(0, 110)

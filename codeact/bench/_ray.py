@@ -27,6 +27,7 @@ reads ``OPENAI_API_KEY`` from its node's environment; with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -114,10 +115,8 @@ def _this_node() -> _Node:
 
     ctx = ray.get_runtime_context()
     labels: dict[str, str] = {}
-    try:
+    with contextlib.suppress(Exception):  # older Ray: no labels
         labels = {str(k): str(v) for k, v in (ctx.get_node_labels() or {}).items()}
-    except Exception:  # noqa: BLE001 - older Ray: no labels
-        pass
     return _Node(node_id=ctx.get_node_id(), ip=ray.util.get_node_ip_address(), hostname=socket.gethostname(),
                  labels=labels)
 
@@ -294,10 +293,8 @@ class RayExecutor:
     @staticmethod
     def _cancel(ray: Any, pending: dict[Any, Any]) -> None:
         for ref in pending:
-            try:
+            with contextlib.suppress(Exception):  # best effort on the way out
                 ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
 
     def close(self) -> None:
         if self._log is not None:
@@ -412,15 +409,11 @@ class RayExecutor:
         moved = self._write_files(outcome)
         for event in outcome.events:
             event = _relocate(event, moved)
-            try:
+            with contextlib.suppress(Exception):  # the run log must never break a sweep
                 self._log.record(event)
-            except Exception:  # noqa: BLE001 - the run log must never break a sweep
-                pass
         for run_id, key in outcome.links:
-            try:
+            with contextlib.suppress(Exception):  # the link is a convenience
                 self._log.link_episode(run_id, key)
-            except Exception:  # noqa: BLE001
-                pass
         self._append(episode)
 
     def _append(self, episode: Any) -> None:

@@ -1,4 +1,5 @@
-"""What a sweep on Ray asks for (:class:`RayOptions`), checked before anything runs; ``ray`` itself is not imported here.
+"""What a sweep on Ray asks for (:class:`RayOptions`), checked before anything runs; ``ray`` itself is not imported
+here.
 
 :func:`import_ray` imports it when a sweep needs it, or says how to install it.
 """

@@ -16,6 +16,7 @@ on the same directory skips them.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import queue
@@ -173,10 +174,8 @@ def select_tasks(tasks: Sequence[Task], patterns: Sequence[str]) -> list[Task]:
 
 
 def _close_quietly(sandbox: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # the episode's outcome is recorded already
         sandbox.close()
-    except Exception:  # noqa: BLE001 - the episode's outcome is recorded already
-        pass
 
 
 def _on_demand(kind: str, tools: Sequence[Any], task: Task | None = None) -> bool:
@@ -258,10 +257,8 @@ class _Runner:
     def close(self) -> None:
         self._closer.shutdown(wait=True)
         if self.pool is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing must not hide the run's outcome
                 self.pool.close()
-            except Exception:  # noqa: BLE001 - closing must not hide the run's outcome
-                pass
         for model in self._shared_models.values():
             if hasattr(model, "close"):
                 model.close()
@@ -464,10 +461,8 @@ class _Runner:
                                                                watched.error if watched else None, episode.success)
         for run_id in (turns.run_ids if turns is not None else [episode.run_id]):
             if run_id:
-                try:
+                with contextlib.suppress(Exception):  # the link is a convenience
                     self.log.link_episode(run_id, episode.key)
-                except Exception:  # noqa: BLE001 - the link is a convenience
-                    pass
         episode.finished = time.time()
         episode.wall_time = time.perf_counter() - t0
         episode.harness_time = max(0.0, episode.wall_time - episode.run_time - episode.setup_time)
@@ -574,8 +569,9 @@ class _Runner:
         if turns is not None and result is not None and result.status == "success":
             verdict = turns.verdict(len(task.turns))
         elif turns is not None and result is not None and result.status == "max_steps":
-            verdict = CheckResult(False, f"user turn {len(turns.model_calls) - 1}: the turn limit "
-                                         f"({self.config.max_turns or task.turns[len(turns.model_calls) - 1].max_turns})"
+            last = len(turns.model_calls) - 1
+            verdict = CheckResult(False, f"user turn {last}: the turn limit "
+                                         f"({self.config.max_turns or task.turns[last].max_turns})"
                                          " was reached without an answer")
         elif result is not None and result.status == "success":
             check = CheckContext(task_id=task.id, artifacts=tuple(artifacts), workdir=workdir, result=result,

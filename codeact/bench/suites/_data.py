@@ -167,7 +167,7 @@ def data_tools(ctx: TaskContext) -> list[Any]:
         df = filtered(table_name, filters)
         df = df.assign(_d=pd.to_datetime(column(df, table_name, date_column))).sort_values("_d")
         means = column(df, table_name, value_column).rolling(window).mean()
-        return [(d.strftime("%Y-%m-%d"), _num(m)) for d, m in zip(df["_d"], means) if not math.isnan(m)]
+        return [(d.strftime("%Y-%m-%d"), _num(m)) for d, m in zip(df["_d"], means, strict=True) if not math.isnan(m)]
 
     @tool
     def plot_line(points: list[list[Any]], title: str, filename: str) -> str:

@@ -72,7 +72,8 @@ def travel_tools(ctx: TaskContext) -> list[Any]:
     def search_flights(origin: str, destination: str, day: str) -> list[dict]:
         """Flights on a weekday: a list of {"flight", "depart", "arrive", "price" (EUR), "stops"}."""
         key = (city_key(origin), city_key(destination), day.strip().lower())
-        return [{"flight": f, "depart": d, "arrive": a, "price": p, "stops": s} for f, d, a, p, s in FLIGHTS.get(key, [])]
+        return [{"flight": f, "depart": d, "arrive": a, "price": p, "stops": s}
+                for f, d, a, p, s in FLIGHTS.get(key, [])]
 
     @tool
     def get_weather(city: str, day: str) -> dict:

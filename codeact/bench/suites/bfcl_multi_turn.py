@@ -112,7 +112,7 @@ def check(answer: Any, expected: Any, ctx: CheckContext) -> CheckResult:
 
 def _task(entry: Entry) -> Task:
     turns = []
-    for index, (message, truth) in enumerate(zip(entry.messages, entry.ground_truth)):
+    for index, (message, truth) in enumerate(zip(entry.messages, entry.ground_truth, strict=True)):
         turns.append(UserTurn(message if message is not None else MORE_FUNCTIONS, max_turns=TURN_LIMIT,
                               oracle=_oracle(truth), new_tools=entry.held_back.get(index, ())))
     return Task(id=entry.id, instruction="", tools=_Tools(entry.category, entry.id), check=check,
