@@ -30,6 +30,7 @@ from .values import preview
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runlog import RunLog
+    from .telemetry._spans import RunTrace
 
 
 def tools_to_add(tools: Sequence[Any], taken: Any, reserved: str) -> list[Tool[Any, Any]]:
@@ -82,7 +83,7 @@ class Approvals:
 
 
 def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
-                approvals: Approvals, report: Callable[[ToolCall], None], trace: Any = None,
+                approvals: Approvals, report: Callable[[ToolCall], None], trace: RunTrace | None = None,
                 trace_parent: Any = None, call_id: str | None = None) -> Any:
     """Run one call of ``tool`` on the host: approve, call with a :class:`RunContext`, report it.
 
@@ -95,13 +96,13 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
     """
     started = time.perf_counter()
     span = trace.tool(tool.name, arguments, parent=trace_parent, call_id=call_id, step=step) \
-        if trace is not None else contextlib.nullcontext()
+        if trace is not None else None
     try:
-        with span:
+        with span if span is not None else contextlib.nullcontext():
             if tool.requires_approval:
                 approvals.check(tool, arguments, run_id, step)
             value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
-            if trace is not None:
+            if span is not None:
                 span.result(value)
     except Exception as exc:
         report(ToolCall(run_id=run_id, step=step, name=tool.name,
@@ -115,7 +116,7 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
 
 def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,
                cancel: threading.Event | None, tools: Sequence[dict[str, Any]] | None = None,
-               trace: Any = None) -> Generator[Event, None, ModelResponse]:
+               trace: RunTrace | None = None) -> Generator[Event, None, ModelResponse]:
     """Ask the model once: yield TextDelta events (when streaming) and the ModelOutput; return the response.
 
     Fills ``step.model_output``, ``model_time`` and ``usage`` (one request at
@@ -161,11 +162,11 @@ def open_log(spec: Any) -> RunLog | None:
     """The run log an agent's ``log=`` option names: a RunLog, a path, True (the default file) or None/False."""
     if spec is None or spec is False:
         return None
-    if not isinstance(spec, (bool, str, os.PathLike)):
+    if spec is not True and not isinstance(spec, (str, os.PathLike)):
         return spec  # a RunLog (or anything with record()) the caller owns
     from .runlog import RunLog
 
-    return RunLog(None if spec is True else spec)
+    return RunLog(spec if isinstance(spec, (str, os.PathLike)) else None)
 
 
 def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Callable[[Event], Event]:

@@ -137,7 +137,8 @@ class _RunState:
     step: int = 0
     answer: Any = None
     answered: bool = False
-    #: Where tool-call events go as calls complete (set for the duration of a code action).
+    #: Where tool-call events go as calls complete (set for the duration of a code action; the
+    #: code action puts its output and its end there too).
     tool_events: "queue.Queue[Any] | None" = None
     #: Where tools' binary results go (RunContext.add_artifact), within the run's artifact budget.
     output_dir: Path | None = None
@@ -154,7 +155,7 @@ class _RunState:
     trace: Any = None
     action_ctx: Any = None
 
-    def report(self, event: ToolCall) -> None:
+    def report(self, event: ToolCall | ToolProgress) -> None:
         if self.tool_events is not None:
             self.tool_events.put(event)
 
@@ -331,7 +332,8 @@ class CodeActAgent(AgentRuns):
         if source:  # an engine pool: the session lands on the engine with the most room
             sb = self.sandbox.sandbox(functions, **options)
         else:
-            sb = open_sandbox(self.sandbox, functions=functions, **options)
+            # A tuple: open_sandbox's list[Callable | HostFunction] does not take our list[HostFunction].
+            sb = open_sandbox(self.sandbox, functions=tuple(functions), **options)
         if hasattr(sb, "start"):
             sb.start()
         elif hasattr(sb, "__enter__"):
@@ -616,7 +618,8 @@ class ChatSession:
                 yield from (emit(e) for e in self._model_turn(step, cancel, state))
                 result.usage = result.usage + step.usage
                 parsed = parse_reply(step.model_output)
-                if not parsed.has_code:
+                code = parsed.code if parsed.has_code else None
+                if code is None:
                     if parsed.other_blocks or not step.model_output.strip():
                         feedback = self._no_code_feedback(parsed.other_blocks, step.model_output)
                         step.error = feedback
@@ -630,13 +633,13 @@ class ChatSession:
                     self.messages.append(Message("assistant", step.model_output))
                     step.duration = time.perf_counter() - step_started
                     break
-                step.code = parsed.code
-                yield emit(CodeAction(run_id=run_id, step=index, code=parsed.code))
+                step.code = code
+                yield emit(CodeAction(run_id=run_id, step=index, code=code))
                 if cancel is not None and cancel.is_set():  # stopped while the model wrote it: do not run it
                     raise RunCancelled(f"cancelled before the code of step {index} ran")
                 exec_started = time.perf_counter()
                 exec_result: ExecutionResult | None = None
-                for item in self._run_code(parsed.code, state):
+                for item in self._run_code(code, state):
                     if isinstance(item, ToolCall):
                         step.tool_calls.append(item)
                         yield emit(item)
@@ -1150,10 +1153,13 @@ def _restore_sandbox(spec: Any, snap: Any, functions: list[HostFunction], option
     if isinstance(spec, SessionSource):
         factory: Any = spec.sandbox  # the pool places it on the engine with the most room
     elif spec in ("docker", "auto"):
-        from sandbox import DockerSandbox as factory
+        from sandbox import DockerSandbox
+
+        factory = DockerSandbox
     elif spec == "local":
-        from sandbox import LocalSandbox as factory
-        from sandbox import warn_unsafe
+        from sandbox import LocalSandbox, warn_unsafe
+
+        factory = LocalSandbox
 
         warn_unsafe("local")
     else:

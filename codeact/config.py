@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ConfigError
 
@@ -45,7 +45,9 @@ SNAPSHOT_DIR_ENV = "CODEACT_SNAPSHOT_DIR"
 SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
 #: Snapshots of one chat session kept by default (the newest; older ones are deleted after each save).
 DEFAULT_SNAPSHOT_KEEP = 3
-BACKENDS = ("docker", "local", "restricted")
+#: The sandbox backends a configuration may name.
+Backend = Literal["docker", "local", "restricted"]
+BACKENDS: tuple[Backend, ...] = ("docker", "local", "restricted")
 
 NO_MODEL_HINT = (
     "no model configured: pass --model NAME or set CODEACT_MODEL "
@@ -59,7 +61,7 @@ def env(name: str) -> str:
     return os.environ.get(name, "").strip()
 
 
-def backend(option: str | None = None) -> str:
+def backend(option: str | None = None) -> Backend:
     """The sandbox backend from ``--backend`` or ``$CODEACT_BACKEND``; ``docker`` when neither is set.
 
     ``auto`` (accepted from older configurations) means docker: nothing falls
@@ -68,10 +70,11 @@ def backend(option: str | None = None) -> str:
     value = (option or "").strip().lower() or env(BACKEND_ENV).lower() or "docker"
     if value == "auto":
         value = "docker"
-    if value not in BACKENDS:
-        raise ConfigError(f"unknown sandbox backend {value!r} (from {'--backend' if option else BACKEND_ENV}); "
-                          f"choose one of {', '.join(BACKENDS)}")
-    return value
+    for name in BACKENDS:
+        if value == name:
+            return name
+    raise ConfigError(f"unknown sandbox backend {value!r} (from {'--backend' if option else BACKEND_ENV}); "
+                      f"choose one of {', '.join(BACKENDS)}")
 
 
 def docker_fix_hint() -> str:

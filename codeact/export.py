@@ -35,7 +35,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal, TextIO
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from .errors import RunLogError
 from .observation import NOTHING_PRINTED
@@ -92,13 +92,13 @@ def _image(data: bytes, include: bool) -> dict[str, Any]:
     return out
 
 
-def _write_line(fp: TextIO, obj: dict[str, Any]) -> None:
+def _write_line(fp: IO[str], obj: dict[str, Any]) -> None:
     # json.dumps escapes newlines inside strings, so each object is one line.
     fp.write(json.dumps(jsonable(obj), ensure_ascii=False, allow_nan=False))
     fp.write("\n")
 
 
-def export_jsonl(record: RunRecord, fp: TextIO, *, include_images: bool = True) -> None:
+def export_jsonl(record: RunRecord, fp: IO[str], *, include_images: bool = True) -> None:
     """Write ``record`` to ``fp`` as JSON Lines.
 
     Lines, in order:
@@ -398,7 +398,7 @@ def to_notebook(record: RunRecord) -> NotebookNode:
             elif step.error and not prose:
                 cells.append(nbf.new_markdown_cell(f"**Step {step.step}** failed:\n\n{_fence(step.error)}"))
             continue
-        meta = {
+        meta: dict[str, Any] = {
             "codeact": {
                 "step": step.step,
                 "model_time": step.model_time,
@@ -489,12 +489,12 @@ def export_run(
     Raises:
         RunLogError: a notebook asked for on a stream, or an unknown format.
     """
-    if hasattr(dest, "write"):
+    if not isinstance(dest, (str, os.PathLike)):  # a text stream
         if format == "ipynb":
             raise RunLogError("Notebook export needs a file path, not a stream.")
-        export_jsonl(record, dest)  # type: ignore[arg-type]
+        export_jsonl(record, dest)
         return
-    path = Path(os.fspath(dest))  # type: ignore[arg-type]
+    path = Path(os.fspath(dest))
     fmt = format or ("ipynb" if path.suffix.lower() == ".ipynb" else "jsonl")
     if fmt == "ipynb":
         export_notebook(record, path)

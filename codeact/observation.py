@@ -31,11 +31,12 @@ class ObservationParts:
 
 
 def _size(n: int) -> str:
+    size = float(n)
     for unit in ("B", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
 
 
 def format_observation(result: ExecutionResult, parts: ObservationParts | None = None,

@@ -36,7 +36,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, TypeGuard, Union
 
 from .errors import ConfigError
 
@@ -218,14 +218,21 @@ def _looks_like_phone(text: str) -> bool:
     return text.startswith("+") or bool(re.search(r"\d[ ().-]+\d", text))
 
 
-def _compile_patterns(patterns: Sequence[PatternSpec]) -> list[tuple[str, re.Pattern[str]]]:
+def _is_pair(value: object) -> TypeGuard[tuple[str, str]]:
+    """A ``(LABEL, regex)`` pair: a tuple of two strings."""
+    return isinstance(value, tuple) and len(value) == 2 and all(isinstance(p, str) for p in value)
+
+
+def _compile_patterns(patterns: PatternSpec | Sequence[PatternSpec]) -> list[tuple[str, re.Pattern[str]]]:
+    specs: Sequence[PatternSpec]
     if isinstance(patterns, (str, re.Pattern)):
-        patterns = [patterns]
-    elif (isinstance(patterns, tuple) and len(patterns) == 2 and all(isinstance(p, str) for p in patterns)
-          and _LABEL.match(patterns[0])):
-        patterns = [patterns]  # one (LABEL, regex) pair
+        specs = [patterns]
+    elif _is_pair(patterns) and _LABEL.match(patterns[0]):
+        specs = [patterns]  # one (LABEL, regex) pair
+    else:
+        specs = patterns
     out = []
-    for spec in patterns:
+    for spec in specs:
         if isinstance(spec, re.Pattern):
             out.append(("REDACTED", spec))
             continue
@@ -234,7 +241,7 @@ def _compile_patterns(patterns: Sequence[PatternSpec]) -> list[tuple[str, re.Pat
                 raise ConfigError(f"unknown privacy pattern {spec!r}: use one of {', '.join(BUILTIN_PATTERNS)} "
                                   "or a (LABEL, regex) pair")
             label, regex = BUILTIN_PATTERNS[spec]
-        elif isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(s, str) for s in spec):
+        elif _is_pair(spec):
             label, regex = spec
         else:
             raise ConfigError(f"a privacy pattern is a name, a (LABEL, regex) pair or a compiled regex, not {spec!r}")

@@ -60,6 +60,11 @@ LOST_CODE_CHARS = 1500
 NOTE_NAMES = 40
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a log may hold what another version wrote)."""
+    return value if isinstance(value, dict) else {}
+
+
 @dataclass(frozen=True)
 class SaveOptions:
     """When and where a chat session saves itself.
@@ -280,7 +285,7 @@ def conversation(log: Any, record: Any) -> Conversation:
         code_seen = False
         for event in events:
             kind, step = event.get("type"), int(event.get("step") or 0)
-            payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+            payload = _object(event.get("payload"))
             if limit is not None and step > limit:
                 if kind == "CodeAction":
                     code = _cut(str(payload.get("code") or ""), LOST_CODE_CHARS)
@@ -308,7 +313,7 @@ def conversation(log: Any, record: Any) -> Conversation:
 def _cell_note(events: list[dict[str, Any]], limit: int | None) -> list[str]:
     code = observation = None
     for event in events:
-        payload = event.get("payload") if isinstance(event.get("payload"), dict) else {}
+        payload = _object(event.get("payload"))
         if limit is not None and int(event.get("step") or 0) > limit:
             continue
         if event.get("type") == "CodeAction":

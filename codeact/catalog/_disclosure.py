@@ -44,7 +44,7 @@ def resolve_disclosure(mode: Disclosure, stubs: str, budget: int = DEFAULT_TOOL_
     """
     check_disclosure(mode, budget)
     if mode != "auto":
-        return mode  # type: ignore[return-value]
+        return mode
     if len(stubs.encode("utf-8")) <= budget:  # a token is at least one byte: no need to count
         return "all"
     return "all" if count_tokens(stubs) <= budget else "on_demand"

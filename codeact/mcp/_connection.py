@@ -367,10 +367,11 @@ async def _no_timeout() -> Any:  # Python 3.10 has no asyncio.timeout; the calle
 
 def _leaf(exc: BaseException) -> BaseException:
     """The first non-group exception inside (anyio wraps task failures in ExceptionGroups)."""
-    seen = 0
-    while isinstance(getattr(exc, "exceptions", None), (list, tuple)) and exc.exceptions and seen < 20:
-        exc = exc.exceptions[0]  # an ExceptionGroup
-        seen += 1
+    for _ in range(20):
+        inner = getattr(exc, "exceptions", None)  # an ExceptionGroup's (duck-typed: the 3.10 backport too)
+        if not isinstance(inner, (list, tuple)) or not inner:
+            break
+        exc = inner[0]
     cause = exc.__cause__ or exc.__context__
     if isinstance(exc, (RuntimeError,)) and isinstance(cause, OSError):
         return cause

@@ -26,7 +26,7 @@ import base64
 import binascii
 import json
 import mimetypes
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeGuard
 
 from ..errors import MCPToolError
 
@@ -43,7 +43,7 @@ MAX_JSON_DEPTH = 64
 Saver = Callable[[bytes, str, str], str]
 
 
-def is_result_wrapper(output_schema: Mapping[str, Any] | None) -> bool:
+def is_result_wrapper(output_schema: Mapping[str, Any] | None) -> TypeGuard[Mapping[str, Any]]:
     """True for the SDK's ``{"result": value}`` wrapper schema of a non-object return value."""
     if not isinstance(output_schema, Mapping):
         return False
@@ -55,9 +55,9 @@ def is_result_wrapper(output_schema: Mapping[str, Any] | None) -> bool:
 def shown_output_schema(output_schema: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The schema of what the sandbox receives (the wrapped value's schema for a wrapper)."""
     if is_result_wrapper(output_schema):
-        inner = output_schema["properties"]["result"]  # type: ignore[index]
+        inner = output_schema["properties"]["result"]
         if isinstance(inner, Mapping):
-            defs = {k: output_schema[k] for k in ("$defs", "definitions") if k in output_schema}  # type: ignore[index]
+            defs = {k: output_schema[k] for k in ("$defs", "definitions") if k in output_schema}
             return {**inner, **defs}
     return output_schema
 

@@ -46,12 +46,15 @@ import warnings
 import weakref
 from urllib.parse import unquote
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal
+from typing import TYPE_CHECKING, Any, AsyncIterator, Literal
 
 from ..errors import ConfigError
 from .. import telemetry
 from ..observation import ObservationParts, format_observation, truncate_middle
 from ._runs import RunAccessError, ServedRuns
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sandbox import BackendName
 
 #: Files larger than this are not returned by download_file (bytes).
 MAX_DOWNLOAD = 20 * 1024 * 1024
@@ -86,7 +89,7 @@ class ServeOptions:
             or the data dir's ``snapshots``); ``restore_session`` reads only from there.
     """
 
-    backend: str = "docker"
+    backend: "BackendName" = "docker"
     sandbox_options: dict[str, Any] = field(default_factory=dict)
     execution_timeout: float = 60.0
     max_sessions: int = 8
@@ -236,10 +239,9 @@ class SandboxSessions:
         if self.options.backend not in ("docker", "local"):
             raise SnapshotError(f"the {self.options.backend} backend cannot restore sessions; serve with the "
                                 "docker (or local) backend")
-        if self.options.backend == "docker":
-            from sandbox import DockerSandbox as factory
-        else:
-            from sandbox import LocalSandbox as factory
+        from sandbox import DockerSandbox, LocalSandbox
+
+        factory = DockerSandbox if self.options.backend == "docker" else LocalSandbox
         options = {"timeout": self.options.execution_timeout, **self.options.sandbox_options}
         self._starting += 1
         try:

@@ -218,8 +218,8 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                 failures.append(exc)
             except Exception as exc:  # noqa: BLE001 - reported with the server's name
                 failures.append(MCPServerError(f"MCP server {conn.name!r}: {exc}", server=conn.name))
-        for exc in failures:
-            self._connections.pop(exc.server, None)
+        for failure in failures:
+            self._connections.pop(failure.server, None)
         return failures
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from sandbox.pyparse import parse
 
@@ -456,8 +456,9 @@ def _first_call(text: str) -> tuple[ast.Call | None, str]:
 
 def make_format(name: str) -> ActionFormat:
     """The format object for a format name or agent kind."""
-    key = format_name(name)
-    return {"function-calling": FunctionCallingFormat, "json": JsonFormat, "text": TextFormat}[key]()
+    formats: dict[str, Callable[[], ActionFormat]] = {
+        "function-calling": FunctionCallingFormat, "json": JsonFormat, "text": TextFormat}
+    return formats[format_name(name)]()
 
 
 __all__ = ["ActionCall", "ActionFormat", "CallOutcome", "Decision", "FORMATS", "FunctionCallingFormat",

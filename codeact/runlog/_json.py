@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import PurePath
-from typing import Any
+from typing import Any, overload
 
 from ..values import preview
 
@@ -73,6 +73,14 @@ def to_json(obj: Any) -> str:
     except (TypeError, ValueError):  # a preview is always JSON; this is the last resort
         text = json.dumps(repr(type(obj)), ensure_ascii=False)
     return clean(text)
+
+
+@overload
+def clean(text: str) -> str: ...
+
+
+@overload
+def clean(text: None) -> None: ...
 
 
 def clean(text: str | None) -> str | None:

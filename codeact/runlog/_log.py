@@ -38,7 +38,7 @@ class RunLog:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         if path is None:
             path = default_db_path()
-        self.path: Path | str = path if str(path) == ":memory:" else Path(path).expanduser()
+        self.path: Path | str = ":memory:" if str(path) == ":memory:" else Path(path).expanduser()
         self._db = Database(self.path)
         with contextlib.suppress(RunLogError):  # a read-only or busy log still reads
             self.mark_interrupted()

@@ -270,7 +270,7 @@ def skill_functions(skills: SessionSkills | SkillStore) -> list[HostFunction]:
         return (f"{verb} skill {skill.name!r} ({lines} lines). Later sessions use it with "
                 f"`from skills import {skill.name}`.")
 
-    def skills(action: str, name: str = "") -> Any:
+    def skills_function(action: str, name: str = "") -> Any:  # the sandbox's skills(...)
         if action == "list":
             return [{"name": s.name, "summary": s.summary, "signature": s.signature}
                     for s in store.list() if s.error is None]
@@ -289,5 +289,6 @@ def skill_functions(skills: SessionSkills | SkillStore) -> list[HostFunction]:
     return [
         HostFunction(save_skill, name=SAVE_SKILL, doc="Save a function for later sessions (asks the user).")
         .place(wrapper=_SAVE_WRAPPER),
-        HostFunction(skills, name=SKILLS, doc="The skills saved in earlier sessions.").place(wrapper=_SKILLS_WRAPPER),
+        HostFunction(skills_function, name=SKILLS, doc="The skills saved in earlier sessions.")
+        .place(wrapper=_SKILLS_WRAPPER),
     ]

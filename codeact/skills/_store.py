@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import ast
+import builtins
 import hashlib
 import keyword
 import os
@@ -262,7 +263,8 @@ class SkillStore:
             return Skill(name, source, saved=path.stat().st_mtime, error=str(exc))
         return Skill(name, source, summary, signature, path.stat().st_mtime, None, doc)
 
-    def list(self) -> list[Skill]:
+    # builtins.list: inside this class, a bare `list` is the method below.
+    def list(self) -> builtins.list[Skill]:
         """Every skill, by name (broken ones too, with ``error`` set)."""
         out = []
         for name in self._names():
@@ -281,7 +283,7 @@ class SkillStore:
         self.get(name)
         self._file(name).unlink(missing_ok=True)
 
-    def _names(self) -> list[str]:
+    def _names(self) -> builtins.list[str]:
         try:
             files = sorted(p.name for p in self.path.iterdir())
         except OSError:

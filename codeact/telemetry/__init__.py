@@ -174,7 +174,7 @@ def active() -> Tracing | None:
     return None if t is _UNSET else t
 
 
-def mcp_call(server: str, transport: str, tool: str) -> Any:
+def mcp_call(server: str, transport: str | None, tool: str) -> Any:
     """A ``tools/call`` CLIENT span (MCP conventions) around one MCP tool call; a no-op when tracing is off.
 
     The MCP SDK's own client span nests under it and carries the trace context to the server in ``_meta``.

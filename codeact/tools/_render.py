@@ -204,6 +204,15 @@ def format_annotation(annotation: Any) -> str:
     return str(annotation).replace("typing.", "")
 
 
+def stars(p: inspect.Parameter) -> str:
+    """How a parameter's name is written in a signature: ``*`` for ``*args``, ``**`` for ``**kwargs``, else ``""``."""
+    if p.kind is p.VAR_POSITIONAL:
+        return "*"
+    if p.kind is p.VAR_KEYWORD:
+        return "**"
+    return ""
+
+
 def render_signature(signature: inspect.Signature) -> str:
     """``(city: str, days: int = 3) -> str``: no quotes around text annotations, and
     defaults that are not literals shown as ``...``."""
@@ -215,7 +224,7 @@ def render_signature(signature: inspect.Signature) -> str:
             parts.append("*")
         if p.kind in (p.KEYWORD_ONLY, p.VAR_POSITIONAL):
             seen_keyword_only = True
-        text = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+        text = stars(p) + p.name
         annotation = format_annotation(p.annotation)
         if annotation:
             text += f": {annotation}"
@@ -291,8 +300,7 @@ def stub_docstring(sig: DocumentedSignature, summary: str, returns: str = "", us
         lines = ["Args:"]
         for p in documented:
             first, *rest = sig.descriptions[p.name].splitlines() or [""]
-            stars = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
-            lines.append(f"    {stars}{p.name}: {first}")
+            lines.append(f"    {stars(p)}{p.name}: {first}")
             lines.extend(f"        {line}" if line.strip() else "" for line in rest)
         sections.append("\n".join(lines))
     if returns:

@@ -37,7 +37,7 @@ from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, NoDefault
 
 from ..errors import ToolArgumentError, ToolDefinitionError
-from ._render import EMPTY, format_annotation, literal_source, plain_value, short_repr
+from ._render import EMPTY, format_annotation, literal_source, plain_value, short_repr, stars
 from ._signature import BY_KEYWORD, ToolSignature
 
 
@@ -222,8 +222,7 @@ class ArgumentsModel:
             try:
                 pydantic.TypeAdapter(_field(p, "")[0]).json_schema(schema_generator=_SchemaGenerator)
             except Exception as param_exc:
-                stars = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
-                what = f"{stars}{p.name}" if stars else f"parameter {p.name!r}"
+                what = f"{stars(p)}{p.name}" if stars(p) else f"parameter {p.name!r}"
                 return ToolDefinitionError(
                     f"tool {self.name!r}: {what} has type {format_annotation(p.annotation)}, which cannot be "
                     f"described as JSON ({_first_line(param_exc)}). Use a JSON-compatible type (str, int, float, "

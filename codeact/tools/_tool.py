@@ -161,7 +161,7 @@ class Tool(Generic[P, R]):
         self.name = name
         self.group = group
         self.local_name = name
-        self.func = func  # type: ignore[assignment]
+        self.func = func
         self.is_async = bool(is_async)
         self.return_direct = bool(return_direct)
         self.requires_approval = bool(requires_approval)

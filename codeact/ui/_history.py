@@ -27,6 +27,11 @@ _REBUILT: dict[str, type[Event]] = {
 BLOB_CACHE_BYTES = 64 * 1024 * 1024
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one (a log may hold what another version wrote)."""
+    return value if isinstance(value, dict) else {}
+
+
 class History:
     """Read access to the run log for the page (``log`` None: history is off).
 
@@ -101,7 +106,7 @@ class History:
         images = {s.step: list(s.images) for s in record.steps}
         events: list[dict[str, Any]] = []
         for raw in log.get_events(record.id):
-            payload = raw.get("payload") if isinstance(raw.get("payload"), dict) else {}
+            payload = _object(raw.get("payload"))
             wire = self._rebuild(record.id, raw, payload, images)
             if wire is not None:
                 wire["seq"] = raw.get("seq", 0)
@@ -121,8 +126,8 @@ class History:
             # the log keeps the codec preview: restore it, so a stored DataFrame is a table again
             return {**base, "status": payload.get("status"), "answer": answer_wire(restore(value))}
         if kind == "RunFinished":
-            result = payload.get("result") if isinstance(payload.get("result"), dict) else {}
-            usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
+            result = _object(payload.get("result"))
+            usage = _object(result.get("usage"))
             return {**base, "status": result.get("status"), "error": result.get("error"),
                     "duration": result.get("duration"), "steps": result.get("steps"),
                     "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),

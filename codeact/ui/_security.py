@@ -89,7 +89,9 @@ class Guard:
         return name in self.allowed_hosts or name.strip("[]") in self.allowed_hosts
 
     def matches(self, candidate: str | None) -> bool:
-        return bool(candidate) and hmac.compare_digest(candidate.encode(), self.token.encode())
+        if not candidate:
+            return False
+        return hmac.compare_digest(candidate.encode(), self.token.encode())
 
     def cookie_header(self) -> str:
         return f"{self.cookie_name}={self.token}; Path=/; HttpOnly; SameSite=Strict"
