@@ -27,7 +27,7 @@ import uuid
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, get_args
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -72,6 +72,16 @@ from .tools._context import RunHooks, run_hooks
 from .catalog import DEFAULT_TOOL_BUDGET, Disclosure, ToolSurface, check_disclosure
 from . import telemetry
 from .values import preview
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sandbox import BackendName
+    from sandbox.base import Sandbox, SessionSource
+    from sandbox.packages import PackagePolicy
+
+    from .models import Model
+    from .privacy import PrivacyFilter
+    from .runlog import RunLog
+    from .skills import SkillStore
 
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
@@ -215,15 +225,15 @@ class CodeActAgent(AgentRuns):
 
     def __init__(
         self,
-        model: Any,
+        model: Model,
         tools: Sequence[Tool[Any, Any] | Callable[..., Any]] = (),
         *,
-        sandbox: Any = "docker",
+        sandbox: str | Sandbox | SessionSource = "docker",
         sandbox_options: dict[str, Any] | None = None,
         max_steps: int = 10,
         approve: Approver | None = None,
         deps: Any = None,
-        log: Any = True,
+        log: RunLog | str | os.PathLike[str] | bool | None = True,
         output_dir: str | os.PathLike[str] | None = None,
         stream_model: bool = False,
         observation_limit: int = 8000,
@@ -232,12 +242,12 @@ class CodeActAgent(AgentRuns):
         execution_timeout: float = 60.0,
         limits: RunLimits | None = None,
         packages: Sequence[str] = (),
-        package_policy: Any = None,
+        package_policy: PackagePolicy | None = None,
         approve_installs: bool = False,
         tool_disclosure: Disclosure = "auto",
         tool_budget: int = DEFAULT_TOOL_BUDGET,
-        skills: Any = None,
-        privacy: Any = None,
+        skills: SkillStore | str | os.PathLike[str] | bool | None = None,
+        privacy: PrivacyFilter | None = None,
         auto_approve_skills: bool = False,
     ) -> None:
         self.model = model
@@ -316,24 +326,24 @@ class CodeActAgent(AgentRuns):
         """(sandbox, owned): a new session we must close, or the user's own; ``restore``: from this snapshot."""
         from sandbox import SessionSource, open_sandbox
 
-        source = isinstance(self.sandbox, SessionSource)
-        if not isinstance(self.sandbox, str) and not source:
+        spec = self.sandbox
+        if not isinstance(spec, (str, SessionSource)):  # a started sandbox the user owns
             if restore is not None:
                 raise SavedSessionError("a session can be resumed only into a sandbox the agent opens itself "
                                         "(sandbox='docker', 'local' or an engine pool), not into one you pass in")
-            self.sandbox.register(*functions)
-            return self.sandbox, False
+            spec.register(*functions)
+            return spec, False
         options = {"timeout": self.execution_timeout, **self.sandbox_options}
-        if self.sandbox != "restricted" and (self.packages or package_policy is not None):
+        if spec != "restricted" and (self.packages or package_policy is not None):
             options.setdefault("packages", self.packages)
             options.setdefault("package_policy", package_policy)
         if restore is not None:
-            return _restore_sandbox(self.sandbox, restore, functions, options), True
-        if source:  # an engine pool: the session lands on the engine with the most room
-            sb = self.sandbox.sandbox(functions, **options)
+            return _restore_sandbox(spec, restore, functions, options), True
+        if isinstance(spec, SessionSource):  # an engine pool: the session lands on the engine with the most room
+            sb = spec.sandbox(functions, **options)
         else:
             # A tuple: open_sandbox's list[Callable | HostFunction] does not take our list[HostFunction].
-            sb = open_sandbox(self.sandbox, functions=tuple(functions), **options)
+            sb = open_sandbox(_backend_name(spec), functions=tuple(functions), **options)
         if hasattr(sb, "start"):
             sb.start()
         elif hasattr(sb, "__enter__"):
@@ -943,7 +953,7 @@ class ChatSession:
     def _log_transform(self) -> Callable[[Event], Event] | None:
         """What the run log records instead of each event: placeholders for hidden values (privacy)."""
         redactor = self._redactor
-        if redactor is None or self.agent.privacy.log_real_values:
+        if redactor is None or redactor.config.log_real_values:
             return None
         from .privacy import redact_event
 
@@ -955,7 +965,7 @@ class ChatSession:
 
     def _restored(self, answer: Any) -> Any:
         """The model's answer for the caller: placeholders it wrote become the values (privacy)."""
-        if self._redactor is None or not self.agent.privacy.restore_answers:
+        if self._redactor is None or not self._redactor.config.restore_answers:
             return answer
         return self._redactor.restore(answer)
 
@@ -1196,6 +1206,20 @@ def _trace_install(trace: Any, record: Any, parent: Any) -> None:
         "codeact.packages.source": str(data["source"]),
         "codeact.packages.downloaded": int(data["downloaded"] or 0),
     }, parent=parent, error=data["error_kind"] or None)
+
+
+def _backend_name(name: str) -> BackendName:
+    """``name`` as one of the sandbox's backend names.
+
+    Raises:
+        SandboxError: not a backend name (the message open_sandbox gives).
+    """
+    from sandbox import BackendName
+
+    for known in get_args(BackendName):
+        if name == known:
+            return known
+    raise SandboxError(f"unknown sandbox backend {name!r}; choose docker, local or restricted")
 
 
 def _skill_store(spec: Any) -> Any:

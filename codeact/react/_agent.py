@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
 from .._run import (
     tools_to_add,
@@ -45,6 +45,11 @@ from ..tools._context import RunHooks, run_hooks
 from .. import telemetry
 from ..values import preview, show
 from ._formats import FINAL_ANSWER, ActionCall, ActionFormat, CallOutcome, final_answer_value, make_format
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..agent import RunLimits
+    from ..models import Model
+    from ..runlog import RunLog
 
 #: The backend name ReAct runs record: tools run in this process, there is no sandbox.
 HOST = "host"
@@ -109,20 +114,20 @@ class ReActAgent(AgentRuns):
 
     def __init__(
         self,
-        model: Any,
+        model: Model,
         tools: Sequence[Tool[Any, Any] | Callable[..., Any]] = (),
         *,
         format: str = "function-calling",
         max_steps: int = 10,
         approve: Approver | None = None,
         deps: Any = None,
-        log: Any = True,
+        log: RunLog | str | os.PathLike[str] | bool | None = True,
         stream_model: bool = False,
         observation_limit: int = 8000,
         history_budget: int = 60_000,
         system_prompt: str | None = None,
         output_dir: str | os.PathLike[str] | None = None,
-        limits: Any = None,
+        limits: RunLimits | None = None,
     ) -> None:
         from ..agent import RunLimits
 
