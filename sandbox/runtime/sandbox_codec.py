@@ -152,9 +152,9 @@ import math
 import struct
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-if __package__:  # on the host: sandbox.runtime.sandbox_codec
+if TYPE_CHECKING or __package__:  # on the host: sandbox.runtime.sandbox_codec (and for the type checker)
     from . import sandbox_codec_decode as _decode
     from . import sandbox_codec_encode as _encode
     from . import sandbox_codec_limits as _limits
@@ -182,7 +182,10 @@ __all__ = [
 ]
 
 # The public names, wherever they are defined.
-CodecError, EncodeError, Opaque, ToolError = _values.CodecError, _values.EncodeError, _values.Opaque, _values.ToolError
+CodecError = _values.CodecError
+EncodeError = _values.EncodeError
+Opaque = _values.Opaque
+ToolError = _values.ToolError
 as_tool_error = _values.as_tool_error
 to_jsonable, encode_exception = _encode.to_jsonable, _encode.encode_exception
 from_jsonable, decode_exception = _decode.from_jsonable, _decode.decode_exception
@@ -193,7 +196,9 @@ MAX_INT_BITS, MAX_FRACTION_BITS = _limits.MAX_INT_BITS, _limits.MAX_FRACTION_BIT
 MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT = _limits.MAX_DECIMAL_DIGITS, _limits.MAX_DECIMAL_EXPONENT
 # Internals that tests reach for by their old names here.
 _DECODERS, _iana_zone, _pd_nanoseconds = _decode._DECODERS, _decode._iana_zone, _decode._pd_nanoseconds
-_Encoder, _Decoder, _Buffers = _encode._Encoder, _decode._Decoder, _decode._Buffers
+_Encoder = _encode._Encoder
+_Decoder = _decode._Decoder
+_Buffers = _decode._Buffers
 _enum_registry, _too_many, _safe_repr = _decode._enum_registry, _decode._too_many, _values._safe_repr
 _numpy, _pandas = _values._numpy, _values._pandas
 
@@ -284,8 +289,13 @@ def decode(
             raise CodecError("malformed payload: more buffers than the header can reference")
         hstart = pos + 8 * nbuf
         hend = hstart + hlen
-        bufs = _Buffers(mv, pos, nbuf, hend) if nbuf else ()
-        if (bufs.end if nbuf else hend) != total:
+        if nbuf:
+            table = _Buffers(mv, pos, nbuf, hend)
+            bufs: _decode._BufferTable = table
+            end = table.end
+        else:
+            bufs, end = (), hend
+        if end != total:
             raise CodecError("malformed payload: sizes do not add up to the payload length")
         limit = max_items if max_items is not None else math.inf
         text = str(mv[hstart:hend], "utf-8", "surrogatepass")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import array
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -29,16 +30,18 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-if __package__:  # on the host: sandbox.runtime.sandbox_codec_decode
+if TYPE_CHECKING or __package__:  # on the host: sandbox.runtime.sandbox_codec_decode (and for the type checker)
     from . import sandbox_codec_limits as limits
     from . import sandbox_codec_values as _values
 else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/sandbox/runtime)
     import sandbox_codec_limits as limits
     import sandbox_codec_values as _values
 
-CodecError, Opaque, ToolError = _values.CodecError, _values.Opaque, _values.ToolError
+CodecError = _values.CodecError
+Opaque = _values.Opaque
+ToolError = _values.ToolError
 _TAG, _NoneType, _JSON_SCALARS, _INT_LO = _values._TAG, _values._NoneType, _values._JSON_SCALARS, _values._INT_LO
 _MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values._MASKED_DTYPES, _values._BUILTIN_EXCEPTIONS
 _safe_repr, _numpy, _pandas = _values._safe_repr, _values._numpy, _values._pandas
@@ -68,7 +71,7 @@ _HEX_INT_RE = re.compile(r"-?[0-9a-f]+\Z")
 _DTYPE_RE = re.compile(r"([<>|=])([biufcMmSU])(\d{1,5})(?:\[(\d{0,6})([a-zA-Z]{1,2})\])?\Z")
 _UUID_RE = re.compile(r"[0-9a-f]{32}\Z")
 _FREQ_RE = re.compile(r"-?[A-Za-z0-9]{1,24}(?:-[A-Za-z]{1,8})?\Z")
-_TIME_UNITS = frozenset("Y M W D h m s ms us ns ps fs as".split())
+_TIME_UNITS = frozenset(["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as"])
 _PD_UNITS = frozenset({"s", "ms", "us", "ns"})
 _US_PER = MappingProxyType({"W": 604_800_000_000, "D": 86_400_000_000, "h": 3_600_000_000,
                             "m": 60_000_000, "s": 1_000_000, "ms": 1000, "us": 1})
@@ -86,13 +89,15 @@ _PATHS = MappingProxyType(
 _INDEX_TAGS = frozenset({"pd.Index", "pd.RangeIndex", "pd.MultiIndex"})
 
 
-def _need(cond: bool, what: str) -> None:
+def _need(cond: object, what: str) -> None:
+    """Refuse the payload unless ``cond``. The type checker cannot see this check: a field of the
+    hostile tree that is checked here, then used, is typed ``Any`` (it is whatever JSON holds)."""
     if not cond:
         raise CodecError(f"malformed payload: {what}")
 
 
 def _str_field(node: dict, key: str, limit: int = limits.MAX_FIELD_CHARS) -> str:
-    v = node.get(key)
+    v: Any = node.get(key)
     _need(type(v) is str and len(v) <= limit, f"{node.get(_TAG)}: {key!r} must be a string")
     return v
 
@@ -113,6 +118,14 @@ def _enum_registry(enum_types: Any) -> dict:
             reg.setdefault(c.__qualname__, c)
             reg[f"{c.__module__}.{c.__qualname__}"] = c
     return reg
+
+
+class _BufferTable(Protocol):
+    """The payload's buffers as the decoder reads them: a :class:`_Buffers`, or a list."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> memoryview: ...
 
 
 class _Buffers:
@@ -143,7 +156,8 @@ class _Buffers:
 class _Decoder:
     __slots__ = ("max_depth", "max_items", "items", "bufs", "used", "enums", "lenient")
 
-    def __init__(self, bufs: list, max_depth: int, max_items: float, enums: dict, lenient: bool = False):
+    def __init__(self, bufs: _BufferTable, max_depth: int, max_items: float, enums: dict,
+                 lenient: bool = False) -> None:
         self.bufs = bufs
         self.max_depth = max_depth
         self.max_items = max_items
@@ -245,7 +259,8 @@ class _Decoder:
             return _reshape(arr, shape, order)
         _need(type(dts) is str, "ndarray: bad dtype")
         m = _DTYPE_RE.match(dts)
-        _need(m is not None, f"ndarray: dtype {dts[:40]!r} not allowed")
+        if m is None:
+            raise CodecError(f"malformed payload: ndarray: dtype {dts[:40]!r} not allowed")
         byteorder, kind, size_text, mult_text, unit = m.groups()
         size = int(size_text)
         itemsize = size * 4 if kind == "U" else size
@@ -316,6 +331,8 @@ def _time_value(kind: str, unit: str | None, mult: int, x: int) -> Any:
     """One datetime64/timedelta64 value as numpy's tolist() gives it."""
     if x == _NAT:
         return None
+    if unit is None:  # a generic datetime64/timedelta64: numpy gives the int too
+        return x
     try:
         v = x * mult
         if kind == "M":
@@ -372,11 +389,11 @@ def _py_values(kind: str, itemsize: int, byteorder: str, mult_text: str | None, 
 
 
 def _d_int(d: _Decoder, node: dict, depth: int) -> int:
-    x = node.get("x")
+    x: Any = node.get("x")
     _need(type(x) is str, "int: 'x' must be a string")
     if len(x) > limits.MAX_INT_HEX_CHARS:
         raise CodecError(limits.INT_TOO_BIG)
-    _need(0 < len(x) and _HEX_INT_RE.match(x) is not None, "int: bad hex")
+    _need(len(x) > 0 and _HEX_INT_RE.match(x) is not None, "int: bad hex")
     v = int(x, 16)  # linear time for base 16
     if v.bit_length() > limits.MAX_INT_BITS:  # leading zeros passed the length check
         raise CodecError(limits.INT_TOO_BIG)
@@ -384,7 +401,7 @@ def _d_int(d: _Decoder, node: dict, depth: int) -> int:
 
 
 def _d_float(d: _Decoder, node: dict, depth: int) -> float:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(v in ("nan", "inf", "-inf"), "float: bad value")
     return float(v)
 
@@ -406,7 +423,7 @@ def _d_frozenset(d: _Decoder, node: dict, depth: int) -> frozenset:
 
 
 def _d_dict(d: _Decoder, node: dict, depth: int) -> dict:
-    pairs = node.get("v")
+    pairs: Any = node.get("v")
     _need(type(pairs) is list, "dict: 'v' must be a list")
     d.count(2 * len(pairs))
     dec = d.dec
@@ -416,7 +433,7 @@ def _d_dict(d: _Decoder, node: dict, depth: int) -> dict:
         keys.append(dec(pair[0], depth))
         values.append(dec(pair[1], depth))
     d.check_keys(keys)
-    return dict(zip(keys, values))
+    return dict(zip(keys, values, strict=True))
 
 
 def _d_bytes(d: _Decoder, node: dict, depth: int) -> bytes:
@@ -428,13 +445,13 @@ def _d_bytearray(d: _Decoder, node: dict, depth: int) -> bytearray:
 
 
 def _d_complex(d: _Decoder, node: dict, depth: int) -> complex:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(type(v) is list and len(v) == 2, "complex: 'v' must be [re, im]")
     return complex(_float_in(v[0]), _float_in(v[1]))
 
 
 def _d_decimal(d: _Decoder, node: dict, depth: int) -> decimal.Decimal:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(type(v) is str, "decimal: 'v' must be a string")
     if len(v) > limits.MAX_DECIMAL_CHARS:
         raise CodecError(limits.DECIMAL_TOO_BIG)
@@ -451,7 +468,7 @@ def _d_decimal(d: _Decoder, node: dict, depth: int) -> decimal.Decimal:
 
 
 def _d_fraction(d: _Decoder, node: dict, depth: int) -> fractions.Fraction:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(type(v) is list and len(v) == 2, "fraction: 'v' must be [numerator, denominator]")
     num = d.dec(v[0], depth)
     den = d.dec(v[1], depth)
@@ -544,7 +561,7 @@ def _d_time(d: _Decoder, node: dict, depth: int) -> _dt.time:
 
 
 def _d_timedelta(d: _Decoder, node: dict, depth: int) -> _dt.timedelta:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(type(v) is list and len(v) == 3 and all(type(x) is int for x in v), "timedelta: bad value")
     return _dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2])
 
@@ -556,8 +573,10 @@ def _d_uuid(d: _Decoder, node: dict, depth: int) -> uuid.UUID:
 
 
 def _d_path(d: _Decoder, node: dict, depth: int) -> pathlib.PurePath:
-    cls = _PATHS.get(node.get("k"))
-    _need(cls is not None, "path: unknown kind")
+    kind: Any = node.get("k")
+    cls = _PATHS.get(kind)
+    if cls is None:
+        raise CodecError("malformed payload: path: unknown kind")
     text = _str_field(node, "v")
     d.count(text.count("/") + text.count("\\"))  # one str object per part: "a/a/a/..." weighs 25x its text
     return cls(text)
@@ -593,7 +612,8 @@ def _d_enum(d: _Decoder, node: dict, depth: int) -> Any:
 
 def _d_opaque(d: _Decoder, node: dict, depth: int) -> Opaque:
     text = _str_field(node, "str", limits.MAX_OPAQUE_TEXT_CHARS) if "str" in node else None
-    return Opaque(_str_field(node, "type", limits.MAX_TYPE_NAME_CHARS), _str_field(node, "repr", limits.MAX_OPAQUE_TEXT_CHARS), text)
+    return Opaque(_str_field(node, "type", limits.MAX_TYPE_NAME_CHARS),
+                  _str_field(node, "repr", limits.MAX_OPAQUE_TEXT_CHARS), text)
 
 
 def _d_exc(d: _Decoder, node: dict, depth: int) -> BaseException:
@@ -608,21 +628,22 @@ def _d_npscalar(d: _Decoder, node: dict, depth: int) -> Any:
     dts = node.get("dtype")
     np = _numpy()
     if dts == "U":
-        v = _str_field(node, "v")
-        return np.str_(v) if np is not None else v
+        text = _str_field(node, "v")
+        return np.str_(text) if np is not None else text
     if dts == "S":
         raw = bytes.fromhex(_str_field(node, "x"))
         return np.bytes_(raw) if np is not None else raw
-    _need(type(dts) is str and _DTYPE_RE.match(dts) is not None, "npscalar: bad dtype")
-    m = _DTYPE_RE.match(dts)
+    m = _DTYPE_RE.match(dts) if type(dts) is str else None
+    if m is None:
+        raise CodecError("malformed payload: npscalar: bad dtype")
     kind = m.group(2)
     _need(kind not in "SU", "npscalar: bad dtype")
     if "x" in node:
         raw = bytes.fromhex(_str_field(node, "x", limits.MAX_NPSCALAR_HEX_CHARS))
-        sub = {_TAG: "ndarray", "dtype": dts, "shape": [], "b": 0}
+        sub: dict[str, Any] = {_TAG: "ndarray", "dtype": dts, "shape": [], "b": 0}
         arr = _Decoder([memoryview(raw)], 2, 10, {}).nd(sub, 0, want_list=np is None)
         return arr[()] if np is not None else arr
-    v = node.get("v")
+    v: Any = node.get("v")
     if kind == "b":
         _need(type(v) is bool, "npscalar: bad bool")
     elif kind in "iu":
@@ -695,7 +716,7 @@ def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
         mask = d.nd(node.get("m"), depth, want_list=as_list)
         if as_list:
             _need(type(data) is list and type(mask) is list and len(data) == len(mask), "masked: bad mask")
-            return [None if m else x for x, m in zip(data, mask)]
+            return [None if m else x for x, m in zip(data, mask, strict=True)]
         expected = pd.api.types.pandas_dtype(name)  # name is from the fixed set above
         _need(data.ndim == 1 and data.dtype == expected.numpy_dtype, "masked: data does not match dtype")
         _need(mask.dtype == bool and mask.shape == data.shape, "masked: bad mask")
@@ -780,15 +801,13 @@ def _d_pd_index(d: _Decoder, node: dict, depth: int) -> Any:
     if freq is not None:
         _need(type(freq) is str and _FREQ_RE.match(freq) is not None, "index: bad freq")
         cls = pd.DatetimeIndex if isinstance(idx, pd.DatetimeIndex) else pd.TimedeltaIndex
-        try:  # the constructor checks the values conform to freq
+        with contextlib.suppress(Exception):  # the constructor checks the values conform to freq
             idx = cls(idx, freq=freq, name=name)
-        except Exception:
-            pass
     return idx
 
 
 def _d_pd_range(d: _Decoder, node: dict, depth: int) -> Any:
-    v = node.get("v")
+    v: Any = node.get("v")
     _need(type(v) is list and len(v) == 3 and all(type(x) is int and abs(x) < 2**63 for x in v) and v[2] != 0,
           "RangeIndex: bad range")
     name = d.dec(node.get("name"), depth)
@@ -802,7 +821,9 @@ def _d_pd_range(d: _Decoder, node: dict, depth: int) -> Any:
 
 
 def _d_pd_multi(d: _Decoder, node: dict, depth: int) -> Any:
-    levels, codes, names = node.get("levels"), node.get("codes"), node.get("names")
+    levels: Any = node.get("levels")
+    codes: Any = node.get("codes")
+    names: Any = node.get("names")
     _need(type(levels) is list and type(codes) is list and type(names) is list
           and len(levels) == len(codes) == len(names) and levels, "MultiIndex: bad levels/codes/names")
     pd = _pandas()
@@ -813,9 +834,9 @@ def _d_pd_multi(d: _Decoder, node: dict, depth: int) -> Any:
         return pd.MultiIndex(levels=lv, codes=cd, names=nm)  # verifies the codes
     n = len(cd[0])
     _need(all(len(c) == n for c in cd), "MultiIndex: codes of different lengths")
-    for level, c in zip(lv, cd):
+    for level, c in zip(lv, cd, strict=True):
         _need(all(type(x) is int and -1 <= x < len(level) for x in c), "MultiIndex: bad codes")
-    return [tuple(level[c[i]] if c[i] >= 0 else None for level, c in zip(lv, cd)) for i in range(n)]
+    return [tuple(level[c[i]] if c[i] >= 0 else None for level, c in zip(lv, cd, strict=True)) for i in range(n)]
 
 
 def _d_pd_series(d: _Decoder, node: dict, depth: int) -> Any:
@@ -833,14 +854,14 @@ def _d_pd_frame(d: _Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     columns = _d_index(d, node.get("columns"), depth)
     index = _d_index(d, node.get("index"), depth)
-    data = node.get("data")
+    data: Any = node.get("data")
     _need(type(data) is list and len(data) == len(columns), "DataFrame: column count does not match")
     arrays = [_d_arr(d, a, depth, pd) for a in data]
     for a in arrays:
         _need(len(a) == len(index), "DataFrame: column length does not match the index")
     if pd is None:
         out: dict = {}
-        for label, values in zip(columns, arrays):
+        for label, values in zip(columns, arrays, strict=True):
             try:
                 out[label] = values
             except TypeError:
@@ -857,7 +878,8 @@ def _d_pd_frame(d: _Decoder, node: dict, depth: int) -> Any:
 
 
 def _d_pd_timestamp(d: _Decoder, node: dict, depth: int) -> Any:
-    v, unit = _int_field(node.get("v"), "Timestamp value"), node.get("unit")
+    v = _int_field(node.get("v"), "Timestamp value")
+    unit: Any = node.get("unit")
     _need(unit in _PD_UNITS and _INT_LO < v < 2**63, "Timestamp: bad value or unit")
     pd = _pandas()
     tz = None if "tz" not in node else _d_tz(node["tz"]) if pd is None else _d_pd_tz(pd, node["tz"])
@@ -871,7 +893,8 @@ def _d_pd_timestamp(d: _Decoder, node: dict, depth: int) -> Any:
 
 
 def _d_pd_timedelta(d: _Decoder, node: dict, depth: int) -> Any:
-    v, unit = _int_field(node.get("v"), "Timedelta value"), node.get("unit")
+    v = _int_field(node.get("v"), "Timedelta value")
+    unit: Any = node.get("unit")
     _need(unit in _PD_UNITS and _INT_LO < v < 2**63, "Timedelta: bad value or unit")
     pd = _pandas()
     if pd is not None:

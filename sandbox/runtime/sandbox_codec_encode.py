@@ -12,6 +12,7 @@ receiver would refuse (the bounds in :mod:`sandbox_codec_limits`) with
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
 import enum
@@ -22,16 +23,18 @@ import sys
 import uuid
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-if __package__:  # on the host: sandbox.runtime.sandbox_codec_encode
+if TYPE_CHECKING or __package__:  # on the host: sandbox.runtime.sandbox_codec_encode (and for the type checker)
     from . import sandbox_codec_limits as limits
     from . import sandbox_codec_values as _values
 else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/sandbox/runtime)
     import sandbox_codec_limits as limits
     import sandbox_codec_values as _values
 
-EncodeError, Opaque, ToolError = _values.EncodeError, _values.Opaque, _values.ToolError
+EncodeError = _values.EncodeError
+Opaque = _values.Opaque
+ToolError = _values.ToolError
 _TAG, _PLAIN_LEAVES, _STR_ONLY, _INT_LO, _INT_HI = (_values._TAG, _values._PLAIN_LEAVES, _values._STR_ONLY,
                                                      _values._INT_LO, _values._INT_HI)
 _MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values._MASKED_DTYPES, _values._BUILTIN_EXCEPTIONS
@@ -69,7 +72,7 @@ def _td_us(td: _dt.timedelta) -> int:
 class _Encoder:
     __slots__ = ("max_depth", "max_bytes", "bufs", "nbytes", "safe", "inline", "active")
 
-    def __init__(self, max_depth: int, max_bytes: int | None, safe: bool = False, inline: int = 0):
+    def __init__(self, max_depth: int, max_bytes: int | None, safe: bool = False, inline: int = 0) -> None:
         self.max_depth = max_depth
         self.max_bytes = max_bytes
         self.bufs: list = []
@@ -88,12 +91,10 @@ class _Encoder:
             return v
         if t is bool or v is None:
             return v
-        if t is int:
-            if _INT_LO <= v < _INT_HI:
-                return v
-        elif t is float:
-            if v - v == 0.0:  # finite
-                return v
+        if t is int and _INT_LO <= v < _INT_HI:
+            return v
+        if t is float and v - v == 0.0:  # finite
+            return v
         if depth >= self.max_depth:
             return self.too_deep(v)
         if self.safe:
@@ -168,7 +169,7 @@ class _Encoder:
             if len(kinds) == 1:
                 if float in kinds and all(map(math.isfinite, v)):
                     return list(v)
-                if int in kinds and _INT_LO <= min(v) and max(v) < _INT_HI:
+                if int in kinds and min(v) >= _INT_LO and max(v) < _INT_HI:
                     return list(v)
         enc = self.enc
         return [enc(x, depth) for x in v]
@@ -205,10 +206,8 @@ class _Encoder:
                 if dc is not None and dc.is_dataclass(v):
                     fields = {}
                     for f in dc.fields(v):
-                        try:
+                        with contextlib.suppress(AttributeError):  # an init=False field never set
                             fields[f.name] = getattr(v, f.name)
-                        except AttributeError:  # init=False field never set
-                            pass
                     return self.mapping(fields, depth)
                 if callable(getattr(t, "model_dump", None)):  # pydantic, duck-typed
                     dumped = v.model_dump()
@@ -271,10 +270,12 @@ def _e_bytearray(enc: _Encoder, v: bytearray, depth: int) -> dict:
 
 def _e_memoryview(enc: _Encoder, v: memoryview, depth: int) -> dict:
     try:
-        if v.c_contiguous:
-            data = v if (v.ndim == 1 and v.format == "B") else v.cast("B")
+        if not v.c_contiguous:
+            data: bytes | memoryview = v.tobytes()
+        elif v.ndim == 1 and v.format == "B":
+            data = v
         else:
-            data = v.tobytes()
+            data = v.cast("B")
     except ValueError:  # released
         return _opaque_node(memoryview, _safe_repr(v))
     return enc.buf({_TAG: "bytes"}, data)
@@ -299,7 +300,8 @@ def _e_fraction(enc: _Encoder, v: fractions.Fraction, depth: int) -> dict:
 def _tz_node(tz: _dt.tzinfo, at: Any) -> dict | None:
     """TZ node for ``tz``; ``at`` (datetime/time or None) gives the fallback offset."""
     if type(tz) is _dt.timezone:
-        args = tz.__getinitargs__()  # (offset,) or (offset, name): tells an explicit name
+        # (offset,) or (offset, name): tells an explicit name. CPython's timezone has it; typeshed omits it.
+        args = tz.__getinitargs__()  # type: ignore[attr-defined]
         node: dict = {"utc": _td_us(args[0])}
         if len(args) > 1:
             node["name"] = args[1]
@@ -327,7 +329,7 @@ def _tz_node(tz: _dt.tzinfo, at: Any) -> dict | None:
 
 
 def _e_datetime(enc: _Encoder, v: _dt.datetime, depth: int) -> dict:
-    node = {_TAG: "datetime", "v": _dt.datetime.isoformat(_dt.datetime.replace(v, tzinfo=None, fold=0))}
+    node: dict[str, Any] = {_TAG: "datetime", "v": _dt.datetime.isoformat(_dt.datetime.replace(v, tzinfo=None, fold=0))}
     if v.tzinfo is not None:
         tz = _tz_node(v.tzinfo, v)
         if tz is not None:
@@ -342,7 +344,7 @@ def _e_date(enc: _Encoder, v: _dt.date, depth: int) -> dict:
 
 
 def _e_time(enc: _Encoder, v: _dt.time, depth: int) -> dict:
-    node = {_TAG: "time", "v": _dt.time.isoformat(_dt.time.replace(v, tzinfo=None, fold=0))}
+    node: dict[str, Any] = {_TAG: "time", "v": _dt.time.isoformat(_dt.time.replace(v, tzinfo=None, fold=0))}
     if v.tzinfo is not None:
         tz = _tz_node(v.tzinfo, v)
         if tz is not None:

@@ -9,13 +9,14 @@ underscore are shared between the ``sandbox_codec*`` modules only.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import importlib
 import sys
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-if __package__:  # on the host: sandbox.runtime.sandbox_codec_values
+if TYPE_CHECKING or __package__:  # on the host: sandbox.runtime.sandbox_codec_values (and for the type checker)
     from . import sandbox_codec_limits as limits
 else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/sandbox/runtime)
     import sandbox_codec_limits as limits
@@ -29,7 +30,7 @@ _STR_ONLY = frozenset({str})
 _INT_LO, _INT_HI = -(2**63), 2**64  # plain JSON ints: what int64/uint64 readers take
 #: pandas masked dtypes that travel as data + mask buffers (a "masked" column node).
 _MASKED_DTYPES = frozenset(
-    "Int8 Int16 Int32 Int64 UInt8 UInt16 UInt32 UInt64 Float32 Float64 boolean".split()
+    ["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64", "boolean"]
 )
 
 
@@ -121,7 +122,8 @@ def _safe_repr(v: Any, limit: int = limits.REPR_LIMIT) -> str:
 def _own_str(v: Any, limit: int) -> str | None:
     """``str(v)`` when its class defines its own (capped); None otherwise or when it fails."""
     try:
-        if type(v).__str__ is object.__str__:
+        str_method: object = type(v).__str__  # (object: the type checker sees no overlap with object.__str__)
+        if str_method is object.__str__:
             return None
         text = str(v)
         if type(text) is not str:
@@ -131,7 +133,8 @@ def _own_str(v: Any, limit: int) -> str | None:
     return text if len(text) <= limit else text[: limit - 30] + f"... [{len(text) - limit + 30} chars cut]"
 
 
-def _numpy():
+def _numpy() -> Any:
+    """numpy, imported if it can be; None when missing. (Any: numpy is optional and untyped here.)"""
     mod = sys.modules.get("numpy")
     if mod is not None:
         return mod
@@ -141,7 +144,8 @@ def _numpy():
         return None
 
 
-def _pandas():
+def _pandas() -> Any:
+    """pandas, imported if it can be; None when missing."""
     mod = sys.modules.get("pandas")
     if mod is not None:
         return mod
@@ -197,9 +201,7 @@ def as_tool_error(exc: BaseException) -> BaseException:
     for attr in ("filename", "filename2", "__notes__"):
         value = getattr(exc, attr, None)
         if value is not None:
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 setattr(out, attr, value)
-            except (AttributeError, TypeError):
-                pass
     return out
 

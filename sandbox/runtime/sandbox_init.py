@@ -42,6 +42,8 @@ Runs with ``-I``: nothing is imported from the environment, the working
 directory or user site directories, which the kernel can write.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import signal
@@ -62,30 +64,28 @@ STARTED_MAX = 64
 class Spawned:
     """A kernel this process started: its directory, pid, the packages it was given, how it ended."""
 
-    def __init__(self, directory, pid, packages, started):
+    def __init__(self, directory: str, pid: int, packages: str, started: int) -> None:
         self.directory = directory
         self.pid = pid
         self.packages = packages
-        self.code = None  # os.waitstatus_to_exitcode() once reaped
+        self.code: int | None = None  # os.waitstatus_to_exitcode() once reaped
         self.started = started  # this process's fd of the kernel's note of the run it started
 
-    def started_run(self):
+    def started_run(self) -> str | None:
         """The id of the last run the kernel said it started (its note: a hint, see sandbox_runtime)."""
         try:
-            note = os.pread(self.started, STARTED_MAX, 0)
+            raw = os.pread(self.started, STARTED_MAX, 0)
         except OSError:
             return None
-        note = note.split(b"\0", 1)[0].decode("ascii", "replace")
+        note = raw.split(b"\0", 1)[0].decode("ascii", "replace")
         return note if note.isalnum() else None
 
-    def close(self):
-        try:
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
             os.close(self.started)
-        except OSError:
-            pass
 
 
-def make_directory(parent):
+def make_directory(parent: str) -> str:
     """A fresh directory for a kernel, with its connection file.
 
     The name is random: the code cannot prepare a trap under the name the next kernel will use.
@@ -110,7 +110,7 @@ def make_directory(parent):
     return directory
 
 
-def spawn_kernel(directory, packages):
+def spawn_kernel(directory: str, packages: str) -> Spawned:
     """Start a kernel for ``directory`` (a child of this process, in a session of its own).
 
     It gets the listening socket of its link (``directory/link``) as fd 3; as fd 4 a memory file
@@ -123,7 +123,8 @@ def spawn_kernel(directory, packages):
     sandbox's user: the code cannot signal or trace it (it would cut the kernel's call stream).
     """
     path = os.path.join(directory, "link")
-    try:
+    # Not contextlib.suppress: the first kernel starts before contextlib is imported (see FIRST).
+    try:  # noqa: SIM105
         os.unlink(path)  # an earlier attempt's
     except FileNotFoundError:
         pass
@@ -157,7 +158,7 @@ def spawn_kernel(directory, packages):
 
 
 # In a container, the first kernel starts before anything else here: it has the most to import.
-FIRST = None
+FIRST: Spawned | None = None
 if __name__ == "__main__" and os.getpid() == 1 and os.environ.get("SANDBOX_SPAWN") == "1":
     try:
         FIRST = spawn_kernel(make_directory(os.environ.get("SANDBOX_KERNEL_PARENT") or "/tmp"),
@@ -165,14 +166,20 @@ if __name__ == "__main__" and os.getpid() == 1 and os.environ.get("SANDBOX_SPAWN
     except Exception as exc:  # the host's K starts one the usual way; say why here
         os.write(2, ("sandbox-init: cannot start the first kernel: %r\n" % (exc,)).encode())
 
+import contextlib  # noqa: E402
 import ctypes  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
+from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import sandbox_wire as wire  # noqa: E402
 import zmq  # noqa: E402
+
+if TYPE_CHECKING or __package__:  # imported as sandbox.runtime.sandbox_init (and for the type checker)
+    from . import sandbox_wire as wire
+else:  # a script, in the sandbox and on the host (the local backend)
+    import sandbox_wire as wire
 
 _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
@@ -192,7 +199,7 @@ _UNRELAYED_TOPICS = (b".execute_input",)
 _BUSY = b'"busy"'
 
 
-def ignore_signals():
+def ignore_signals() -> None:
     """Ignore every signal that can be caught, so the code in the kernel cannot stop this process.
 
     Python itself handles SIGINT (KeyboardInterrupt): before this, ``os.kill(1,
@@ -205,13 +212,11 @@ def ignore_signals():
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
             continue
-        try:
+        with contextlib.suppress(OSError, ValueError, RuntimeError):  # a signal the C library reserves for itself
             signal.signal(sig, signal.SIG_IGN)
-        except (OSError, ValueError, RuntimeError):
-            pass  # a signal the C library reserves for itself
 
 
-def oom_kills():
+def oom_kills() -> int | None:
     """How many processes the container's memory cgroup has OOM-killed so far; None if it does not say."""
     for path in OOM_COUNTERS:
         try:
@@ -225,14 +230,12 @@ def oom_kills():
     return None
 
 
-def _prctl(option, value):
-    try:
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-    except Exception:
-        pass
 
 
-def _request(msg_type):
+def _request(msg_type: str) -> list[bytes]:
     import datetime
     import uuid
 
@@ -246,7 +249,7 @@ def _request(msg_type):
 class KernelLink:
     """The ZMQ sockets to one kernel, and whether its iopub stream is live yet."""
 
-    def __init__(self, context, directory, spawned=None):
+    def __init__(self, context: zmq.Context[Any], directory: str, spawned: Spawned | None = None) -> None:
         self.directory = directory
         #: The kernel process, when this process started it (a container); else None.
         self.spawned = spawned
@@ -274,21 +277,19 @@ class KernelLink:
         self.last_probe = 0.0
         # Set by watch(): the kernel process, a pidfd that becomes readable when it ends, and the
         # cgroup's OOM-kill count at that moment.
-        self.watched = None
-        self.pidfd = None
-        self.oom_kills = None
+        self.watched: int | None = None
+        self.pidfd: int | None = None
+        self.oom_kills: int | None = None
 
-    def probe(self):
+    def probe(self) -> None:
         """Ask for the kernel's info until an iopub message proves the subscription is live."""
         now = time.monotonic()
         if now - self.last_probe >= PROBE_INTERVAL:
             self.last_probe = now
-            try:
+            with contextlib.suppress(zmq.Again):
                 self.prober.send_multipart(_request("kernel_info_request"), zmq.NOBLOCK)
-            except zmq.Again:
-                pass
 
-    def pid(self):
+    def pid(self) -> int | None:
         """The kernel's pid as it wrote it (harmless to trust: every process here is the sandbox's)."""
         try:
             with open(os.path.join(self.directory, "pid")) as f:
@@ -296,7 +297,7 @@ class KernelLink:
         except (OSError, ValueError):
             return None
 
-    def watch(self, pid):
+    def watch(self, pid: int) -> None:
         """Watch the kernel process ``pid`` (read once it is ready, before any code ran in it)."""
         self.watched = pid
         self.oom_kills = oom_kills()
@@ -305,8 +306,10 @@ class KernelLink:
         except (AttributeError, OSError):  # an old kernel or a sandboxing runtime without pidfds: poll instead
             self.pidfd = None
 
-    def alive(self):
+    def alive(self) -> bool:
         """Whether the watched process is still running (a zombie counts as ended)."""
+        if self.watched is None:  # nothing watched (the loop asks only while it watches)
+            return False
         try:
             with open("/proc/%d/stat" % self.watched, "rb") as f:
                 stat = f.read()
@@ -314,27 +317,23 @@ class KernelLink:
             return False
         return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
-    def unwatch(self):
+    def unwatch(self) -> None:
         pidfd, self.pidfd, self.watched = self.pidfd, None, None
         if pidfd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(pidfd)
-            except OSError:
-                pass
 
-    def close(self):
+    def close(self) -> None:
         self.unwatch()
         if self.spawned is not None:
             self.spawned.close()
         for sock in (self.shell, self.iopub, self.prober):
-            try:
+            with contextlib.suppress(Exception):
                 sock.close(0)
-            except Exception:
-                pass
 
 
 class Supervisor:
-    def __init__(self):
+    def __init__(self) -> None:
         self.fd_in = os.dup(0)
         self.fd_out = os.dup(1)
         null = os.open(os.devnull, os.O_RDWR)
@@ -344,7 +343,7 @@ class Supervisor:
         self.namespace_init = os.getpid() == 1
         self.context = zmq.Context()
         self.parser = wire.FrameParser(2**31, kinds={wire.KIND_JUPYTER, wire.KIND_INTERRUPT, wire.KIND_RESTART})
-        self.kernel = None
+        self.kernel: KernelLink | None = None
         #: Whether this process starts the kernels (a container, when the host says so).
         self.spawn = self.namespace_init and os.environ.get("SANDBOX_SPAWN") == "1"
         #: The kernel started with the container, until the host's first K claims it.
@@ -352,16 +351,16 @@ class Supervisor:
         self.poller = zmq.Poller()
         #: Frames gathered while the loop handles what one poll returned, written together (one write,
         #: one trip through the engine, one wake-up on the host) by flush().
-        self.out = []
+        self.out: list[memoryview] = []
         self.gather = False
 
-    def send(self, kind, *chunks):
+    def send(self, kind: bytes, *chunks: wire.Chunk) -> None:
         """Write a frame to the host (blocking: the host always reads, or it is gone)."""
         self.out.extend(memoryview(v) for v in wire.frame(kind, *chunks))
         if not self.gather:
             self.flush()
 
-    def flush(self):
+    def flush(self) -> None:
         views, self.out = self.out, []
         while views:
             try:
@@ -380,7 +379,7 @@ class Supervisor:
 
     # --- kernels -------------------------------------------------------------------------------
 
-    def prepare(self, body):
+    def prepare(self, body: bytearray) -> None:
         """Kill what the previous kernel left, and make a fresh directory for the next one.
 
         In a container, start the kernel too (the first one is already booting: no code has
@@ -419,18 +418,16 @@ class Supervisor:
         self.kernel = KernelLink(self.context, directory, spawned)
         self.send(wire.KIND_PREPARED, json.dumps({"connection": os.path.join(directory, "kernel.json")}).encode())
 
-    def kill_all(self):
+    def kill_all(self) -> None:
         """In a container: kill every process but this one (kernels, strays, detached daemons).
 
         Kernels' link programs run as another user and outlive this: each ends with its kernel."""
         if self.namespace_init:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
             self.reap()
 
-    def reap(self):
+    def reap(self) -> None:
         """Orphans of the kernel are re-parented to this process (the namespace's init); the
         kernels it started are its children: how the current one ended is kept for ``D``."""
         while True:
@@ -444,20 +441,18 @@ class Supervisor:
             if spawned is not None and spawned.pid == pid:
                 spawned.code = os.waitstatus_to_exitcode(status)
 
-    def interrupt(self):
+    def interrupt(self) -> None:
         # In a container only: on the host (the local backend) the host signals its own child,
         # and a pid the kernel wrote could name any process of the user's.
         kernel = self.kernel if self.namespace_init else None
         pid = (kernel.spawned.pid if kernel.spawned is not None else kernel.pid()) if kernel is not None else None
         if pid:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGINT)
-            except OSError:
-                pass
 
     # --- the loop ----------------------------------------------------------------------------------
 
-    def run(self):
+    def run(self) -> None:
         poller = self.poller
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
@@ -472,10 +467,8 @@ class Supervisor:
             if kernel is not current:  # a new kernel: poll its sockets instead of the old one's
                 if current is not None:
                     for sock in (current.shell, current.iopub):
-                        try:
+                        with contextlib.suppress(KeyError):
                             poller.unregister(sock)
-                        except KeyError:
-                            pass
                 if kernel is not None:
                     poller.register(kernel.shell, zmq.POLLIN)
                     poller.register(kernel.iopub, zmq.POLLIN)
@@ -501,16 +494,14 @@ class Supervisor:
                 self.gather = False
                 self.flush()
 
-    def handle(self, events, kernel, wake_r):
+    def handle(self, events: list[tuple[Any, int]], kernel: KernelLink | None, wake_r: int) -> None:
         """What one poll returned: input from the host, signals, the kernel's end, its messages."""
         for item, _ in events:
             if item == self.fd_in:
                 self.from_host()
             elif item == wake_r:
-                try:
+                with contextlib.suppress(OSError):
                     os.read(wake_r, 4096)
-                except OSError:
-                    pass
                 if self.namespace_init:
                     self.reap()
             elif self.kernel is kernel and kernel is not None and kernel.pidfd is not None \
@@ -519,14 +510,12 @@ class Supervisor:
             elif self.kernel is kernel and kernel is not None and not isinstance(item, int):
                 self.kernel_messages(kernel, item)
 
-    def forget_pidfd(self, kernel):
+    def forget_pidfd(self, kernel: KernelLink) -> None:
         if kernel.pidfd is not None:
-            try:
+            with contextlib.suppress(KeyError):
                 self.poller.unregister(kernel.pidfd)
-            except KeyError:
-                pass
 
-    def kernel_ended(self, kernel):
+    def kernel_ended(self, kernel: KernelLink) -> None:
         """The kernel process ended: pass on its last messages, tell the host, and kill what it left.
 
         What it left would keep the kernel's stream to the host open (a child
@@ -540,7 +529,7 @@ class Supervisor:
             self.kernel_messages(kernel, sock)
         after = oom_kills()
         oom = before is not None and after is not None and after > before
-        died = {"pid": pid, "oom": oom}
+        died: dict[str, Any] = {"pid": pid, "oom": oom}
         spawned = kernel.spawned
         if spawned is not None:  # this process's child: how it ended (the engine only knows the link's end)
             if spawned.code is None:
@@ -555,13 +544,11 @@ class Supervisor:
         self.send(wire.KIND_DIED, json.dumps(died).encode())
         self.flush()  # now, not after the killing below
         if self.namespace_init:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
             self.reap()
 
-    def from_host(self):
+    def from_host(self) -> None:
         try:
             data = os.read(self.fd_in, 65536)  # below the mmap threshold: see sandbox._transport
         except InterruptedError:
@@ -579,12 +566,10 @@ class Supervisor:
             elif kind == wire.KIND_JUPYTER and self.kernel is not None:
                 channel, parts = wire.unpack_parts(body)
                 if channel == "shell":
-                    try:
+                    with contextlib.suppress(zmq.Again):
                         self.kernel.shell.send_multipart(parts, zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass
 
-    def kernel_messages(self, kernel, sock):
+    def kernel_messages(self, kernel: KernelLink, sock: zmq.Socket[Any]) -> None:
         channel = "iopub" if sock is kernel.iopub else "shell"
         try:
             while True:
@@ -614,7 +599,7 @@ class Supervisor:
         except zmq.Again:
             pass
 
-    def drain(self, kernel):
+    def drain(self, kernel: KernelLink) -> None:
         """Drop what the readiness probe left behind so far (what comes later answers the supervisor's
         own requests: the host ignores it)."""
         for sock in (kernel.shell, kernel.iopub):
@@ -624,17 +609,15 @@ class Supervisor:
             except zmq.Again:
                 pass
 
-    def shutdown(self):
+    def shutdown(self) -> NoReturn:
         """The host is gone: kill everything and leave."""
         if self.namespace_init:  # on the host the kernel is the host's child: it dies with the host
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
         os._exit(0)
 
 
-def main():
+def main() -> None:
     _prctl(_PR_SET_DUMPABLE, 0)  # the kernel (same user) may not trace this process or open its files
     ignore_signals()
     if os.getpid() != 1:

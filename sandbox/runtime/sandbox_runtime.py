@@ -29,7 +29,10 @@ None of this is a security boundary in itself: code in the kernel can
 replace any of it. The host trusts nothing this process sends.
 """
 
+from __future__ import annotations
+
 import builtins
+import contextlib
 import getpass
 import inspect
 import itertools
@@ -39,9 +42,20 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import sandbox_codec
-import sandbox_wire as wire
+if TYPE_CHECKING or __package__:  # on the host: sandbox.runtime.sandbox_runtime (and for the type checker)
+    from . import sandbox_codec
+    from . import sandbox_wire as wire
+else:  # in the sandbox: top-level modules (PYTHONPATH=/opt/sandbox/runtime)
+    import sandbox_codec
+    import sandbox_wire as wire
+
+if TYPE_CHECKING:
+    import re
+    import socket
+    import types
 
 #: Written to stderr once the kernel is up: later process output is about a crash, not startup noise.
 READY_MARKER = "sandbox-runtime: kernel ready"  # must match sandbox/kernel.py
@@ -56,23 +70,24 @@ HostFunctionError = ToolError
 class _State:
     """Per-kernel state (one kernel per process)."""
 
-    def __init__(self):
-        self.kernel = None
-        self.shell = None
-        self.link = None  # the _CallLink
-        self.stubs = {}
-        self.placed = []  # (namespace, local name, stub) of stubs placed in namespace modules
-        self.limiters = []
-        self.streams = []
-        self.output_limit = None
+    def __init__(self) -> None:
+        self.kernel: Any = None  # ipykernel's kernel (its objects are untyped here)
+        self.shell: Any = None  # IPython's shell
+        self.link: _CallLink | None = None
+        self.stubs: dict[str, Callable[..., Any]] = {}
+        #: (namespace, local name, stub) of stubs placed in namespace modules
+        self.placed: list[tuple[str, str, Callable[..., Any]]] = []
+        self.limiters: list[_OutputLimiter] = []
+        self.streams: list[Any] = []  # sys.stdout and sys.stderr: ipykernel's OutStreams
+        self.output_limit: int | None = None
         self.max_payload = 64 * 1024 * 1024
         self.rich_cut = 0
-        self.publish_raw = None
-        self.base_threads = set()  # the kernel's own threads, once it is ready
+        self.publish_raw: Callable[..., Any] | None = None
+        self.base_threads: set[int | None] = set()  # the kernel's own threads, once it is ready
         self.in_container = False  # a container of its own: every stray process may be killed
-        self.relay = None  # the link program's socket (in a container): open while this process lives
-        self.started_fd = None  # where the supervisor reads which run this kernel started (a container)
-        self.capture_clocks = {}  # CPU clocks of the fd capture threads as the cell started
+        self.relay: socket.socket | None = None  # the link program's socket (in a container): open while this lives
+        self.started_fd: int | None = None  # where the supervisor reads which run this kernel started (a container)
+        self.capture_clocks: dict[int, float] = {}  # CPU clocks of the fd capture threads as the cell started
 
 
 _state = _State()
@@ -86,8 +101,8 @@ class _Waiter:
 
     __slots__ = ("reply",)
 
-    def __init__(self):
-        self.reply = None
+    def __init__(self) -> None:
+        self.reply: tuple[int, bytes] | None = None  # (status, payload)
 
 
 class _CallLink:
@@ -101,17 +116,17 @@ class _CallLink:
     and everything it started end too.
     """
 
-    def __init__(self, fd_in, fd_out):
+    def __init__(self, fd_in: int, fd_out: int) -> None:
         self.fd_in = fd_in
         self.fd_out = fd_out
         self.write_lock = threading.Lock()
         self.cond = threading.Condition()
-        self.waiters = {}
+        self.waiters: dict[int, _Waiter] = {}
         self.leader = False
         self.ids = itertools.count(1)
         self.parser = wire.FrameParser(2**31, kinds={wire.KIND_REPLY})
 
-    def send(self, kind, *chunks):
+    def send(self, kind: bytes, *chunks: wire.Chunk) -> None:
         views = [memoryview(v) for v in wire.frame(kind, *chunks)]
         with self.write_lock:
             while views:
@@ -127,7 +142,7 @@ class _CallLink:
                         views[0] = views[0][written:]
                         written = 0
 
-    def read_prepared(self):
+    def read_prepared(self) -> dict[str, Any]:
         """What the host sends first on a link it got from a link program (a ``P`` frame, JSON):
         the host functions and settings to install before the kernel answers anything.
 
@@ -139,7 +154,7 @@ class _CallLink:
             raise RuntimeError("the host did not send the kernel's settings first")
         return json.loads(self._read_exact(size))
 
-    def _read_exact(self, size):
+    def _read_exact(self, size: int) -> bytes:
         data = bytearray()
         while len(data) < size:
             chunk = os.read(self.fd_in, min(size - len(data), 65536))
@@ -148,28 +163,26 @@ class _CallLink:
             data += chunk
         return bytes(data)
 
-    def announce_start(self):
+    def announce_start(self) -> None:
         """Tell the host, before the code of a run starts, that it starts (see sandbox_wire ``S``).
 
         A direct write: it is in the stream even if the code kills this process the next moment.
         """
-        try:
+        with contextlib.suppress(OSError):
             self.send(wire.KIND_STARTED)
-        except OSError:
-            pass
 
-    def new_call(self):
+    def new_call(self) -> tuple[int, _Waiter]:
         call_id = next(self.ids) & 0xFFFFFFFF
         waiter = _Waiter()
         with self.cond:
             self.waiters[call_id] = waiter
         return call_id, waiter
 
-    def forget(self, call_id):
+    def forget(self, call_id: int) -> _Waiter | None:
         with self.cond:
             return self.waiters.pop(call_id, None)
 
-    def wait(self, call_id, waiter):
+    def wait(self, call_id: int, waiter: _Waiter) -> tuple[int, bytes]:
         """Block until ``waiter`` has its reply, reading the link while no one else does."""
         while True:
             with self.cond:
@@ -185,7 +198,7 @@ class _CallLink:
                     self.leader = False
                     self.cond.notify_all()  # someone else may need to read now
 
-    def _read_until(self, waiter):
+    def _read_until(self, waiter: _Waiter) -> None:
         while waiter.reply is None:
             data = os.read(self.fd_in, 65536)  # below the mmap threshold: see sandbox._transport
             if not data:
@@ -201,7 +214,7 @@ class _CallLink:
                     self.cond.notify_all()
 
 
-def _host_gone():
+def _host_gone() -> NoReturn:
     """The host closed the link: end this kernel and everything it started."""
     try:
         os.killpg(os.getpgid(0), signal.SIGKILL)
@@ -212,7 +225,7 @@ def _host_gone():
 # --- launching ---------------------------------------------------------------
 
 
-def _skip_terminal_ipython():
+def _skip_terminal_ipython() -> None:
     """Keep IPython's terminal front end (and prompt_toolkit) unimported: a kernel has no terminal.
 
     ``import IPython`` pulls in ``IPython.terminal.embed`` for ``IPython.embed``,
@@ -224,15 +237,14 @@ def _skip_terminal_ipython():
 
     embed = types.ModuleType("IPython.terminal.embed")
 
-    def _embed(*args, **kwargs):
+    def _embed(*args: Any, **kwargs: Any) -> NoReturn:
         raise RuntimeError("IPython.embed() is not available in the sandbox")
 
-    embed.embed = _embed
-    embed.InteractiveShellEmbed = None
+    embed.__dict__.update(embed=_embed, InteractiveShellEmbed=None)
     sys.modules["IPython.terminal.embed"] = embed
 
 
-def launch(argv=None):
+def launch(argv: list[str] | None = None) -> None:
     """Start the kernel, bound to the connection file named in ``SANDBOX_CONNECTION`` (the
     supervisor, :mod:`sandbox_init`, prepared it). Its link to the host for host-function calls:
 
@@ -262,8 +274,9 @@ def launch(argv=None):
     # The sandbox offers neither a debugger nor tab completion; without them
     # ipykernel starts faster (debugpy pulls in pkg_resources) and
     # stops warning about frozen modules on every start.
-    sys.modules.setdefault("debugpy", None)
-    sys.modules.setdefault("jedi", None)
+    for blocked in ("debugpy", "jedi"):
+        # None makes the import fail at once (importlib's documented way); typeshed types the values as modules.
+        sys.modules.setdefault(blocked, None)  # type: ignore[arg-type]
     _skip_terminal_ipython()
     _lazy_jupyter_client()
     _patch_fd_capture()
@@ -272,10 +285,10 @@ def launch(argv=None):
     logging.getLogger("traitlets").setLevel(logging.ERROR)  # "message signing is disabled": the link is private
     from ipykernel.kernelapp import IPKernelApp
 
-    prepared = {}
+    prepared: dict[str, Any] = {}
     if link_fd:
-        _state.link = _accept_link(int(link_fd))
-        prepared = _state.link.read_prepared()
+        link = _state.link = _accept_link(int(link_fd))
+        prepared = link.read_prepared()
     private = os.path.dirname(path)  # fresh for each kernel, in a random place (see sandbox_init)
     os.chdir(private)  # IPython reads config files in the working directory: only this one is the kernel's own
     try:  # the supervisor reads it to interrupt this kernel
@@ -308,19 +321,15 @@ def launch(argv=None):
     if "specs" in prepared:  # else the host installs them with a first request
         install(prepared["specs"])
         configure(output_limit=prepared.get("output_limit"), max_payload=prepared.get("max_payload"))
-    try:
+    with contextlib.suppress(OSError):
         os.chdir(workdir)
-    except OSError:
-        pass
     fd = getattr(sys.stderr, "_original_stdstream_copy", None)
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd if isinstance(fd, int) else 2, ("\n" + READY_MARKER + "\n").encode())
-    except OSError:
-        pass
     app.start()
 
 
-def _accept_link(listener_fd):
+def _accept_link(listener_fd: int) -> _CallLink:
     """Take the link program's stdin, stdout and stderr (see :func:`launch`); stderr becomes this
     process's (its crash reports reach the host). The connection stays open while this process
     lives: the link program, and with it the host's exec stream, ends when it does."""
@@ -344,7 +353,7 @@ def _accept_link(listener_fd):
     return _CallLink(fd_in, fd_out)
 
 
-def _lazy_jupyter_client():
+def _lazy_jupyter_client() -> None:
     """Import ``jupyter_client``'s parts as they are used, not all of them with the package.
 
     Its ``__init__`` imports the clients, managers and provisioners that a kernel never uses
@@ -360,28 +369,29 @@ def _lazy_jupyter_client():
     if spec is None or spec.loader is None or not spec.submodule_search_locations:
         return
     module = importlib.util.module_from_spec(spec)
+    loader = spec.loader
 
-    def __getattr__(name):
+    def __getattr__(name: str) -> Any:
         if not name.startswith("__"):
             for part in ("connect", "_version", "blocking"):
                 value = getattr(importlib.import_module("jupyter_client." + part), name, _MISSING)
                 if value is not _MISSING:
                     return value
         if module.__dict__.pop("__getattr__", None) is not None:
-            spec.loader.exec_module(module)  # the whole package, once
+            loader.exec_module(module)  # the whole package, once
         try:
             return module.__dict__[name]
         except KeyError:
             raise AttributeError("module 'jupyter_client' has no attribute %r" % name) from None
 
-    module.__getattr__ = __getattr__
+    module.__dict__["__getattr__"] = __getattr__  # a module's __getattr__ (PEP 562)
     sys.modules["jupyter_client"] = module
 
 
 _MISSING = object()
 
 
-def _prepare_matplotlib():
+def _prepare_matplotlib() -> None:
     """Give matplotlib a writable config dir holding the font cache built into the image.
 
     Without it every new sandbox rebuilds the font cache (seconds) on the first plot.
@@ -392,10 +402,8 @@ def _prepare_matplotlib():
     seed = os.environ.get("SANDBOX_MPL_SEED")
     target = os.environ.get("MPLCONFIGDIR")
     if seed and target and os.path.isdir(seed) and not os.path.exists(target):
-        try:
+        with contextlib.suppress(OSError):
             shutil.copytree(seed, target)
-        except OSError:
-            pass
     if target:
         try:
             os.makedirs(target, exist_ok=True)
@@ -405,7 +413,7 @@ def _prepare_matplotlib():
             pass
 
 
-def _patch_fd_capture():
+def _patch_fd_capture() -> None:
     """Make the kernel's capture of file descriptors 1 and 2 survive any bytes.
 
     ipykernel forwards what subprocesses and C code write to fd 1/2 from a
@@ -425,7 +433,7 @@ def _patch_fd_capture():
     if not hasattr(OutStream, "_watch_pipe_fd"):
         return
 
-    def _watch_pipe_fd(self):
+    def _watch_pipe_fd(self: Any) -> None:
         fid = getattr(self, "_fid", None)
         if fid is None:
             return
@@ -452,7 +460,7 @@ def _patch_fd_capture():
         except Exception:
             self._exc = sys.exc_info()
 
-    OutStream._watch_pipe_fd = _watch_pipe_fd
+    OutStream._watch_pipe_fd = _watch_pipe_fd  # type: ignore[method-assign]  # replacing ipykernel's, on purpose
 
 
 #: Written to fd 1 and 2 at the end of a cell; when the capture thread has seen it,
@@ -460,14 +468,14 @@ def _patch_fd_capture():
 _FD_SYNC = "\x1esandbox-fd-sync\x1f"
 
 
-def _fd_synced(stream):
+def _fd_synced(stream: Any) -> threading.Event:
     event = stream.__dict__.get("_sandbox_fd_synced")
     if event is None:
         event = stream.__dict__.setdefault("_sandbox_fd_synced", threading.Event())
     return event
 
 
-def _sync_fds(timeout=2.0):
+def _sync_fds(timeout: float = 2.0) -> None:
     """Wait until output written to fd 1/2 so far has reached the streams.
 
     Without it, what a subprocess printed at the end of a cell can arrive
@@ -481,7 +489,8 @@ def _sync_fds(timeout=2.0):
         thread = getattr(stream, "watch_fd_thread", None)
         fd = getattr(stream, "_original_stdstream_fd", None)  # ipykernel >= 6.2x
         if fd is None:
-            fd = {"stdout": 1, "stderr": 2}.get(getattr(stream, "name", None))
+            name: Any = getattr(stream, "name", None)
+            fd = {"stdout": 1, "stderr": 2}.get(name)
         if not getattr(stream, "_should_watch", False) or thread is None or not thread.is_alive() \
                 or not isinstance(fd, int):
             continue
@@ -499,21 +508,19 @@ def _sync_fds(timeout=2.0):
         event.wait(max(0.0, deadline - time.monotonic()))
 
 
-def _capture_clocks():
+def _capture_clocks() -> None:
     """The CPU clocks of the capture threads of fds 1 and 2, read as a cell starts (see _capture_idle)."""
     import time
 
     clocks = {}
     for stream in _state.streams:
-        thread = getattr(stream, "watch_fd_thread", None)
-        try:
+        thread: Any = getattr(stream, "watch_fd_thread", None)  # None: AttributeError below
+        with contextlib.suppress(AttributeError, TypeError, OSError):
             clocks[id(stream)] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-        except (AttributeError, TypeError, OSError):
-            pass
     _state.capture_clocks = clocks
 
 
-def _capture_idle(stream, thread, fid):
+def _capture_idle(stream: Any, thread: Any, fid: object) -> bool:
     """Whether nothing written to the capture pipe ``fid`` in this cell can still be on its way.
 
     True when the pipe is empty and then its capture thread has not run at all since the cell
@@ -540,7 +547,7 @@ def _capture_idle(stream, thread, fid):
         return False
 
 
-def setup(kernel, shell):
+def setup(kernel: Any, shell: Any) -> None:
     """Install the hooks; called once per kernel process."""
     _state.kernel = kernel
     _state.shell = shell
@@ -557,7 +564,7 @@ def setup(kernel, shell):
     _state.limiters = [_OutputLimiter(stream) for stream in _state.streams]
 
 
-def configure(output_limit=None, max_payload=None):
+def configure(output_limit: int | None = None, max_payload: int | None = None) -> None:
     """Settings from the host: ``output_limit`` caps each stream per cell and each
     text of a rich output (characters); ``max_payload`` caps one call's encoded
     arguments (bytes; the host enforces it too)."""
@@ -568,7 +575,7 @@ def configure(output_limit=None, max_payload=None):
         limiter.limit = output_limit
 
 
-def _before_cell(info=None):
+def _before_cell(info: object = None) -> None:
     _announce_start()
     if not _state.base_threads:  # before the first code runs, every thread is the kernel's own
         _state.base_threads = {t.ident for t in threading.enumerate()}
@@ -580,7 +587,7 @@ def _before_cell(info=None):
     _state.rich_cut = 0
 
 
-def _announce_start():
+def _announce_start() -> None:
     """Tell the host, before the code of a run starts, that it starts: the host then never runs
     that code again on another kernel, even if it kills this one at once. Synchronous either way:
 
@@ -600,12 +607,10 @@ def _announce_start():
         _state.link.announce_start()
 
 
-def _after_cell(result=None):
-    try:
+def _after_cell(result: object = None) -> None:
+    with contextlib.suppress(Exception):
         _sync_fds()
-    except Exception:
-        pass
-    cut = {}
+    cut: dict[str, int] = {}
     for limiter in _state.limiters:
         dropped = limiter.finish()
         if dropped:
@@ -627,7 +632,7 @@ def _after_cell(result=None):
 MAX_RICH_VALUE = 20_000_000
 
 
-def _cap_bundle(data):
+def _cap_bundle(data: Any) -> Any:
     """A MIME bundle within the limits: long text/plain keeps head and tail, other
     over-long values are dropped (text/plain stays to describe the object)."""
     limit = _state.output_limit
@@ -653,13 +658,13 @@ def _cap_bundle(data):
     return out
 
 
-def _install_output_caps(shell):
+def _install_output_caps(shell: Any) -> None:
     pub = getattr(shell, "display_pub", None)
     if pub is not None and hasattr(pub, "publish"):
         original_publish = pub.publish
         _state.publish_raw = original_publish
 
-        def publish(data, *args, **kwargs):
+        def publish(data: Any, *args: Any, **kwargs: Any) -> Any:
             return original_publish(_cap_bundle(data), *args, **kwargs)
 
         pub.publish = publish
@@ -667,7 +672,7 @@ def _install_output_caps(shell):
     if hook is not None and hasattr(hook, "write_format_data"):
         original_write = hook.write_format_data
 
-        def write_format_data(format_dict, *args, **kwargs):
+        def write_format_data(format_dict: Any, *args: Any, **kwargs: Any) -> Any:
             return original_write(_cap_bundle(format_dict), *args, **kwargs)
 
         hook.write_format_data = write_format_data
@@ -682,26 +687,24 @@ class _OutputLimiter:
     sent when the cell ends. The host is told how many were dropped.
     """
 
-    def __init__(self, stream):
+    def __init__(self, stream: Any) -> None:
         self.stream = stream
         self.name = getattr(stream, "name", "stdout")
         self.write_through = stream.write
-        self.limit = None
+        self.limit: int | None = None
         self.lock = threading.Lock()
         self.reset()
-        try:
+        with contextlib.suppress(AttributeError, TypeError):
             stream.write = self.write
-        except (AttributeError, TypeError):
-            pass
 
-    def reset(self):
+    def reset(self) -> None:
         with self.lock:
             self.sent = 0
-            self.tail = []
+            self.tail: list[str] = []
             self.tail_len = 0
             self.dropped = 0
 
-    def write(self, text):
+    def write(self, text: Any) -> Any:
         limit = self.limit
         if limit is None or not isinstance(text, str):
             return self.write_through(text)
@@ -727,7 +730,7 @@ class _OutputLimiter:
             self.write_through(head)
         return n
 
-    def finish(self):
+    def finish(self) -> int:
         """Send the kept tail; return how many characters were dropped this cell."""
         with self.lock:
             tail = "".join(self.tail)
@@ -738,17 +741,15 @@ class _OutputLimiter:
             self.tail, self.tail_len, self.dropped = [], 0, 0
             self.sent = 0
         if tail:
-            try:
+            with contextlib.suppress(Exception):
                 self.write_through(tail)
-            except Exception:
-                pass
         return dropped
 
 
 # --- tracebacks ------------------------------------------------------------------
 
 
-def _internal_prefixes():
+def _internal_prefixes() -> tuple[str, ...]:
     prefixes = []
     for name in ("ipykernel", "zmq", "jupyter_client", "tornado"):
         module = sys.modules.get(name)
@@ -758,18 +759,19 @@ def _internal_prefixes():
     return tuple(prefixes)
 
 
-_RUNTIME_FILES = ("sandbox_runtime.py", "sandbox_codec.py", "sandbox_wire.py", "sandbox_init.py", "sandbox_codec_limits.py",
-                  "sandbox_codec_values.py", "sandbox_codec_encode.py", "sandbox_codec_decode.py")
+_RUNTIME_FILES = ("sandbox_runtime.py", "sandbox_codec.py", "sandbox_wire.py", "sandbox_init.py",
+                  "sandbox_codec_limits.py", "sandbox_codec_values.py", "sandbox_codec_encode.py",
+                  "sandbox_codec_decode.py")
 
 
-def _is_internal(frame, prefixes):
+def _is_internal(frame: types.FrameType, prefixes: tuple[str, ...]) -> bool:
     filename = frame.f_code.co_filename
     if filename == __file__ or os.path.basename(filename) in _RUNTIME_FILES:
         return True
     return bool(prefixes) and os.path.abspath(filename).startswith(prefixes)
 
 
-def _strip_tb(tb, prefixes):
+def _strip_tb(tb: types.TracebackType | None, prefixes: tuple[str, ...]) -> types.TracebackType | None:
     """The traceback chain without frames of this runtime and the kernel machinery."""
     import types
 
@@ -784,13 +786,13 @@ def _strip_tb(tb, prefixes):
     return new
 
 
-def _install_traceback_filter(shell):
+def _install_traceback_filter(shell: Any) -> None:
     original = shell.showtraceback
 
-    def showtraceback(exc_tuple=None, *args, **kwargs):
+    def showtraceback(exc_tuple: Any = None, *args: Any, **kwargs: Any) -> Any:
         try:
             etype, value, tb = exc_tuple if exc_tuple is not None else sys.exc_info()
-            if etype is not None and tb is not None:
+            if etype is not None and value is not None and tb is not None:
                 prefixes = _internal_prefixes()
                 stripped = _strip_tb(tb, prefixes)
                 if stripped is not None:
@@ -812,7 +814,7 @@ def _install_traceback_filter(shell):
     shell.showtraceback = showtraceback
 
 
-def _no_input(prompt="", *args, **kwargs):
+def _no_input(prompt: object = "", *args: Any, **kwargs: Any) -> NoReturn:
     raise RuntimeError(
         "input() is not available in the sandbox: no one is there to type. "
         "Put the data in a variable or a file, or call a host function."
@@ -825,10 +827,10 @@ def _no_input(prompt="", *args, **kwargs):
 class _Shown:
     """An annotation or default shown in signatures exactly as the host wrote it."""
 
-    def __init__(self, text):
+    def __init__(self, text: str) -> None:
         self.text = text
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return self.text
 
 
@@ -841,37 +843,38 @@ _KINDS = {
 }
 
 
-def _signature(spec):
+def _signature(spec: dict[str, Any]) -> inspect.Signature:
     params = []
     for p in spec["parameters"]:
-        default = inspect.Parameter.empty
+        default: object = inspect.Parameter.empty
         if p["has_default"]:
             # Only the shown text travels (a literal, or "..."): the host fills in the value.
             default = _Shown(p.get("default_text") or "...")
-        annotation = _Shown(p["annotation"]) if p.get("annotation") else inspect.Parameter.empty
+        annotation: object = _Shown(p["annotation"]) if p.get("annotation") else inspect.Parameter.empty
         params.append(inspect.Parameter(p["name"], _KINDS[p["kind"]], default=default, annotation=annotation))
-    returns = _Shown(spec["returns"]) if spec.get("returns") else inspect.Signature.empty
+    returns: object = _Shown(spec["returns"]) if spec.get("returns") else inspect.Signature.empty
     return inspect.Signature(params, return_annotation=returns)
 
 
-def _bind(name, signature, args, kwargs):
+def _bind(name: str, signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     try:
         signature.bind(*args, **kwargs)  # wrong arguments fail here, like a real call
     except TypeError as exc:
         raise TypeError("%s(): %s" % (name, exc)) from None
 
 
-def _make_stub(spec):
+def _make_stub(spec: dict[str, Any]) -> Callable[..., Any]:
     name = spec["name"]
     signature = _signature(spec)
 
+    stub: Any  # a function, given the attributes below
     if spec.get("is_async"):
-        async def stub(*args, **kwargs):
+        async def stub(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True
             _bind(name, signature, args, kwargs)
             return await call_async(name, args, kwargs)
     else:
-        def stub(*args, **kwargs):
+        def stub(*args: Any, **kwargs: Any) -> Any:
             __tracebackhide__ = True  # IPython leaves this frame out of tracebacks
             _bind(name, signature, args, kwargs)
             return call(name, args, kwargs)
@@ -889,15 +892,13 @@ def _make_stub(spec):
         exec(compile(spec["wrapper"], "<%s>" % local, "exec"), scope)
         face = scope.get(local, scope.get(name))
         if face is not None:
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 face.__wrapped_host_function__ = True
-            except (AttributeError, TypeError):
-                pass
             return face
     return stub
 
 
-def install(specs_json):
+def install(specs_json: str) -> None:
     """Create or replace stubs in the user namespace and in their namespaces; remove stubs no longer offered."""
     specs = json.loads(specs_json)
     user_ns = _state.shell.user_ns
@@ -931,7 +932,7 @@ def install(specs_json):
 # --- namespaces: host functions as importable modules (``from tools.github import create_issue``) ---
 
 
-def _namespace_module(path):
+def _namespace_module(path: str) -> types.ModuleType:
     """The module object for a dotted ``path``, created (with its parents) as a package when missing."""
     import importlib.machinery
     import types
@@ -942,13 +943,12 @@ def _namespace_module(path):
     module = types.ModuleType(path, "Functions offered by the host (%s)." % path)
     module.__path__ = []  # a package: submodules may hang below it
     module.__spec__ = importlib.machinery.ModuleSpec(path, None, is_package=True)
-    module.__sandbox_namespace__ = True
-    module.__all__ = []
 
-    def __dir__():
+    def __dir__() -> list[str]:
         return sorted(n for n in vars(module) if not n.startswith("_"))
 
-    module.__dir__ = __dir__
+    # A module's own names (its __dir__ too: PEP 562), set in its namespace.
+    module.__dict__.update(__sandbox_namespace__=True, __all__=[], __dir__=__dir__)
     sys.modules[path] = module
     parent, _, child = path.rpartition(".")
     if parent:
@@ -956,7 +956,7 @@ def _namespace_module(path):
     return module
 
 
-def _place(path, local_name, stub):
+def _place(path: str, local_name: str, stub: Callable[..., Any]) -> None:
     module = _namespace_module(path)
     setattr(module, local_name, stub)
     if local_name not in module.__all__:
@@ -964,7 +964,7 @@ def _place(path, local_name, stub):
     _state.placed.append((path, local_name, stub))
 
 
-def _clear_namespaces():
+def _clear_namespaces() -> None:
     """Take out every stub placed before; drop namespace modules left empty (install puts back the rest)."""
     for path, local_name, stub in _state.placed:
         module = sys.modules.get(path)
@@ -984,26 +984,26 @@ def _clear_namespaces():
                 delattr(sys.modules[parent], child)
 
 
-def _encode_call(name, args, kwargs):
+def _encode_call(name: str, args: Iterable[Any], kwargs: dict[str, Any]) -> list[bytes | memoryview]:
     try:
         return sandbox_codec.encode((tuple(args), dict(kwargs)), max_bytes=_state.max_payload)
     except sandbox_codec.CodecError as exc:
         raise ValueError("%s(): the arguments cannot be sent to the host: %s" % (name, exc)) from None
 
 
-def _result(name, reply):
+def _result(name: str, reply: tuple[int, bytes]) -> Any:
     status, payload = reply
     if status == wire.REPLY_VALUE:
         return sandbox_codec.decode(payload)
     raise _host_error(sandbox_codec.decode_exception(sandbox_codec.decode(payload)))
 
 
-def _host_error(exc):
+def _host_error(exc: BaseException) -> BaseException:
     """A builtin exception from the host is also a :class:`ToolError` (see ``sandbox_codec.as_tool_error``)."""
     return sandbox_codec.as_tool_error(exc)
 
 
-def call(name, args, kwargs):
+def call(name: str, args: Iterable[Any], kwargs: dict[str, Any]) -> Any:
     """Call host function ``name``; returns its result or raises its error."""
     __tracebackhide__ = True
     link = _state.link
@@ -1016,15 +1016,13 @@ def call(name, args, kwargs):
         reply = link.wait(call_id, waiter)
     except BaseException:  # interrupted: the host must not answer a caller who left
         if link.forget(call_id) is not None:
-            try:
+            with contextlib.suppress(OSError):
                 link.send(wire.KIND_ABANDON, wire.pack_u32(call_id))
-            except OSError:
-                pass
         raise
     return _result(name, reply)
 
 
-async def call_async(name, args, kwargs):
+async def call_async(name: str, args: Iterable[Any], kwargs: dict[str, Any]) -> Any:
     """Awaitable :func:`call`: the event loop keeps running while the host works (on a worker thread)."""
     import asyncio
     import functools
@@ -1045,13 +1043,13 @@ class PackageInstallError(Exception):
     ``conflict`` (``details`` lists the conflicting requirements), ``denied``, ``unreachable``, ``invalid``,
     ``disabled``. Nothing of a failed install is importable."""
 
-    def __init__(self, kind, message, details=()):
+    def __init__(self, kind: str, message: str, details: Iterable[Any] = ()) -> None:
         super().__init__(message)
         self.kind = kind
         self.details = list(details)
 
 
-def use_packages(paths):
+def use_packages(paths: Iterable[object]) -> None:
     """Make packages the host copied into ``paths`` importable now (their ``.pth`` files included).
 
     The directories come after the image's own site-packages, so an install
@@ -1066,7 +1064,7 @@ def use_packages(paths):
     importlib.invalidate_caches()
 
 
-def install_packages(*requirements, quiet=False):
+def install_packages(*requirements: str | list[str] | tuple[str, ...], quiet: bool = False) -> None:
     """Install Python packages into this session: ``install("scikit-learn", "statsmodels>=0.14")``.
 
     The sandbox has no network: the host resolves the request for this
@@ -1076,7 +1074,7 @@ def install_packages(*requirements, quiet=False):
     :class:`PackageInstallError` saying why when it cannot.
     """
     __tracebackhide__ = True
-    wanted = []
+    wanted: list[str] = []
     for r in requirements:
         wanted.extend(r if isinstance(r, (list, tuple)) else [r])
     if not wanted:
@@ -1095,7 +1093,7 @@ def install_packages(*requirements, quiet=False):
         print(_install_summary(reply))
 
 
-def _install_summary(reply):
+def _install_summary(reply: dict[str, Any]) -> str:
     new = [p for p in reply.get("packages") or [] if isinstance(p, list) and len(p) == 3]
     present = [p for p in reply.get("present") or [] if isinstance(p, list) and len(p) == 2]
     lines = []
@@ -1118,9 +1116,10 @@ _PIP_SOURCE_OPTIONS = {"-i", "--index-url", "--extra-index-url", "-f", "--find-l
                        "-e", "--editable"}
 
 
-def _pip_install_arguments(words):
+def _pip_install_arguments(words: list[str]) -> tuple[list[str], bool]:
     """(requirements, quiet) from the words after ``pip install``."""
-    reqs, quiet, i = [], False, 0
+    reqs: list[str] = []
+    quiet, i = False, 0
     while i < len(words):
         word = words[i]
         option = word.split("=", 1)[0]
@@ -1145,11 +1144,11 @@ def _pip_install_arguments(words):
     return reqs, quiet
 
 
-_PIP_COMMAND = None
+_PIP_COMMAND: re.Pattern[str] | None = None
 _REDIRECTS = (">", ">>", "&>", ">&", "<")
 
 
-def _pip_words(command):
+def _pip_words(command: str) -> list[str] | None:
     """The words after ``install`` when ``command`` is a plain ``pip install`` (any pip, python -m pip); else None.
 
     Output redirections are dropped (the summary is printed either way); any
@@ -1167,7 +1166,8 @@ def _pip_words(command):
         tokens = list(lexer)
     except ValueError:
         return None
-    words, skip = [], False
+    words: list[str] = []
+    skip = False
     for i, token in enumerate(tokens):
         if skip:
             skip = False
@@ -1191,24 +1191,23 @@ def _pip_words(command):
     return words[2:]
 
 
-def _route_pip(shell):
+def _route_pip(shell: Any) -> None:
     """``%pip install`` and ``!pip install`` install through the host; every other command runs as before."""
     original_system = shell.system
     original_getoutput = shell.getoutput
     original_pip = shell.find_line_magic("pip")
 
-    def system(cmd, *args, **kwargs):
+    def system(cmd: str, *args: Any, **kwargs: Any) -> Any:
         words = _pip_words(shell.var_expand(cmd, depth=1))
         if words is None:
             return original_system(cmd, *args, **kwargs)
         reqs, quiet = _pip_install_arguments(words)
         install_packages(*reqs, quiet=quiet)
 
-    def getoutput(cmd, *args, **kwargs):
+    def getoutput(cmd: str, *args: Any, **kwargs: Any) -> Any:
         words = _pip_words(shell.var_expand(cmd, depth=1))
         if words is None:
             return original_getoutput(cmd, *args, **kwargs)
-        import contextlib
         import io
 
         from IPython.utils.text import SList
@@ -1218,7 +1217,7 @@ def _route_pip(shell):
             install_packages(*_pip_install_arguments(words)[0])
         return SList(out.getvalue().splitlines())
 
-    def pip(line):
+    def pip(line: str) -> Any:
         """Install packages through the host (``%pip install x``); other pip commands run as usual."""
         words = _pip_words("pip " + line)
         if words is None:
@@ -1236,7 +1235,7 @@ def _route_pip(shell):
 # --- host bookkeeping ------------------------------------------------------------
 
 
-def list_files(root="."):
+def list_files(root: str = ".") -> str:
     """JSON list of [relative path, size, mtime] for every regular file under ``root``."""
     import stat
 
@@ -1255,7 +1254,7 @@ def list_files(root="."):
     return json.dumps(out)
 
 
-def after_interrupt():
+def after_interrupt() -> int:
     """After a timed-out cell: kill stray processes; return how many threads the code left running.
 
     Threads cannot be killed; the host restarts the kernel when any are left
@@ -1265,7 +1264,7 @@ def after_interrupt():
     return sum(1 for t in threading.enumerate() if t.ident not in _state.base_threads and t.is_alive())
 
 
-def kill_strays(whole_namespace=None):
+def kill_strays(whole_namespace: bool | None = None) -> int:
     """Kill processes the sandboxed code left behind (e.g. a fork bomb).
 
     In a container (the supervisor is the namespace's init) every process we

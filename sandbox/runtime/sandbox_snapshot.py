@@ -29,12 +29,20 @@ Nothing here is a boundary: the code in the kernel can replace it, and the
 host trusts none of its answers (it bounds and validates them).
 """
 
+from __future__ import annotations
+
+import contextlib
 import json
 import os
 import shutil
 import sys
 import types
 import zlib
+from collections.abc import Iterator
+from typing import Any
+
+#: A variable's entry: (fingerprint, blob, strong ref[, bytes, refs]).
+Entry = tuple[Any, ...]
 
 #: Must match sandbox/snapshot.py.
 FORMAT = 1
@@ -46,24 +54,24 @@ _SMALL_ITEMS = 10_000
 
 
 class _State:
-    def __init__(self):
-        self.token = None  # the snapshot the fingerprints below belong to (committed by the host)
-        self.entries = {}  # name -> (fingerprint, blob, strong ref for identity fingerprints)
-        self.files = None
-        self.pending = None  # (entries, files digest) of the scan not yet committed
-        self.saved = None  # entries of the last save, waiting for done()
+    def __init__(self) -> None:
+        self.token: Any = None  # the snapshot the fingerprints below belong to (committed by the host)
+        self.entries: dict[str, Entry] = {}  # name -> (fingerprint, blob, strong ref for identity fingerprints)
+        self.files: str | None = None
+        self.pending: tuple[dict[str, Entry], str] | None = None  # (entries, files digest) of the scan not committed
+        self.saved: tuple[Any, dict[str, Entry], str | None] | None = None  # the last save's, waiting for done()
 
 
 _state = _State()
 
 
-def _shell():
+def _shell() -> Any:
     import sandbox_runtime
 
     return sandbox_runtime._state.shell
 
 
-def _cloudpickle():
+def _cloudpickle() -> Any:
     try:
         import cloudpickle
     except ImportError:
@@ -72,7 +80,7 @@ def _cloudpickle():
     return cloudpickle
 
 
-def _user_variables():
+def _user_variables() -> list[tuple[str, Any]]:
     """(name, value) of what the code defined: no hidden, runtime or host-function names, no modules of stubs."""
     shell = _shell()
     import sandbox_runtime
@@ -97,11 +105,11 @@ def _user_variables():
 # --- fingerprints -----------------------------------------------------------------------------
 
 
-def _crc(buffer):
+def _crc(buffer: Any) -> int:
     return zlib.crc32(memoryview(buffer).cast("B"))
 
 
-def _array_fp(array):
+def _array_fp(array: Any) -> tuple[Any, ...] | None:
     np = sys.modules.get("numpy")
     if np is None or type(array) is not np.ndarray or array.dtype.hasobject:
         return None
@@ -110,7 +118,7 @@ def _array_fp(array):
     return ("nd", array.dtype.str, array.shape, array.strides, _crc(array))
 
 
-def _frame_fp(frame):
+def _frame_fp(frame: Any) -> tuple[Any, ...] | None:
     pd = sys.modules.get("pandas")
     if pd is None or type(frame) not in (pd.DataFrame, pd.Series):
         return None
@@ -125,7 +133,7 @@ def _frame_fp(frame):
             blocks.append((fp, bytes(block.mgr_locs.as_array.tobytes()) if frame.ndim == 2 else b""))
         index = frame.index
         if type(index) is pd.RangeIndex:
-            index_fp = ("range", index.start, index.stop, index.step, index.name)
+            index_fp: tuple[Any, ...] | None = ("range", index.start, index.stop, index.step, index.name)
         else:
             index_fp = _array_fp(getattr(index, "_values", None))
             if index_fp is None:
@@ -137,7 +145,7 @@ def _frame_fp(frame):
         return None
 
 
-def _plain(value, budget):
+def _plain(value: Any, budget: list[int]) -> bool:
     """True for builtin data (no functions, no classes of the session) of at most ``budget[0]`` items."""
     stack = [value]
     while stack:
@@ -158,7 +166,7 @@ def _plain(value, budget):
     return True
 
 
-def _fingerprint(name, value):
+def _fingerprint(name: str, value: Any) -> tuple[Any, Any]:
     """(fingerprint, strong ref) or (None, None) when only pickling can tell."""
     if type(value) in _ATOMIC:
         previous = _state.entries.get(name)
@@ -179,7 +187,7 @@ def _fingerprint(name, value):
     return fp, None
 
 
-def _files_digest(root, exclude):
+def _files_digest(root: str, exclude: str) -> str:
     import hashlib
     import stat
 
@@ -197,10 +205,10 @@ def _files_digest(root, exclude):
     return h.hexdigest()
 
 
-def scan(spec_json):
+def scan(spec_json: str) -> str:
     """Fingerprint the namespace and the working directory; JSON: ``{"changed", "files", "cwd"}``."""
     spec = json.loads(spec_json)
-    entries = {}
+    entries: dict[str, Entry] = {}
     for name, value in _user_variables():
         try:
             fp, ref = _fingerprint(name, value)
@@ -218,15 +226,16 @@ def scan(spec_json):
 # --- saving -----------------------------------------------------------------------------------
 
 
-def _pickler_class(cloudpickle):
+def _pickler_class(cloudpickle: Any) -> type:
     class Pickler(cloudpickle.Pickler):
         """Other top-level variables are written as references to their names (see the module docs)."""
 
-        def __init__(self, file, root, root_name, names):
+        def __init__(self, file: Any, root: Any, root_name: str, names: dict[int, str]) -> None:
             super().__init__(file, protocol=5)
-            self.root, self.root_name, self.names, self.refs = root, root_name, names, set()
+            self.root, self.root_name, self.names = root, root_name, names
+            self.refs: set[str] = set()
 
-        def persistent_id(self, obj):
+        def persistent_id(self, obj: Any) -> str | None:
             if type(obj) in _ATOMIC:
                 return None
             name = self.names.get(id(obj))
@@ -238,7 +247,7 @@ def _pickler_class(cloudpickle):
     return Pickler
 
 
-def _dump(pickler_class, name, value, names):
+def _dump(pickler_class: Any, name: str, value: Any, names: dict[int, str]) -> tuple[bytes, list[str]]:
     import io
 
     buf = io.BytesIO()
@@ -247,12 +256,17 @@ def _dump(pickler_class, name, value, names):
     return buf.getvalue(), sorted(pickler.refs)
 
 
-def _cycles(deps):
+def _cycles(deps: dict[str, set[str]]) -> set[str]:
     """Names in a cycle of references between variables (Tarjan's strongly connected components)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), set(), [0]
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: set[str] = set()
+    counter = [0]
 
-    def visit(v):
-        work = [(v, iter(deps.get(v, ())))]
+    def visit(v: str) -> None:
+        work: list[tuple[str, Iterator[str]]] = [(v, iter(deps.get(v, ())))]
         index[v] = low[v] = counter[0]
         counter[0] += 1
         stack.append(v)
@@ -292,9 +306,10 @@ def _cycles(deps):
     return out
 
 
-def _order(deps):
+def _order(deps: dict[str, set[str]]) -> list[str]:
     """Variables in an order where each comes after those it refers to."""
-    done, order = set(), []
+    done: set[str] = set()
+    order: list[str] = []
     for start in sorted(deps):
         stack = [(start, iter(sorted(deps[start])))]
         if start in done:
@@ -313,7 +328,7 @@ def _order(deps):
     return order
 
 
-def _write_blob(directory, data):
+def _write_blob(directory: str, data: bytes) -> str:
     import hashlib
 
     blob = hashlib.sha256(data).hexdigest()
@@ -324,7 +339,7 @@ def _write_blob(directory, data):
     return blob
 
 
-def save(spec_json):
+def save(spec_json: str) -> str:
     """Pickle what changed into ``spec["dir"]``; JSON: the manifest (see sandbox/snapshot.py)."""
     spec = json.loads(spec_json)
     cloudpickle = _cloudpickle()
@@ -332,7 +347,8 @@ def save(spec_json):
     shutil.rmtree(directory, ignore_errors=True)
     os.makedirs(directory, mode=0o700)
     reuse = set(spec.get("reuse") or ())
-    pending_entries, files = _state.pending or ({}, None)
+    pending: tuple[dict[str, Entry], str | None] = _state.pending or ({}, None)
+    pending_entries, files = pending
     base = _state.entries if spec.get("since") is not None and spec.get("since") == _state.token else {}
     variables = _user_variables()
     import copyreg
@@ -340,25 +356,24 @@ def save(spec_json):
     for _, v in variables:  # pickling an instance caches __slotnames__ on its class: do it first, so that a
         for cls in ((v, type(v)) if isinstance(v, type) else (type(v),)):  # class pickles the same every time
             if getattr(cls, "__module__", None) == "__main__":
-                try:
-                    copyreg._slotnames(cls)
-                except Exception:
-                    pass
-    names = {}
+                with contextlib.suppress(Exception):
+                    copyreg._slotnames(cls)  # type: ignore[attr-defined]  # CPython's own helper; not in typeshed
+    names: dict[int, str] = {}
     for n, v in variables:  # one owner per object: the first name; other names refer to it
         if type(v) not in _ATOMIC:
             names.setdefault(id(v), n)
     pickler_class = _pickler_class(cloudpickle)
-    results, deps, blobs, entries = {}, {}, {}, {}
+    results: dict[str, dict[str, Any]] = {}
+    deps: dict[str, set[str]] = {}
+    blobs: dict[str, bytes] = {}
+    entries: dict[str, Entry] = {}
     for name, value in variables:
         fp, _, ref = pending_entries.get(name, (None, None, None))
         old = base.get(name)
         kind = type(value)
-        row = {"name": name, "type": "%s.%s" % (kind.__module__, kind.__qualname__), "size": 0}
-        try:
+        row: dict[str, Any] = {"name": name, "type": "%s.%s" % (kind.__module__, kind.__qualname__), "size": 0}
+        with contextlib.suppress(Exception):
             row["size"] = int(sys.getsizeof(value))
-        except Exception:
-            pass
         if fp is not None and old is not None and old[0] == fp and old[1] in reuse:
             row.update(saved=True, blob=old[1], bytes=old[3] if len(old) > 3 else 0, reused=True,
                        refs=list(old[4]) if len(old) > 4 else [])
@@ -402,11 +417,12 @@ def save(spec_json):
     order = _order({n: {r for r in deps[n] if r in deps} for n in deps})
     rows = [results[n] for n in order] + [r for n, r in results.items() if not r.get("saved")]
     _state.saved = (spec.get("token"), entries, files)
-    return json.dumps({"format": FORMAT, "variables": rows, "cwd": _relative_cwd(spec.get("workdir")), "files": files,
-                       "python": "%d.%d.%d" % sys.version_info[:3], "pickler": "cloudpickle " + cloudpickle.__version__})
+    return json.dumps({"format": FORMAT, "variables": rows, "cwd": _relative_cwd(spec.get("workdir")),
+                       "files": files, "python": "%d.%d.%d" % sys.version_info[:3],
+                       "pickler": "cloudpickle " + cloudpickle.__version__})
 
 
-def _relative_cwd(workdir):
+def _relative_cwd(workdir: str | None) -> str:
     """The working directory, relative to the sandbox's own when inside it (another sandbox has another one)."""
     cwd = os.getcwd()
     if workdir and (cwd == workdir or cwd.startswith(workdir.rstrip("/") + "/")):
@@ -414,7 +430,7 @@ def _relative_cwd(workdir):
     return cwd
 
 
-def done(spec_json):
+def done(spec_json: str) -> str:
     """Remove the staging directory; ``commit``: the saved state is the base of the next incremental save."""
     spec = json.loads(spec_json)
     if spec.get("dir"):
@@ -429,7 +445,7 @@ def done(spec_json):
 # --- loading ----------------------------------------------------------------------------------
 
 
-def _rebind(value, namespace, seen):
+def _rebind(value: Any, namespace: dict[str, Any], seen: set[int]) -> Any:
     """A function or class defined in the session, with its functions looking up globals in ``namespace``.
 
     cloudpickle gives each function a private copy of the globals it used;
@@ -449,31 +465,27 @@ def _rebind(value, namespace, seen):
         new.__kwdefaults__ = value.__kwdefaults__
         new.__dict__.update(value.__dict__)
         for attr in ("__qualname__", "__doc__", "__module__", "__annotations__"):
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 setattr(new, attr, getattr(value, attr))
-            except (AttributeError, TypeError):
-                pass
         return new
     if isinstance(value, type) and value.__module__ == "__main__":
         for key, item in list(vars(value).items()):
-            replaced = None
+            replaced: Any = None
             if isinstance(item, types.FunctionType):
                 replaced = _rebind(item, namespace, seen)
             elif isinstance(item, (staticmethod, classmethod)) and isinstance(item.__func__, types.FunctionType):
                 replaced = type(item)(_rebind(item.__func__, namespace, seen))
             elif isinstance(item, property):
-                parts = [_rebind(f, namespace, seen) if isinstance(f, types.FunctionType) else f
-                         for f in (item.fget, item.fset, item.fdel)]
-                replaced = property(*parts, item.__doc__)
+                parts: list[Any] = [_rebind(f, namespace, seen) if isinstance(f, types.FunctionType) else f
+                                    for f in (item.fget, item.fset, item.fdel)]
+                replaced = property(parts[0], parts[1], parts[2], item.__doc__)
             if replaced is not None and replaced is not item:
-                try:
+                with contextlib.suppress(AttributeError, TypeError):
                     setattr(value, key, replaced)
-                except (AttributeError, TypeError):
-                    pass
     return value
 
 
-def load(spec_json):
+def load(spec_json: str) -> str:
     """Unpickle the listed variables from ``spec["dir"]`` into the namespace; JSON: what was restored, what failed."""
     spec = json.loads(spec_json)
     cloudpickle = _cloudpickle()
@@ -481,10 +493,11 @@ def load(spec_json):
 
     directory = spec["dir"]
     namespace = _shell().user_ns
-    loaded, failed = {}, []
+    loaded: dict[str, Any] = {}
+    failed: list[list[str]] = []
 
     class Unpickler(pickle.Unpickler):
-        def persistent_load(self, pid):
+        def persistent_load(self, pid: Any) -> Any:
             if pid in loaded:
                 return loaded[pid]
             raise pickle.UnpicklingError("it refers to %r, which was not restored" % (pid,))
@@ -499,7 +512,7 @@ def load(spec_json):
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 failed.append([name, ("%s: %s" % (type(exc).__name__, exc))[:500]])
-        seen = set()
+        seen: set[int] = set()
         for name, value in loaded.items():
             namespace[name] = _rebind(value, namespace, seen)
         cwd_ok = True
@@ -511,7 +524,7 @@ def load(spec_json):
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     # What was loaded is the base of the next incremental save against this snapshot.
-    entries = {}
+    entries: dict[str, Entry] = {}
     for row in spec["variables"]:
         name = row["name"]
         if name in loaded and name in namespace:

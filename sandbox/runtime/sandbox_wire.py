@@ -38,7 +38,13 @@ A receiver refuses frames longer than its limit: the host treats everything
 the sandbox sends as hostile (see :class:`FrameParser`).
 """
 
+from __future__ import annotations
+
 import struct
+from collections.abc import Iterable, Sequence
+
+#: A piece of a frame: bytes, bytearray or memoryview (any buffer; viewed as bytes).
+Chunk = bytes | bytearray | memoryview
 
 KIND_HELLO = b"H"
 KIND_JUPYTER = b"J"
@@ -69,13 +75,13 @@ class WireError(ValueError):
     """A frame that breaks the format (too long, truncated, wrong shape)."""
 
 
-def as_bytes_view(chunk):
+def as_bytes_view(chunk: Chunk) -> memoryview:
     """A byte-sized view of any bytes-like chunk (no copy)."""
     view = chunk if isinstance(chunk, memoryview) else memoryview(chunk)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def frame(kind, *chunks):
+def frame(kind: bytes, *chunks: Chunk) -> list[bytes | memoryview]:
     """The chunks of one frame: a header, then ``chunks`` as they are (no copy)."""
     views = [as_bytes_view(c) for c in chunks]
     size = sum(len(v) for v in views)
@@ -84,17 +90,17 @@ def frame(kind, *chunks):
     return [_HEADER.pack(kind, size)] + [v for v in views if len(v)]
 
 
-def pack_parts(channel, parts):
+def pack_parts(channel: str, parts: Sequence[Chunk]) -> list[bytes | memoryview]:
     """The body chunks of a ``J`` frame: channel byte, part count, then each part with its length."""
-    chunks = [CHANNEL_BYTES[channel], _U32.pack(len(parts))]
+    chunks: list[bytes | memoryview] = [CHANNEL_BYTES[channel], _U32.pack(len(parts))]
     for part in parts:
-        part = as_bytes_view(part)
-        chunks.append(_U32.pack(len(part)))
-        chunks.append(part)
+        view = as_bytes_view(part)
+        chunks.append(_U32.pack(len(view)))
+        chunks.append(view)
     return chunks
 
 
-def unpack_parts(body, *, max_parts=64):
+def unpack_parts(body: Chunk, *, max_parts: int = 64) -> tuple[str, list[bytes]]:
     """``(channel name, [bytes, ...])`` from a ``J`` frame's body; raises :class:`WireError`."""
     view = memoryview(body)
     if len(view) < 5:
@@ -121,12 +127,12 @@ def unpack_parts(body, *, max_parts=64):
     return channel, parts
 
 
-def pack_call(call_id, name, payload_chunks):
+def pack_call(call_id: int, name: str, payload_chunks: Iterable[Chunk]) -> list[Chunk]:
     encoded = name.encode("utf-8")
     return [_U32.pack(call_id), _U16.pack(len(encoded)), encoded] + list(payload_chunks)
 
 
-def unpack_call(body, *, max_name=256):
+def unpack_call(body: Chunk, *, max_name: int = 256) -> tuple[int, str, memoryview]:
     """``(call id, name, payload memoryview)`` from an ``F`` frame's body."""
     view = memoryview(body)
     if len(view) < 6:
@@ -142,11 +148,11 @@ def unpack_call(body, *, max_name=256):
     return call_id, name, view[6 + name_len:]
 
 
-def pack_reply(call_id, status, payload_chunks):
+def pack_reply(call_id: int, status: int, payload_chunks: Iterable[Chunk]) -> list[Chunk]:
     return [_U32.pack(call_id), bytes((status,))] + list(payload_chunks)
 
 
-def unpack_reply(body):
+def unpack_reply(body: Chunk) -> tuple[int, int, memoryview]:
     view = memoryview(body)
     if len(view) < 5:
         raise WireError("a reply frame shorter than its header")
@@ -154,11 +160,11 @@ def unpack_reply(body):
     return call_id, view[4], view[5:]
 
 
-def pack_u32(value):
+def pack_u32(value: int) -> bytes:
     return _U32.pack(value)
 
 
-def unpack_u32(body):
+def unpack_u32(body: Chunk) -> int:
     view = memoryview(body)
     if len(view) != 4:
         raise WireError("expected a 4-byte frame body")
@@ -174,21 +180,21 @@ class FrameParser:
     never holds more than one frame plus one read.
     """
 
-    def __init__(self, max_frame, kinds=None):
+    def __init__(self, max_frame: int, kinds: set[bytes] | frozenset[bytes] | None = None) -> None:
         self.max_frame = max_frame
         self.kinds = kinds
         self._header = bytearray()
-        self._kind = None
-        self._body = None
+        self._kind = b""  # of the frame being filled (while _body is not None)
+        self._body: bytearray | None = None
         self._filled = 0
 
     @property
-    def pending(self):
+    def pending(self) -> bool:
         """True while a frame is half received."""
         return bool(self._header) or self._body is not None
 
-    def feed(self, data):
-        frames = []
+    def feed(self, data: Chunk) -> list[tuple[bytes, bytearray]]:
+        frames: list[tuple[bytes, bytearray]] = []
         view = memoryview(data)
         while len(view):
             if self._body is None:
@@ -210,5 +216,5 @@ class FrameParser:
             view = view[take:]
             if self._filled == len(self._body):
                 frames.append((self._kind, self._body))
-                self._kind, self._body = None, None
+                self._kind, self._body = b"", None
         return frames
