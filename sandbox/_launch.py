@@ -31,7 +31,8 @@ def main(argv: list[str]) -> None:
     if file_size:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    try:  # die with the host process however it dies (kept across exec)
+    # Not contextlib.suppress: under -S nothing has imported contextlib, and it takes milliseconds to import.
+    try:  # noqa: SIM105  # die with the host process however it dies (kept across exec)
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:
         pass

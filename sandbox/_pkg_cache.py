@@ -171,7 +171,8 @@ class PackageCache:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def fetch(self, picks: Sequence[pip.Pick], target: pip.Target, sources: pip.Sources) -> tuple[list[CachedWheel], int]:
+    def fetch(self, picks: Sequence[pip.Pick], target: pip.Target,
+              sources: pip.Sources) -> tuple[list[CachedWheel], int]:
         """Every wheel of ``picks`` in the cache, unpacked; returns them and how many were downloaded.
 
         Wheels another process is downloading right now are waited for, not
@@ -304,7 +305,7 @@ class PackageCache:
         names: set[str] = set()
         for path in self._dir("leases").glob("*.json"):
             try:
-                f = open(path, "r+")
+                f = open(path, "r+")  # noqa: SIM115  # apart from its `with` below: its errors are told apart
             except FileNotFoundError:
                 continue  # replaced by its holder since the listing
             except OSError:

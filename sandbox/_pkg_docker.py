@@ -20,6 +20,7 @@ volumes), never a bind mount, so it works on a remote engine too.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import tarfile
@@ -138,8 +139,10 @@ class DockerPackageBackend:
         # disk (scikit-learn and scipy: ~0.6 s instead of ~3.5 s). Root's, mode 0755: the sandbox's user
         # reads it; only the engine writes it. Capped at what the policy lets a session add.
         size = f"size={self.max_bytes}," if self.max_bytes else ""
-        tmpfs = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs", "o": f"{size}uid=0,gid=0,mode=0755,nosuid,nodev"})
-        mounts = [Mount(PACKAGES_DIR, None, type="volume", labels=owner_labels("codeact-packages"), driver_config=tmpfs)]
+        tmpfs = DriverConfig("local", {"type": "tmpfs", "device": "tmpfs",
+                                       "o": f"{size}uid=0,gid=0,mode=0755,nosuid,nodev"})
+        mounts = [Mount(PACKAGES_DIR, None, type="volume", labels=owner_labels("codeact-packages"),
+                        driver_config=tmpfs)]
         if self.env_volume:
             mounts.append(Mount(ENV_DIR, self.env_volume, type="volume", read_only=True))
         return mounts
@@ -171,7 +174,8 @@ class DockerPackageBackend:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                raise PackageInstallError("internal", f"the package volume {name} is in use and incomplete: {exc}")
+                raise PackageInstallError("internal",
+                                          f"the package volume {name} is in use and incomplete: {exc}") from None
             self._fill(name, env_hash, plan)
             self.env_volume = name
             return path
@@ -231,10 +235,8 @@ class DockerPackageBackend:
                 raise PackageInstallError("internal", f"could not finish the package volume {name}")
         except BaseException:
             self.client.api.remove_container(helper["Id"], force=True, v=True)
-            try:
+            with contextlib.suppress(Exception):
                 self.client.volumes.get(name).remove(force=True)
-            except Exception:
-                pass
             raise
         self.client.api.remove_container(helper["Id"], force=True, v=True)
         record = self._record_path(name)

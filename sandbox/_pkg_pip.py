@@ -148,7 +148,8 @@ class Sources:
         listing: list[Any] = []
         if self.wheelhouse:
             try:  # a wheelhouse that changed gives a new resolution
-                listing = sorted((e.name, e.stat().st_size, int(e.stat().st_mtime)) for e in os.scandir(self.wheelhouse))
+                listing = sorted((e.name, e.stat().st_size, int(e.stat().st_mtime))
+                                 for e in os.scandir(self.wheelhouse))
             except OSError:
                 listing = []
         return json.dumps([self.index_url, list(self.extra_index_urls), self.wheelhouse, self.offline, listing])
@@ -260,7 +261,8 @@ def _pip(args: Sequence[str], *, timeout: float = PIP_TIMEOUT) -> subprocess.Com
                               errors="replace", env=pip_environment(), timeout=timeout, stdin=subprocess.DEVNULL,
                               check=False)
     except subprocess.TimeoutExpired:
-        raise PipFailure("unreachable", f"pip did not finish within {timeout:g} s (a slow or unreachable index?)")
+        raise PipFailure("unreachable",
+                         f"pip did not finish within {timeout:g} s (a slow or unreachable index?)") from None
     except OSError:
         raise PipFailure("internal", "the host could not run its pip") from None
 
@@ -372,7 +374,7 @@ def with_sizes(picks: Sequence[Pick]) -> list[Pick]:
         return list(picks)
     context = _ssl_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
-        sizes = dict(zip([p.filename for p in todo], pool.map(lambda p: _size_of(p.url, context), todo)))
+        sizes = dict(zip([p.filename for p in todo], pool.map(lambda p: _size_of(p.url, context), todo), strict=True))
     return [replace(p, size=sizes[p.filename]) if p.filename in sizes else p for p in picks]
 
 
@@ -468,8 +470,8 @@ def _conflict_causes(text: str, requirements: Sequence[str], constraints: Sequen
             if m["constraint"]:
                 pin = pins.get(_name_of(m["req"]))
                 if pin is not None:
-                    name, _, version = pin.partition("==")
-                    causes.append(f"{name} {version} is already installed in the sandbox")
+                    pinned, _, pinned_version = pin.partition("==")
+                    causes.append(f"{pinned} {pinned_version} is already installed in the sandbox")
             else:
                 ours = _ours(m["req"], requirements)
                 if ours is not None:

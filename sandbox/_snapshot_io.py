@@ -149,7 +149,7 @@ def blobs_from_tar(source: IO[bytes], wanted: set[str], budget: Budget, write: C
 
 def tar_of_blobs(blobs: list[tuple[str, Callable[[], IO[bytes]], int]], directory: str, uid: int = 1000) -> IO[bytes]:
     """A tar (in a temporary file) of ``directory/`` and its blobs, for the engine's archive API."""
-    out = tempfile.TemporaryFile()
+    out = tempfile.TemporaryFile()  # noqa: SIM115  # returned open: the caller closes it
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo(directory)
         info.type, info.mode, info.mtime, info.uid, info.gid = tarfile.DIRTYPE, 0o700, int(time.time()), uid, uid
@@ -209,8 +209,7 @@ class LocalFiles:
         self.staging = os.path.join(sandbox._local.private, STAGING)
 
     def read_workspace(self, out: IO[bytes], budget: Budget, skipped: list[tuple[str, str]]) -> list[tuple[str, int]]:
-        spool = tempfile.TemporaryFile()
-        with spool:
+        with tempfile.TemporaryFile() as spool:
             with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 for dirpath, dirnames, filenames in os.walk(self.workdir):
                     dirnames.sort()

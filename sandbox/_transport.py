@@ -22,6 +22,7 @@ any bytes to the stream.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -123,7 +124,7 @@ class SocketStream:
         return [self.sock.fileno()]
 
     def read(self, fd: int) -> tuple[bytes, bytes] | None:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             try:
                 data = self.sock.recv(_READ_SIZE)
@@ -140,7 +141,7 @@ class SocketStream:
                 return None
             chunks.append(data)
             # TLS keeps decrypted bytes that select() cannot see: drain them now.
-            if not (self.is_tls and self.sock.pending()) and len(data) < _READ_SIZE:
+            if not (isinstance(self.sock, ssl.SSLSocket) and self.sock.pending()) and len(data) < _READ_SIZE:
                 break
         return self._demux.feed(b"".join(chunks))
 
@@ -161,14 +162,10 @@ class SocketStream:
         return self.sock.sendmsg(views)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass
 
 
 class PipeStream:
@@ -212,10 +209,8 @@ class PipeStream:
     def close(self) -> None:
         for fd in (self.stdin, self.stdout, self.stderr):
             if fd is not None:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
 
 
 FrameHandler = Callable[[bytes, bytearray], None]
@@ -344,10 +339,8 @@ class Connection:
         with self._lock:
             if self._wake_w < 0:
                 return
-            try:
+            with contextlib.suppress(OSError):  # full: the thread is awake anyway
                 os.write(self._wake_w, b"\0")
-            except OSError:  # full: the thread is awake anyway
-                pass
 
     @property
     def queued(self) -> int:
@@ -408,7 +401,7 @@ class Connection:
                         with self._lock:
                             self._flush_locked()
                     if mask & selectors.EVENT_READ:
-                        got = self.stream.read(key.fd)  # type: ignore[arg-type]
+                        got = self.stream.read(key.fd)
                         if got is None:
                             ended = True
                             break
@@ -439,16 +432,12 @@ class Connection:
             self.stream.close()
             with self._lock:  # a closed fd number may be reused: never write to it again
                 for fd in (self._wake_r, self._wake_w):
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
                 self._wake_r = self._wake_w = -1
             self._reason = None if already else reason
-            try:
+            with contextlib.suppress(Exception):
                 self._on_closed(self._reason)
-            except Exception:
-                pass
 
     def torn_frame(self, idle: float, wait: float = 5.0) -> bool:
         """Whether a frame was left half-written: some of its bytes came, then none for ``idle`` seconds.

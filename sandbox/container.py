@@ -30,6 +30,7 @@ engines.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import socket
@@ -253,15 +254,11 @@ class DockerKernel:
         volumes, self._volumes = self._volumes, []
         self.exec_id = None
         if container is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.client.api.remove_container(container, force=True, v=True)
-            except Exception:
-                pass
         for volume in volumes:  # already gone with the container, unless it was removed from outside
-            try:
+            with contextlib.suppress(Exception):
                 self.client.api.remove_volume(volume, force=True)
-            except Exception:
-                pass
 
     def oom_since(self, started: float) -> bool:
         """Whether the engine logged an out-of-memory kill in the container since ``started``.
@@ -349,10 +346,8 @@ def _thread_pools(cpus: float) -> dict[str, str]:
 
 
 def _close_quietly(stream: Any) -> None:
-    try:
-        stream.close()  # type: ignore[attr-defined]
-    except Exception:
-        pass
+    with contextlib.suppress(Exception):
+        stream.close()
 
 
 class DockerSandbox(KernelSandbox):
@@ -529,10 +524,8 @@ def _reap_once(client: Any) -> None:
 
 
 def _quiet(fn: Callable[..., Any], *args: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):
         fn(*args)
-    except Exception:
-        pass
 
 
 def reap(client: Any = None, *, everything: bool = False) -> list[str]:

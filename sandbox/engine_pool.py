@@ -159,7 +159,8 @@ class EnginePool:
         surplus = None
         with self._lock:
             sb = state.warm.pop(0) if state.warm and options == self._options else None
-            if sb is None and state.warm and state.sessions + len(state.warm) + state.warming >= state.engine.max_sessions:
+            full = state.sessions + len(state.warm) + state.warming >= state.engine.max_sessions
+            if sb is None and state.warm and full:
                 surplus = state.warm.pop()  # a warm session of other options gives its place up
             state.sessions += 1
         if surplus is not None:
@@ -179,8 +180,9 @@ class EnginePool:
 
     def _new(self, state: _EngineState, options: dict[str, Any], functions: Any = ()) -> Any:
 
-        if self._image or options.get("image"):
-            ensure_image(state.client, options.get("image") or self._image, log=self._log)
+        image = options.get("image") or self._image
+        if image:
+            ensure_image(state.client, image, log=self._log)
         sb = DockerSandbox(functions, client=state.client, **options)
         released = threading.Event()
 

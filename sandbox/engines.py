@@ -133,7 +133,8 @@ def connect(engine: Engine | str | None = None, *, timeout: float = 120) -> Any:
             weakref.finalize(client, tunnel.close)  # the tunnel lives as long as the client
         _trust_only_the_engine(client.api, url)
         server = client.api.version(api_version=False)
-        client.api._version = _lower_version(server.get("ApiVersion", _BOOTSTRAP_API), docker.constants.DEFAULT_DOCKER_API_VERSION)
+        client.api._version = _lower_version(server.get("ApiVersion", _BOOTSTRAP_API),
+                                             docker.constants.DEFAULT_DOCKER_API_VERSION)
         client.ping()
     except BackendUnavailable:
         if tunnel is not None:

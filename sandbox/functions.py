@@ -557,10 +557,8 @@ class FunctionDispatcher:
             duration = time.monotonic() - call.started
             rec = _record(call, call.args, call.kwargs, result, error, duration, call.started_wall,
                           call.payload_size, result_size, budget)
-            try:
+            with contextlib.suppress(Exception):
                 on_done(rec, call)
-            except Exception:
-                pass
 
         call._record = record
         if clock is not None:
@@ -656,10 +654,8 @@ class FunctionDispatcher:
             return  # already answered (timed out, abandoned) and recorded
         if call._clock is not None:
             call._clock.call_ended()
-        try:
+        with contextlib.suppress(Exception):  # the stream is gone; the session reports that
             job.send(call.id, status, chunks)
-        except Exception:
-            pass  # the stream is gone; the session reports that
         call.record(error, result, codec.encoded_size(chunks) if error is None else 0)
 
     def _worker_idle(self, worker: "_WorkerThread", memory: int = 0) -> bool:

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
@@ -73,10 +74,8 @@ def _open_dir_nofollow(parent_fd: int, name: str, create: bool) -> int:
     except FileNotFoundError:
         if not create:
             raise
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(name, 0o755, dir_fd=parent_fd)
-    except FileExistsError:
-        pass
     return os.open(name, flags, dir_fd=parent_fd)
 
 
@@ -115,10 +114,8 @@ def write_confined(root: str | os.PathLike[str], rel: str, data: bytes, *, mode:
                 f.write(data)
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
             raise
     finally:
         os.close(dir_fd)

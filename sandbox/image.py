@@ -51,7 +51,8 @@ IMAGE_REPOSITORY = "codeact-sandbox"
 BASE_REPOSITORY = "codeact-base"
 STANDARD_BASE = "python:3.11-slim"
 #: Where each base keeps its interpreter's site packages (the image's environment goes there).
-SITE_DIRS = {"standard": "/usr/local/lib/python3.11/site-packages", "offline": "/usr/local/lib/python3.11/dist-packages"}
+SITE_DIRS = {"standard": "/usr/local/lib/python3.11/site-packages",
+             "offline": "/usr/local/lib/python3.11/dist-packages"}
 #: Which flavour ``default_image_tag()`` means, when ``CODEACT_SANDBOX_IMAGE`` does not name an image.
 FLAVOR_ENV = "CODEACT_SANDBOX_FLAVOR"
 Variant = Literal["auto", "standard", "offline"]
@@ -69,9 +70,10 @@ def runtime_files() -> list[Path]:
     """The in-kernel runtime: the modules copied into the image (stdlib-only)."""
     runtime = Path(__file__).parent / "runtime"
     # sandbox_codec.py imports the other sandbox_codec_* modules (see its "Modules").
-    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py", "sandbox_snapshot.py",
-                                        "sandbox_codec.py", "sandbox_codec_limits.py", "sandbox_codec_values.py",
-                                        "sandbox_codec_encode.py", "sandbox_codec_decode.py")]
+    return [runtime / name for name in ("sandbox_init.py", "sandbox_runtime.py", "sandbox_wire.py",
+                                        "sandbox_snapshot.py", "sandbox_codec.py", "sandbox_codec_limits.py",
+                                        "sandbox_codec_values.py", "sandbox_codec_encode.py",
+                                        "sandbox_codec_decode.py")]
 
 
 # --------------------------------------------------------------------------- the recipe

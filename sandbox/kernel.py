@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import signal
 import threading
@@ -122,14 +123,17 @@ class KernelProcess(Protocol):
 
     #: The working directory as the code sees it.
     workdir: str
-    #: Where the environment lives, for error messages ("container ... on the Docker engine ...").
-    where: str
-    #: Optional (default False): the kernel reads the host functions and settings to install from its
-    #: stream before it answers anything (a ``P`` frame the host sends first): no request installs them.
-    settings_on_stream: bool
-    #: Optional (default False): the supervisor started the kernel and says how it ended (``D``); the
-    #: backend's own exit code is that of the process behind the call stream, not the kernel's.
-    exit_from_supervisor: bool
+
+    @property
+    def where(self) -> str:
+        """Where the environment lives, for error messages ("container ... on the Docker engine ...")."""
+        ...
+
+    # Optional attributes (read with getattr; default False):
+    # ``settings_on_stream``: the kernel reads the host functions and settings to install from its
+    # stream before it answers anything (a ``P`` frame the host sends first): no request installs them.
+    # ``exit_from_supervisor``: the supervisor started the kernel and says how it ended (``D``); the
+    # backend's own exit code is that of the process behind the call stream, not the kernel's.
 
     def start(self) -> Stream:
         """Start the supervisor (a new environment) and return its stream."""
@@ -678,10 +682,8 @@ class KernelSandbox:
         def send(call_id: int, status: int, chunks: list[Any]) -> None:
             if conn is None:
                 return
-            try:
+            with contextlib.suppress(ConnectionError):
                 conn.send(wire.KIND_REPLY, *wire.pack_reply(call_id, status, chunks))
-            except ConnectionError:
-                pass
         return send
 
     def _interrupt(self) -> None:
@@ -793,10 +795,8 @@ class KernelSandbox:
         started = self._kernel_started
 
         def ask() -> None:
-            try:
+            with contextlib.suppress(Exception):
                 answer.append(bool(self.process.oom_since(started)))
-            except Exception:
-                pass
 
         asker = threading.Thread(target=ask, daemon=True, name="sandbox-oom-query")
         asker.start()
@@ -808,10 +808,8 @@ class KernelSandbox:
         conn, self._kern = self._kern, None
         if conn is not None:
             conn.close(wait=2.0)
-        try:
+        with contextlib.suppress(Exception):
             self.process.stop_kernel()
-        except Exception:
-            pass
         self._dispatcher.abandon_all(None)
 
     def _retire_streams(self) -> None:
@@ -999,11 +997,9 @@ class KernelSandbox:
             result.files = self._parse_listing(execution.reply)
             if result.files is None and self._state == "ready":
                 # The code failed, so the listing that rode on its request was not made: ask again.
-                try:
+                with contextlib.suppress(KernelStartError):
                     result.files = self._parse_listing(
                         self._execute_silent("", LISTING_RETRY_TIMEOUT, user_expressions={"files": _LIST_FILES}))
-                except KernelStartError:
-                    pass
         return result
 
     def _time_left(self, execution: _Execution, limit: float | None) -> float:
@@ -1153,10 +1149,8 @@ class KernelSandbox:
             self._dispatcher.close()
             self._finalizer()
             for callback in self._on_close:
-                try:
+                with contextlib.suppress(Exception):
                     callback()
-                except Exception:
-                    pass
 
     @property
     def closed(self) -> bool:
@@ -1216,14 +1210,10 @@ def _release(process: KernelProcess, holder: _ConnHolder) -> None:
     """Finalizer (close() or garbage collection): must not raise."""
     conns, holder.conns = holder.conns, []
     for conn in conns:
-        try:
+        with contextlib.suppress(Exception):
             conn.close(wait=1.0)
-        except Exception:
-            pass
-    try:
+    with contextlib.suppress(Exception):
         process.close()
-    except Exception:
-        pass
 
 
 #: Rich output types kept, and the longest base64 text decoded for a PNG.

@@ -15,6 +15,7 @@ subprocess's stdin and stdout pipes.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import queue
 import shutil
@@ -153,10 +154,8 @@ class LocalKernel:
     def interrupt_kernel(self) -> bool:
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
         return True
 
     def kernel_exit_code(self) -> int | None:
@@ -299,18 +298,12 @@ class LocalSandbox(KernelSandbox):
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:
     """Kill the kernel and everything it started (its session/process group)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         proc.kill()
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _remove_dirs(dirs: list[str]) -> None:

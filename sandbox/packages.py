@@ -384,7 +384,7 @@ class PackageInstaller:
             elif any(p.size is None for p in picks):
                 picks = pip.with_sizes(picks)
         except pip.PipFailure as exc:
-            raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
+            raise PackageInstallError(exc.kind, exc.message, exc.details) from None
         new = [p for p in picks if canonical_name(p.name) not in present]
         already = [(canonical_name(p.name), present[canonical_name(p.name)]) for p in picks
                    if canonical_name(p.name) in present]
@@ -394,15 +394,16 @@ class PackageInstaller:
                 raise PackageInstallError("policy", f"refused by the host's package policy: {rule} (needed by "
                                                     f"{', '.join(texts)})", [canonical_name(p.name)])
         self._check_size_before_download(texts, new, installed_so_far)
-        if self.policy.approve is not None and new and source == "runtime":
-            self._ask(texts, new, source)
+        approve = self.policy.approve
+        if approve is not None and new and source == "runtime":
+            self._ask(approve, texts, new, source)
         if not from_cache:
             self.cache.put_resolution(key, picks)  # only what passed every check: a refusal leaves no trace
         try:
             with self.cache.using([p.sha256 or p.filename for p in new]):
                 wheels, downloaded = self.cache.fetch(new, self.target, sources)
         except pip.PipFailure as exc:
-            raise PackageInstallError(exc.kind, exc.message, exc.details) from None  # type: ignore[arg-type]
+            raise PackageInstallError(exc.kind, exc.message, exc.details) from None
         except OSError as exc:
             raise PackageInstallError("internal", f"the host's package cache failed: {type(exc).__name__}") from None
         plan = Plan(texts, wheels, already, from_cache, downloaded, started)
@@ -435,7 +436,7 @@ class PackageInstaller:
                 + (f" and has used {_mb(installed_so_far)}" if installed_so_far else "")
                 + "; nothing was downloaded")
 
-    def _ask(self, texts: tuple[str, ...], new: Sequence[pip.Pick], source: str) -> None:
+    def _ask(self, approve: Approver, texts: tuple[str, ...], new: Sequence[pip.Pick], source: str) -> None:
         packages = tuple(ResolvedPackage(p.name, p.version, p.filename, p.size, self.cache.installed_size(p),
                                          p.requested) for p in new)
         to_fetch = [p for p in new if self.cache.cached_wheel(p) is None]
@@ -443,7 +444,7 @@ class PackageInstaller:
                                  source, self.target.describe(), sum(1 for p in new if p.size is None))
         call = current_call()
         with call.paused() if call is not None else contextlib.nullcontext():
-            allowed = bool(self.policy.approve(request))  # type: ignore[misc]
+            allowed = bool(approve(request))
         if call is not None:
             call.checkpoint()
         if not allowed:
@@ -652,10 +653,8 @@ class SessionPackages:
     def _record(self, record: InstallRecord) -> None:
         self.records.append(record)
         for listener in list(self.listeners):
-            try:
+            with contextlib.suppress(Exception):  # a listener's bug must not undo an install
                 listener(record)
-            except Exception:  # a listener's bug must not undo an install
-                pass
 
     # --- the sandbox's side ------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ import types
 import weakref
 from collections.abc import MutableMapping, MutableSequence, MutableSet
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, NoReturn
+from typing import Any, Callable, Iterable, Iterator, NoReturn, cast
 
 from RestrictedPython import compile_restricted_exec, safe_builtins
 from RestrictedPython.Guards import (
@@ -176,17 +176,14 @@ _CALL_POLL = 0.05
 # expect it), __new__, __reduce__ and __del__ (runs on whatever thread the
 # garbage collector picks, outside any time limit).
 _EXTRA_MAGIC_METHODS = frozenset(
-    """
-    __repr__ __str__ __format__ __len__ __iter__ __next__ __reversed__
-    __getitem__ __setitem__ __delitem__ __missing__ __call__ __hash__ __bool__
-    __enter__ __exit__ __post_init__ __int__ __float__ __index__ __round__
-    __neg__ __pos__ __abs__ __invert__
-    __add__ __radd__ __iadd__ __sub__ __rsub__ __isub__ __mul__ __rmul__ __imul__
-    __truediv__ __rtruediv__ __itruediv__ __floordiv__ __rfloordiv__ __ifloordiv__
-    __mod__ __rmod__ __imod__ __pow__ __rpow__ __ipow__ __matmul__ __rmatmul__
-    __and__ __rand__ __iand__ __or__ __ror__ __ior__ __xor__ __rxor__ __ixor__
-    __lshift__ __rlshift__ __rshift__ __rrshift__
-    """.split()
+    {"__repr__", "__str__", "__format__", "__len__", "__iter__", "__next__", "__reversed__", "__getitem__",
+     "__setitem__", "__delitem__", "__missing__", "__call__", "__hash__", "__bool__", "__enter__", "__exit__",
+     "__post_init__", "__int__", "__float__", "__index__", "__round__", "__neg__", "__pos__", "__abs__", "__invert__",
+     "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__", "__imul__",
+     "__truediv__", "__rtruediv__", "__itruediv__", "__floordiv__", "__rfloordiv__", "__ifloordiv__", "__mod__",
+     "__rmod__", "__imod__", "__pow__", "__rpow__", "__ipow__", "__matmul__", "__rmatmul__", "__and__", "__rand__",
+     "__iand__", "__or__", "__ror__", "__ior__", "__xor__", "__rxor__", "__ixor__", "__lshift__", "__rlshift__",
+     "__rshift__", "__rrshift__"}
 )
 
 # Dunder attributes sandbox code may *read*: strings, and __init__ so that
@@ -216,14 +213,16 @@ _INPLACE_OPS: types.MappingProxyType[str, Callable[[Any, Any], Any]] = types.Map
 # keywords) is a file path: the path is resolved inside the working directory
 # exactly like open(). A heuristic list, not a guarantee (see module docs).
 _PANDAS_READERS = frozenset(
-    """read_csv read_table read_fwf read_excel read_json read_parquet read_feather read_pickle
-    read_html read_xml read_hdf read_orc read_sas read_spss read_stata""".split()
+    {"read_csv", "read_table", "read_fwf", "read_excel", "read_json", "read_parquet", "read_feather", "read_pickle",
+     "read_html", "read_xml", "read_hdf", "read_orc", "read_sas", "read_spss", "read_stata"}
 )
 _PANDAS_WRITERS = frozenset(
-    """to_csv to_json to_parquet to_excel to_feather to_pickle to_html to_markdown to_string
-    to_latex to_xml to_stata to_hdf to_orc""".split()
+    {"to_csv", "to_json", "to_parquet", "to_excel", "to_feather", "to_pickle", "to_html", "to_markdown", "to_string",
+     "to_latex", "to_xml", "to_stata", "to_hdf", "to_orc"}
 )
-_NUMPY_IO = frozenset("load save savez savez_compressed loadtxt savetxt genfromtxt fromfile tofile".split())
+_NUMPY_IO = frozenset(
+    {"load", "save", "savez", "savez_compressed", "loadtxt", "savetxt", "genfromtxt", "fromfile", "tofile"}
+)
 _IO_NAMES = _PANDAS_READERS | _PANDAS_WRITERS | _NUMPY_IO
 _PATH_KEYWORDS = frozenset(
     {"filepath_or_buffer", "path_or_buf", "path_or_buffer", "path", "io", "buf", "excel_writer", "fname", "file", "fid"}
@@ -282,19 +281,19 @@ class _SandboxPolicy(RestrictingNodeTransformer):
     # `(not _stop_[0] or _tick_())` (expression, always true): a list lookup
     # costs a fraction of a call, and loops run at near-native speed.
 
-    def _stop_flag(self, location: ast.AST) -> ast.Subscript:
+    def _stop_flag(self, location: ast.stmt | ast.expr) -> ast.Subscript:
         flag = ast.Subscript(value=ast.Name("_stop_", ast.Load()), slice=ast.Constant(0), ctx=ast.Load())
         copy_locations(flag, location)
         return flag
 
-    def _tick_call(self, location: ast.AST) -> ast.expr:
+    def _tick_call(self, location: ast.stmt | ast.expr) -> ast.expr:
         call = ast.Call(func=ast.Name("_tick_", ast.Load()), args=[], keywords=[])
         check = ast.BoolOp(op=ast.Or(), values=[ast.UnaryOp(op=ast.Not(), operand=self._stop_flag(location)), call])
         copy_locations(call, location)
         copy_locations(check, location)
         return check
 
-    def _tick_stmt(self, location: ast.AST) -> ast.If:
+    def _tick_stmt(self, location: ast.stmt | ast.expr) -> ast.If:
         call = ast.Expr(ast.Call(func=ast.Name("_tick_", ast.Load()), args=[], keywords=[]))
         stmt = ast.If(test=self._stop_flag(location), body=[call], orelse=[])
         copy_locations(call, location)
@@ -330,27 +329,29 @@ class _SandboxPolicy(RestrictingNodeTransformer):
         return super().visit_Attribute(node)
 
     # -- interruption points ------------------------------------------------
+    # RestrictedPython's visit_* return the node they were given, changed in place (their declared
+    # return type is wider): the casts below say so to the type checker.
 
     def visit_While(self, node: ast.While) -> Any:
-        node = super().visit_While(node)
+        node = cast(ast.While, super().visit_While(node))
         # First statement of the body, outside any try the body may contain,
         # so that a loop which catches BaseException still cannot continue.
         node.body.insert(0, self._tick_stmt(node))
         return node
 
     def visit_For(self, node: ast.For) -> Any:
-        node = super().visit_For(node)
+        node = cast(ast.For, super().visit_For(node))
         node.body.insert(0, self._tick_stmt(node))
         return node
 
     def visit_comprehension(self, node: ast.comprehension) -> Any:
-        node = super().visit_comprehension(node)
+        node = cast(ast.comprehension, super().visit_comprehension(node))
         # An always-true condition that makes every item an interruption point.
         node.ifs.insert(0, self._tick_call(node.iter))
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> Any:
-        node = super().visit_FunctionDef(node)
+        node = cast(ast.FunctionDef, super().visit_FunctionDef(node))
         body = node.body
         # RestrictedPython inserts `_print = _print_(...)` before the
         # docstring when the function prints, which loses the docstring.
@@ -360,7 +361,7 @@ class _SandboxPolicy(RestrictingNodeTransformer):
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> Any:
-        node = super().visit_Lambda(node)
+        node = cast(ast.Lambda, super().visit_Lambda(node))
         # `<check> and <body>` evaluates to <body>: the check is always true.
         new_body = ast.BoolOp(op=ast.And(), values=[self._tick_call(node.body), node.body])
         copy_locations(new_body, node.body)
@@ -420,7 +421,7 @@ class _SandboxPolicy(RestrictingNodeTransformer):
     def visit_Module(self, node: ast.Module) -> Any:
         last = node.body[-1] if node.body else None
         display = bool(getattr(last, self.DISPLAY_MARK, False))
-        node = super().visit_Module(node)
+        node = cast(ast.Module, super().visit_Module(node))
         if display and isinstance(last, ast.Expr) and node.body and node.body[-1] is last:
             call = ast.Call(func=ast.Name("_display_", ast.Load()), args=[last.value], keywords=[])
             copy_locations(call, last.value)
@@ -747,7 +748,7 @@ def _make_host_stub(runtime: "_Runtime", hf: HostFunction) -> Callable[..., Any]
 
     stub.__name__ = stub.__qualname__ = name
     stub.__doc__ = hf.doc or None
-    stub.__signature__ = signature  # type: ignore[attr-defined]
+    vars(stub)["__signature__"] = signature  # what inspect.signature() shows (a function attribute)
     return stub
 
 
@@ -825,9 +826,10 @@ class _Runtime:
             if isinstance(value, type) and issubclass(value, BaseException):
                 b[name] = value
         for name in (
-            "all any ascii bin bytearray bytes dict dir enumerate filter format frozenset iter list map max "
-            "min next object property reversed set sorted staticmethod classmethod sum super tuple zip"
-        ).split():
+            "all", "any", "ascii", "bin", "bytearray", "bytes", "dict", "dir", "enumerate", "filter", "format",
+            "frozenset", "iter", "list", "map", "max", "min", "next", "object", "property", "reversed", "set",
+            "sorted", "staticmethod", "classmethod", "sum", "super", "tuple", "zip"
+        ):
             # RestrictedPython leaves these out because they iterate in C past
             # its _getiter_ hook; our _getiter_ enforces nothing, so they are safe.
             b[name] = getattr(builtins, name)
@@ -870,15 +872,15 @@ class _Runtime:
         for name in dir(time):
             if not name.startswith("_"):
                 setattr(time_proxy, name, getattr(time, name))
-        time_proxy.sleep = self.sleep  # type: ignore[attr-defined]
+        vars(time_proxy)["sleep"] = self.sleep
 
         io_proxy = types.ModuleType("io", "StringIO, BytesIO, TextIOWrapper and a working-directory-bound open().")
         for name in (
-            "StringIO BytesIO TextIOWrapper IOBase TextIOBase BufferedIOBase RawIOBase "
-            "UnsupportedOperation SEEK_SET SEEK_CUR SEEK_END DEFAULT_BUFFER_SIZE"
-        ).split():
+            "StringIO", "BytesIO", "TextIOWrapper", "IOBase", "TextIOBase", "BufferedIOBase", "RawIOBase",
+            "UnsupportedOperation", "SEEK_SET", "SEEK_CUR", "SEEK_END", "DEFAULT_BUFFER_SIZE"
+        ):
             setattr(io_proxy, name, getattr(io, name))
-        io_proxy.open = self.guarded_open  # type: ignore[attr-defined]
+        vars(io_proxy)["open"] = self.guarded_open
         return {"time": time_proxy, "io": io_proxy}
 
     def install_stub(self, hf: HostFunction) -> None:
@@ -991,7 +993,7 @@ class _Runtime:
             tb = tb.tb_next
         out: list[str] = []
         previous, repeats = None, 0
-        for entry in entries + [None]:  # type: ignore[list-item]
+        for entry in entries + [None]:
             if entry is not None and entry == previous:
                 repeats += 1
                 if repeats < 3:
@@ -1189,13 +1191,12 @@ class _Runtime:
             return builtins.__import__(name, None, None, fromlist, 0)
         if name in self.proxies and allowed(name):
             return self.proxies[name]
-        if not allowed(name):
-            # `from pkg import sub` is fine when only "pkg.sub" is listed.
-            if not (fromlist and all(allowed(f"{name}.{item}") for item in fromlist)):
-                raise ImportError(
-                    f"import of {name!r} is not allowed in the restricted sandbox; "
-                    f"allowed modules: {', '.join(self.sandbox.allowed_imports)}"
-                )
+        # `from pkg import sub` is fine when only "pkg.sub" is listed.
+        if not allowed(name) and not (fromlist and all(allowed(f"{name}.{item}") for item in fromlist)):
+            raise ImportError(
+                f"import of {name!r} is not allowed in the restricted sandbox; "
+                f"allowed modules: {', '.join(self.sandbox.allowed_imports)}"
+            )
         top = name.partition(".")[0]
         if not fromlist:
             if not allowed(top):
@@ -1518,9 +1519,8 @@ class RestrictedSandbox:
                         "so the session was restarted: variables, functions and imports are gone, files are kept"
                     )
                     result.restarted = True
-                    result.notices.append(
-                        "The session was restarted after a timeout that could not be interrupted; earlier state is lost."
-                    )
+                    result.notices.append("The session was restarted after a timeout that could not be "
+                                          "interrupted; earlier state is lost.")
                 traceback_text = state.error.traceback if state.error is not None else ""
                 result.error = ExecutionError("TimeoutError", message, traceback_text)
             else:

@@ -130,7 +130,7 @@ class ExecutionResult:
     @property
     def images(self) -> list[bytes]:
         """PNG images displayed by the run."""
-        return [o.data["image/png"] for o in self.outputs if isinstance(o.data.get("image/png"), bytes)]
+        return [png for o in self.outputs if isinstance(png := o.data.get("image/png"), bytes)]
 
 
 class CappedText:

@@ -51,6 +51,8 @@ pickling error; a module-level function referenced from inside a container
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
@@ -59,7 +61,7 @@ import tempfile
 import time
 import uuid
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -169,7 +171,8 @@ class Snapshot:
                     type(p) is not str or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}==[A-Za-z0-9._+!-]{1,64}", p)
                     for p in packages):
                 raise ManifestError("the package list is malformed")
-            created, backend = header.get("created"), header.get("backend")
+            created: Any = header.get("created")  # checked below: an int or a float
+            backend = header.get("backend")
             if type(created) not in (int, float) or backend not in ("docker", "local"):
                 raise ManifestError("the header's fields are malformed")
         except ManifestError as exc:
@@ -372,7 +375,7 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                 nonlocal files
                 src = zipfile.ZipFile(since.path) if since is not None else None
                 try:
-                    if reuse_files and src is not None:
+                    if reuse_files and since is not None and src is not None:
                         with src.open(_WORKSPACE) as a, zf.open(_WORKSPACE, "w", force_zip64=True) as b:
                             shutil.copyfileobj(a, b, 1024 * 1024)
                         files = list(since.manifest.files)
@@ -389,13 +392,14 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                         raw = {**raw, "files": scan["files"]}
                     manifest = validate(raw, files=tuple(files), skipped_files=tuple(skipped))
                     reused = {v.blob for v in manifest.saved if v.reused}
-                    if reused and (src is None or not reused <= since.manifest.blobs()):
+                    if reused and (src is None or since is None or not reused <= since.manifest.blobs()):
                         raise ManifestError("it names variable data the earlier snapshot does not have")
                     if since is not None and reuse_files and _same(manifest, since.manifest):
                         raise _Unchanged  # every variable pickled to the same bytes: no new file
 
                     written: set[str] = set()
                     for blob in sorted(reused):
+                        assert src is not None  # reused blobs come from the earlier snapshot (checked above)
                         with src.open(f"ns/{blob}") as a, zf.open(f"ns/{blob}", "w", force_zip64=True) as b:
                             shutil.copyfileobj(a, b, 1024 * 1024)
                         written.add(blob)
@@ -421,6 +425,7 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             try:
                 path = _write_atomically(store.root, token, fill)
             except _Unchanged:
+                assert since is not None  # raised only when compared with an earlier snapshot
                 return since
             except TooLarge as exc:
                 raise SnapshotError(f"{exc}; delete large variables or files, or raise the limit") from None
@@ -434,10 +439,8 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             committed = True
         finally:
             if not committed:
-                try:
+                with contextlib.suppress(SnapshotError):
                     _call(sb, "done", {"dir": io_.staging, "token": token, "commit": False}, 30.0, "cleaning up")
-                except SnapshotError:
-                    pass
     store.prune()
     return snap
 
@@ -511,7 +514,7 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
             blobs = sorted({v.blob for v in saved})
             if sum(sizes[f"ns/{b}"] for b in blobs) > budget.left:
                 _too_large(budget)
-            io_.write_blobs([(b, (lambda b=b: zf.open(f"ns/{b}")), sizes[f"ns/{b}"]) for b in blobs])
+            io_.write_blobs([(b, functools.partial(zf.open, f"ns/{b}"), sizes[f"ns/{b}"]) for b in blobs])
         answer = _call(sb, "load", {
             "dir": io_.staging, "token": snap.id, "cwd": snap.manifest.cwd, "files": snap.manifest.files_digest,
             "workdir": sb.workdir,
@@ -524,7 +527,8 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
         for name in answer.get("restored", [])[: len(names)] if isinstance(answer.get("restored"), list) else []:
             if isinstance(name, str) and name in names:
                 restored.append(name)
-        rows = answer.get("failed") if isinstance(answer.get("failed"), list) else []
+        answered = answer.get("failed")
+        rows = answered if isinstance(answered, list) else []
         for row in rows[: len(names)]:
             if isinstance(row, list) and len(row) == 2 and row[0] in names and isinstance(row[1], str):
                 failed.append((row[0], printable(row[1])))
