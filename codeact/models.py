@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
-from .config import API_KEY_ENV
 from .errors import (
     ConfigError,
     ContextOverflowError,
@@ -51,6 +50,9 @@ __all__ = ["Model", "OpenAIModel", "ScriptedModel", "ScriptedReply", "estimate_t
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers (vLLM, Ollama, llama.cpp) ignore the key, but the openai client insists on one.
 PLACEHOLDER_API_KEY = "not-needed"
+
+#: The environment variable the OpenAI client reads its key from (the default endpoint needs one).
+API_KEY_ENV = "OPENAI_API_KEY"
 
 
 @runtime_checkable

@@ -199,6 +199,7 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
     import time
 
     from ..bench import ORACLE, BenchConfig, ResultsDir, run_bench
+    from ..models import API_KEY_ENV
 
     names = _split(models) or [n for n in (cfg.model_name(None),) if n]
     if not names:
@@ -207,7 +208,7 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
     config = BenchConfig(
         suites=_split(suites), agents=_split((agents,)), model=names[0] if len(names) == 1 else names,
         base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if real else None,
-        api_key=api_key or cfg.env(cfg.API_KEY_ENV) or None, temperature=temperature, seed=seed, repeats=repeats,
+        api_key=api_key or cfg.env(API_KEY_ENV) or None, temperature=temperature, seed=seed, repeats=repeats,
         concurrency=concurrency, backend=backend, out=out, tasks=list(task_patterns), max_turns=max_turns,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
         price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,

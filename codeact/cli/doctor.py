@@ -84,14 +84,14 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
                       "`codeact demo` works without one")
         return
     from ..errors import ConfigError, ModelError, ModelNotFoundError
-    from ..models import OpenAIModel
+    from ..models import API_KEY_ENV, OpenAIModel
 
     where = f"{name} at {url}"
     try:
         m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=5, max_retries=0,
                         max_tokens=1)
     except ConfigError as exc:  # no API key for the default endpoint: nothing to ask
-        checks.report("model", "FAIL", "model", f"{where}: {exc}", f"set {cfg.API_KEY_ENV} or OPENAI_BASE_URL")
+        checks.report("model", "FAIL", "model", f"{where}: {exc}", f"set {API_KEY_ENV} or OPENAI_BASE_URL")
         return
     try:
         try:

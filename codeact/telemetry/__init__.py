@@ -30,20 +30,18 @@ Example::
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ._env import INSTALL_HINT, capture_content_from_environment, enabled_by_environment
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._spans import Tracing
 
 __all__ = ["configure", "tracing", "active", "shutdown", "start_run", "mcp_call", "enabled_by_environment",
            "capture_content_from_environment", "INSTALL_HINT", "span", "span_failed", "code_result"]
-
-INSTALL_HINT = "install the OpenTelemetry extra: pip install 'codeact[otel]'"
 
 _UNSET: Any = object()
 #: The process's tracing: _UNSET (not decided yet), None (off) or a Tracing.
@@ -101,23 +99,6 @@ def shutdown() -> None:
         t.shutdown()
 
 
-def enabled_by_environment(environ: Any = None) -> bool:
-    """Whether the standard OpenTelemetry environment asks for traces to be exported."""
-    env = os.environ if environ is None else environ
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter != "none"
-    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-                or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip())
-
-
-def capture_content_from_environment(environ: Any = None) -> bool:
-    """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``: true (or a mode that records on spans)."""
-    env = os.environ if environ is None else environ
-    value = env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower()
-    return value in ("true", "1", "yes", "span_only", "span_and_event")
 
 
 def _decide() -> None:

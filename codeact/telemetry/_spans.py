@@ -84,7 +84,7 @@ class Tracing:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        from . import capture_content_from_environment
+        from ._env import capture_content_from_environment
 
         attributes = {"service.name": service_name} if service_name else {}
         resource = Resource.create(attributes)
@@ -415,7 +415,7 @@ def _exporter(endpoint: str | None) -> Any:
     import os
 
     from ..errors import ConfigError
-    from . import INSTALL_HINT
+    from ._env import INSTALL_HINT
 
     kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     if kind == "console":
