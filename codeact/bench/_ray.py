@@ -335,10 +335,11 @@ class RayExecutor:
             options["memory"] = memory
         if self.options.pass_api_key:
             from .. import config as cfg
+            from ..models import API_KEY_ENV
 
-            key = self.config.api_key or cfg.env(cfg.API_KEY_ENV)
+            key = self.config.api_key or cfg.env(API_KEY_ENV)
             if key:
-                options["runtime_env"] = {"env_vars": {cfg.API_KEY_ENV: key}}
+                options["runtime_env"] = {"env_vars": {API_KEY_ENV: key}}
         return options
 
     def _sweep(self) -> _Sweep:
