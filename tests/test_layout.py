@@ -1,7 +1,9 @@
 """The house rules on how modules depend on each other, checked by machine over the source.
 
-* No import cycles between the modules of ``codeact`` and ``sandbox``: every import counts, at
-  module level or inside a function, relative imports resolved. Importing a package is an edge to
+* No import cycles between the modules of ``codeact`` and ``sandbox``: every import statement counts,
+  at module level, inside a function or under ``if TYPE_CHECKING:`` (the packages' lazy ``__getattr__``
+  exports are spelled there, and they are real imports on first use), relative imports resolved.
+  Names imported from strings (``importlib.import_module``) are not seen. Importing a package is an edge to
   its ``__init__``; ``from package import name`` is an edge to the submodule ``package.name`` when
   there is one, else to the package's ``__init__``. So ``codeact/x/__init__.py`` re-exporting from
   ``codeact/x/_y.py`` while ``_y`` takes a sibling's name through ``codeact.x`` is a cycle
