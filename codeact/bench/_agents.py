@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..react import AGENT_KINDS
 
+if TYPE_CHECKING:
+    from ..catalog import Disclosure
+
 #: CodeAct with a fixed tool disclosure (see codeact.catalog); plain "codeact" uses the agent's default, auto.
-CODEACT_VARIANTS = {"codeact-all": "all", "codeact-on-demand": "on_demand"}
+CODEACT_VARIANTS: dict[str, Disclosure] = {"codeact-all": "all", "codeact-on-demand": "on_demand"}
 
 #: Every kind ``--agents`` accepts.
 ALL_KINDS = (*AGENT_KINDS, *CODEACT_VARIANTS)

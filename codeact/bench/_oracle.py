@@ -78,14 +78,15 @@ class OracleModel(WholeReplies):
     def __init__(self, task: Task, kind: str, *, context: TaskContext, observation_limit: int = 8000) -> None:
         from ..errors import BenchError
 
-        oracles = [task.turn_oracle(i) for i in range(max(1, len(task.turns)))]
-        if any(o is None for o in oracles):
+        found = [task.turn_oracle(i) for i in range(max(1, len(task.turns)))]
+        oracles = [o for o in found if o is not None]
+        if len(oracles) != len(found):
             raise BenchError(f"task {task.key} has no oracle solution; run it with a real model")
         self.name = ORACLE
         self.kind = kind
         self.task = task
         self.observation_limit = observation_limit
-        self._oracles: list[Oracle] = oracles  # type: ignore[assignment]
+        self._oracles: list[Oracle] = oracles
         self._user = 0  # the user turn being answered (multi-turn tasks)
         self._turn = 0  # model calls within this user turn
         self._turns: list[list[tuple[TracedCall, ...]]] = []  # per user turn: the model turns of calls

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import BenchError
 from ..events import ErrorEvent, RunFinished, RunResult, RunStarted, ToolCall
@@ -41,6 +41,9 @@ from ._ray_options import RayOptions, import_ray
 from ._report import Report
 from ._store import Episode, ResultsDir, episode_key
 from ._task import Task, TaskContext
+
+if TYPE_CHECKING:
+    from ..catalog import Disclosure
 
 BACKENDS = ("docker", "local", "restricted")
 
@@ -537,7 +540,7 @@ class _Runner:
                                 max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
-                                tool_disclosure=_disclosure(kind, task))  # type: ignore[arg-type]
+                                tool_disclosure=_disclosure(kind, task))
         from ..react import ReActAgent
 
         return ReActAgent(model, tools, format=kind, max_steps=limit, log=self.log, stream_model=self.config.stream)
@@ -587,7 +590,7 @@ class _Runner:
                             + episode.output_tokens * self.config.price_out) / 1_000_000
 
 
-def _disclosure(kind: str, task: Task | None) -> str:
+def _disclosure(kind: str, task: Task | None) -> Disclosure:
     """What a CodeAct kind shows of the tools: its variant's mode, else the task's (``auto`` by default)."""
     mode = CODEACT_VARIANTS.get(kind, "auto")
     if mode == "auto" and task is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 from ..errors import BenchError
 from ..tools import Tool, ensure_tools
@@ -157,7 +157,7 @@ class Task:
     oracle: Oracle | None = None
     suite: str = ""
     turns: tuple[UserTurn, ...] = ()
-    tool_disclosure: str = "auto"
+    tool_disclosure: Literal["auto", "all"] = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not _ID.match(self.id):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -28,7 +28,8 @@ def image() -> None:
                    "[default: $CODEACT_SANDBOX_FLAVOR or lean].")
 @click.option("--force", is_flag=True, help="Rebuild even when an image of the same recipe exists.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print the build output.")
-def image_build(variant: str, force: bool, quiet: bool, flavor: str | None = None) -> None:
+def image_build(variant: Literal["auto", "standard", "offline"], force: bool, quiet: bool,
+                flavor: str | None = None) -> None:
     """Build the sandbox image (skipped when it is up to date).
 
     Its Python packages are binary wheels the host fetches with its own pip
@@ -47,7 +48,7 @@ def image_build(variant: str, force: bool, quiet: bool, flavor: str | None = Non
         if not quiet:
             click.secho(f"  {line}", dim=True)
 
-    result = build_image(variant, flavor=flavor, tag=tag, force=force, log=log)  # type: ignore[arg-type]
+    result = build_image(variant, flavor=flavor, tag=tag, force=force, log=log)
     if result.skipped:
         click.secho(f"✔ {result.tag} is already built (pass --force to rebuild)", fg="green")
     else:

@@ -358,6 +358,7 @@ def _template(class_name: str, function: str) -> Tool[Any, Any]:
         raise BenchError(f"the template of {function} was called; tools come from World.tools()")
 
     signature = inspect.signature(method)
+    # inspect reads a function's __signature__; typeshed does not declare the attribute on functions
     untyped.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()],
         return_annotation=inspect.Signature.empty)

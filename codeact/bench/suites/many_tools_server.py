@@ -37,6 +37,7 @@ def _function(spec: world.ToolSpec) -> Any:
         annotation = Annotated[_TYPES[kind], Field(description=about)]  # type: ignore[valid-type]
         params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                         default=inspect.Parameter.empty if default is ... else default))
+    # inspect (and so the MCP SDK) reads a function's __signature__; typeshed does not declare it on functions
     tool.__signature__ = inspect.Signature(params, return_annotation=_RETURNS[spec.returns])  # type: ignore[attr-defined]
     tool.__name__ = tool.__qualname__ = spec.name
     tool.__doc__ = spec.description
