@@ -44,7 +44,7 @@ from .errors import (
 )
 from .functions import FunctionSpec, HostCall, HostFunction, current_call
 from .limits import Limits
-from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, Output
+from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, KernelRestart, Output
 
 BackendName = Literal["auto", "docker", "local", "restricted"]
 
@@ -52,7 +52,8 @@ __all__ = [
     "open_sandbox", "docker_available", "Sandbox", "SessionSource", "EnginePool", "Engine", "DockerSandbox",
     "LocalSandbox", "RestrictedSandbox",
     "SandboxPool", "reap", "HostFunction", "HostCall", "current_call", "FunctionSpec", "Limits",
-    "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "Elided", "FileInfo", "SandboxError",
+    "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "KernelRestart", "Elided", "FileInfo",
+    "SandboxError",
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
     "PackagePolicy", "PackageInstallError", "Snapshot", "SnapshotStore", "SnapshotError", "RestoreReport",

@@ -50,7 +50,16 @@ from .errors import BackendUnavailable, FileTransferError, KernelStartError, San
 from .functions import CallBudget, FunctionDispatcher, HostCall, HostFunction, RunClock
 from .hostfiles import UnsafePath, check_relative_path
 from .limits import Limits
-from .result import CappedText, ExecutionError, ExecutionResult, FileInfo, FunctionCall, Output, strip_ansi
+from .result import (
+    CappedText,
+    ExecutionError,
+    ExecutionResult,
+    FileInfo,
+    FunctionCall,
+    KernelRestart,
+    Output,
+    strip_ansi,
+)
 from .runtime import sandbox_wire as wire
 
 #: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
@@ -373,6 +382,8 @@ class KernelSandbox:
         self._violation: str | None = None
         self._exec: _Execution | None = None
         self._restarted_notice: str | None = None
+        #: Restarts not yet reported: the next run's result carries them (``ExecutionResult.restarts``).
+        self._restarts: list[KernelRestart] = []
         self._holder = _ConnHolder()
         self._finalizer = weakref.finalize(self, _release, process, self._holder)
 
@@ -481,8 +492,18 @@ class KernelSandbox:
         self._open_environment()
         self._start_kernel()
 
-    def _restart_kernel(self) -> None:
-        """A fresh kernel in the same environment (files stay); a new environment if that fails."""
+    def _restart_kernel(self, reason: str = "") -> None:
+        """A fresh kernel in the same environment (files stay); a new environment if that fails.
+
+        Timed and recorded for the next result (``restarts``), whether it succeeds or raises.
+        """
+        started, clock = time.time(), time.perf_counter()
+        try:
+            self._replace_kernel()
+        finally:
+            self._restarts.append(KernelRestart(started, time.perf_counter() - clock, reason or "restart"))
+
+    def _replace_kernel(self) -> None:
         self._dispatcher.abandon_all(None)
         if self._environment_alive():
             try:
@@ -753,7 +774,7 @@ class KernelSandbox:
             self._boot()
         elif self._state != "ready":
             reason = self._death_reason()
-            self._restart_kernel()
+            self._restart_kernel(f"the kernel had stopped ({reason.type})")
             self._restarted_notice = (
                 f"The kernel was restarted because it had stopped ({reason}); "
                 "variables, imports and definitions from earlier runs are gone. "
@@ -892,6 +913,7 @@ class KernelSandbox:
             assert execution is not None
             result = self._finish(execution, limit, list_files)
             result.restarted = result.restarted or restarted
+            result.restarts, self._restarts = self._restarts + result.restarts, []
             result.notices[:0] = notices
             result.duration = time.perf_counter() - started
             return result
@@ -936,7 +958,7 @@ class KernelSandbox:
         died = self._state != "ready" and not forced
         if forced:
             result.restarted = True
-            self._restart_kernel()
+            self._restart_kernel("the code did not stop when interrupted")
             result.error = ExecutionError(
                 "TimeoutError",
                 f"the code ran longer than {self._limit_text(execution, limit)} and did not stop when interrupted; "
@@ -949,7 +971,7 @@ class KernelSandbox:
                 result.notices.append(
                     "The sandbox broke the protocol between it and the host, so its kernel was stopped; "
                     "the next run starts a fresh kernel (variables are lost, files are kept).")
-                self._restart_kernel()  # a broken kernel is not left running
+                self._restart_kernel("the kernel broke the protocol")  # a broken kernel is not left running
                 self._restarted_notice = None
             else:
                 result.notices.append(
@@ -978,7 +1000,7 @@ class KernelSandbox:
         if result.timed_out and not forced and not died:
             if self._cleanup_after_interrupt():
                 result.restarted = True
-                self._restart_kernel()
+                self._restart_kernel("the interrupted code left threads running")
                 result.error = ExecutionError(
                     "TimeoutError",
                     f"the code ran longer than {self._limit_text(execution, limit)} and was interrupted; it left "
@@ -1037,7 +1059,7 @@ class KernelSandbox:
                 raise KernelStartError("no answer")
         except BaseException:
             try:
-                self._restart_kernel()
+                self._restart_kernel("the kernel did not obey an interrupt from the host")
                 self._restarted_notice = (
                     "The kernel was restarted after an interrupt it did not obey; variables are gone."
                 )
@@ -1133,7 +1155,7 @@ class KernelSandbox:
             if self._sup is None:
                 self._boot()
             else:
-                self._restart_kernel()
+                self._restart_kernel("asked for")
             self._restarted_notice = (
                 "The kernel was restarted on request; variables, imports and definitions are gone."
             )

@@ -117,7 +117,7 @@ from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallbac
 from .errors import FileTransferError, FunctionRegistrationError, SandboxClosed
 from .functions import FunctionDispatcher, HostFunction, as_host_functions
 from .pyparse import AST_LOCK, parse
-from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, Output
+from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, KernelRestart, Output
 from .runtime import sandbox_codec as codec
 
 __all__ = [
@@ -1410,6 +1410,8 @@ class RestrictedSandbox:
         self._state_lock = threading.Lock()  # guards _closed and _runtime
         self._closed = False
         self._restart_notice: str | None = None
+        #: Restarts not yet reported (``ExecutionResult.restarts`` of the next run).
+        self._restarts: list[KernelRestart] = []
         self._runtime = _Runtime(self)
 
     # -- running -------------------------------------------------------------
@@ -1443,6 +1445,7 @@ class RestrictedSandbox:
                 result.restarted = True
                 result.notices.append(self._restart_notice)
                 self._restart_notice = None
+            result.restarts, self._restarts = self._restarts, []
 
             runtime = self._runtime
             code_obj, compile_error = runtime.compile(code)
@@ -1514,6 +1517,7 @@ class RestrictedSandbox:
                     message = f"the code ran longer than the time limit of {limit:g} s and was stopped"
                 if not finished:
                     self._abandon(runtime)
+                    result.restarts, self._restarts = result.restarts + self._restarts, []
                     message += (
                         "; it could not be interrupted (probably a long call into C code or blocking I/O), "
                         "so the session was restarted: variables, functions and imports are gone, files are kept"
@@ -1547,7 +1551,10 @@ class RestrictedSandbox:
         # can only ever touch the old namespace.
         with self._state_lock:
             if self._runtime is runtime and not self._closed:
+                began, clock = time.time(), time.perf_counter()
                 self._runtime = _Runtime(self)
+                self._restarts.append(KernelRestart(began, time.perf_counter() - clock,
+                                                    "the code could not be interrupted"))
 
     # -- host functions --------------------------------------------------------
 
@@ -1680,7 +1687,9 @@ class RestrictedSandbox:
             with self._state_lock:
                 self._ensure_open()
                 self._runtime.current.cancel()  # an abandoned worker, if any, stays stopped
+                began, clock = time.time(), time.perf_counter()
                 self._runtime = _Runtime(self)
+                self._restarts.append(KernelRestart(began, time.perf_counter() - clock, "asked for"))
             self._restart_notice = (
                 "The session was restarted: variables, functions and imports from earlier runs are gone; "
                 "files are kept."

@@ -95,6 +95,15 @@ class FunctionCall:
     started: float = 0.0  # time.time() when the call arrived on the host
 
 
+@dataclass(frozen=True)
+class KernelRestart:
+    """A fresh kernel the sandbox started for a run (the old one died, hung, or was asked to restart)."""
+
+    started: float  # time.time() when the restart began
+    seconds: float
+    reason: str
+
+
 @dataclass
 class ExecutionResult:
     """The outcome of :meth:`Sandbox.run`.
@@ -116,6 +125,8 @@ class ExecutionResult:
     timed_out: bool = False
     #: True when the kernel was restarted before or during this run: earlier state is gone.
     restarted: bool = False
+    #: The kernel restarts this run saw (before it, during it, or asked for since the last run), in order.
+    restarts: list[KernelRestart] = field(default_factory=list)
     #: Human-readable remarks from the sandbox (restarts, OOM, truncation, ...).
     notices: list[str] = field(default_factory=list)
     #: Host-function calls made by this run, in order.

@@ -258,3 +258,36 @@ def test_saving_and_restoring_a_session_are_spans(spans, tmp_path):
     assert restore.attributes["codeact.snapshot.id"] == row.id
     assert restore.attributes["codeact.snapshot.restored_variables"] >= 1
     assert restore.attributes["codeact.snapshot.failed_variables"] == 0
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_kernel_restart_is_a_span_under_the_code_action_that_met_it(spans, tmp_path):
+    """The kernel dies in step 1; step 2 runs on a fresh one: a sandbox.restart span, timed, with its reason."""
+    replies = [py("import os\nos._exit(3)"), py("x = 1\nprint(x)"), py("final_answer('done')")]
+    agent = CodeActAgent(ScriptedModel(replies), [lookup], sandbox="local", log=False, output_dir=tmp_path / "out")
+    result = agent.run("die, then go on")
+    assert result.status == "success"
+    finished, by_id = _tree(spans)
+    actions = sorted((s for s in finished if s.name == "execute_code"), key=lambda s: s.attributes["codeact.step"])
+    [restart] = [s for s in finished if s.name == "sandbox.restart"]
+    parent = by_id[restart.parent.span_id]
+    assert parent is actions[1] and parent.attributes["codeact.sandbox.restarted"] is True
+    assert "the kernel had stopped (KernelDied)" in restart.attributes["codeact.sandbox.restart.reason"]
+    # timed where it happened: inside the action that waited for it, and taking real time (a kernel start)
+    assert actions[1].start_time <= restart.start_time < restart.end_time <= actions[1].end_time
+    assert restart.end_time - restart.start_time > 1_000_000  # > 1 ms
+
+
+def test_restarts_are_on_the_result_of_the_run_that_follows_them(tmp_path):
+    """A restart asked for between runs, and one after a death, each reach the next result once."""
+    from sandbox import KernelRestart, open_sandbox
+
+    with pytest.warns(UserWarning), open_sandbox("local", timeout=30) as sb:
+        sb.restart()
+        first = sb.run("1")
+        assert [r.reason for r in first.restarts] == ["asked for"]
+        assert isinstance(first.restarts[0], KernelRestart) and first.restarts[0].seconds > 0
+        assert sb.run("2").restarts == []
+        sb.run("import os\nos._exit(1)")
+        after = sb.run("3")
+        assert after.restarted and [r.reason for r in after.restarts] == ["the kernel had stopped (KernelDied)"]

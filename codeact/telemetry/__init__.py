@@ -215,9 +215,14 @@ def span_failed(target: Any, exc: BaseException) -> None:
 def code_result(target: Any, result: Any) -> None:
     """Record a sandbox ``ExecutionResult`` on the span ``span(...)`` yielded (nothing when off)."""
     if target is not None:
-        from ._spans import describe_result
+        from opentelemetry import trace
+
+        from ._spans import describe_result, restart_spans
 
         describe_result(target, result)
+        t = active()
+        if t is not None:
+            restart_spans(t.tracer, trace.set_span_in_context(target), result)
 
 
 class TraceparentMiddleware:

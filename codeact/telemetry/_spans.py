@@ -251,7 +251,7 @@ class RunTrace:
         if self.content.on:
             attributes["codeact.code"] = self.content.text(code)
         span = self.tracer.start_span("execute_code", context=self.ctx, attributes=attributes)
-        return ActionTrace(span, trace.set_span_in_context(span))
+        return ActionTrace(span, trace.set_span_in_context(span), self.tracer)
 
     # --- tool calls ------------------------------------------------------------------------------
 
@@ -335,17 +335,19 @@ class ChatTrace:
 class ActionTrace:
     """The span of one code action and the context its tool calls are parented on."""
 
-    __slots__ = ("span", "ctx")
+    __slots__ = ("span", "ctx", "tracer")
 
-    def __init__(self, span: Any, ctx: Any) -> None:
+    def __init__(self, span: Any, ctx: Any, tracer: Any) -> None:
         self.span = span
         self.ctx = ctx
+        self.tracer = tracer
 
     def end(self, result: Any, error: BaseException | None) -> None:
         """End with the sandbox's ``ExecutionResult``, or the exception ``run()`` raised (or neither: abandoned)."""
         span = self.span
         if result is not None:
             describe_result(span, result)
+            restart_spans(self.tracer, self.ctx, result)
             span.end()
             return
         if error is not None:
@@ -366,7 +368,6 @@ def describe_result(span: Any, result: Any) -> None:
     span.set_attribute("codeact.output.truncated", bool(result.truncated))
     if getattr(result, "restarted", False):
         span.set_attribute("codeact.sandbox.restarted", True)
-        span.add_event("sandbox.restart", {"notices": "; ".join(result.notices or ())[:500]})
     err = result.error
     if err is None:
         outcome = "ok"
@@ -376,6 +377,20 @@ def describe_result(span: Any, result: Any) -> None:
         span.set_attribute("error.type", kind)
         span.set_status(Status(StatusCode.ERROR, str(err.message)[:200]))
     span.set_attribute("codeact.code.outcome", outcome)
+
+
+def restart_spans(tracer: Any, parent: Any, result: Any) -> None:
+    """A ``sandbox.restart`` span, at the time it happened, for each kernel restart the result reports.
+
+    A restart asked for between runs (``/restart``) is reported by the next run, so its span may begin before
+    its parent's.
+    """
+    for restart in getattr(result, "restarts", None) or ():
+        start = int(restart.started * 1e9)
+        span = tracer.start_span("sandbox.restart", context=parent, start_time=start,
+                                 attributes={"codeact.sandbox.operation": "restart",
+                                             "codeact.sandbox.restart.reason": str(restart.reason)[:200]})
+        span.end(end_time=start + int(max(restart.seconds, 0.0) * 1e9))
 
 
 class ToolTrace:
