@@ -22,6 +22,15 @@ reads ``OPENAI_API_KEY`` from its node's environment; with
 ``pass_api_key=True`` the driver's key is set there through the task's Ray
 ``runtime_env`` (then anyone who can query the cluster can read it).
 
+Tracing: when it is on in the driver, the sweep is one trace. The driver's
+``bench.run`` span travels with each task as a W3C carrier and the worker's
+``bench.episode`` span (and the run under it) continues it; the driver's
+``OTEL_*`` variables (and the endpoint and service name given to
+``telemetry.configure``) travel in the task's ``runtime_env`` so that the
+workers export where the driver does. ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``
+often hold a token: they travel only with ``pass_api_key=True``, else the
+nodes need their own.
+
 ``ray`` is imported only here, and only when a sweep uses it.
 """
 
@@ -41,7 +50,7 @@ from typing import Any
 
 from ..errors import BenchError
 from ._ray_options import NODE_LABEL, RayOptions, host_port, import_ray, parse_size  # noqa: F401 - parse_size: re-export
-from ._runner import _Runner, _Spec
+from ._runner import _Runner, _Spec, sweep_span
 
 #: Bytes of files (artifacts and work-directory files) one episode may send back to the driver.
 MAX_EPISODE_FILES_BYTES = 64 * 1024 * 1024
@@ -151,8 +160,12 @@ class _NodeSandboxes:
 
 
 def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int, model: str = "",
-                keyed: bool = False) -> _Outcome:
-    """The Ray task: one episode on this node, in a scratch directory; everything comes back to the driver."""
+                keyed: bool = False, trace: dict[str, str] | None = None) -> _Outcome:
+    """The Ray task: one episode on this node, in a scratch directory; everything comes back to the driver.
+
+    ``trace`` is the driver's W3C trace context (its ``bench.run`` span): the episode's spans continue it.
+    """
+    from .. import telemetry
     from ._progress import NoProgress
     from ._store import ResultsDir
     from ._suites import load_suites
@@ -169,10 +182,15 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
     if agent == "codeact" and sweep.config.backend == "docker":
         engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
         runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout)
+    tracing = telemetry.tracing()  # on when the driver sent its OTEL_* variables (or the node has its own)
+    if tracing is not None:
+        runner.parent = tracing.extract(trace)
     try:
         episode = runner._attempt(_Spec(task, agent, repeat, model, keyed))
     finally:
         runner.close()
+        if tracing is not None:
+            tracing.flush()  # this worker process lives on: its batch would leave only when full
     assert episode is not None  # only a stopped runner returns None, and nothing stops this one
     files, skipped = _collect_files(scratch, episode)
     outcome = _Outcome(episode=episode, events=_portable(buffer.events), links=buffer.links, files=files,
@@ -260,6 +278,12 @@ class RayExecutor:
     def run(self, specs: list[Any], already: int) -> None:
         if not specs:
             return
+        with sweep_span(self, specs, already, "ray") as parent:
+            self._run(specs, already, parent)
+
+    def _run(self, specs: list[Any], already: int, parent: Any) -> None:
+        from .. import telemetry
+
         ray = self._connect()
         from ..runlog import RunLog
 
@@ -270,10 +294,12 @@ class RayExecutor:
                                  expected=len(specs))
         sweep_ref = ray.put(self._sweep())
         task = ray.remote(run_episode).options(**self._task_options())
+        tracing = telemetry.tracing() if parent is not None else None
+        carrier = tracing.inject(parent) if tracing is not None else None  # the same parent for every episode
         pending: dict[Any, Any] = {}
         for spec in specs:
             pending[task.remote(sweep_ref, spec.task.suite, spec.task.id, spec.agent, spec.repeat, spec.model,
-                                spec.keyed)] = spec
+                                spec.keyed, carrier)] = spec
         self.progress.start(total=len(specs) + already, done=already)
         try:
             while pending and self.stopped is None:
@@ -333,13 +359,20 @@ class RayExecutor:
         memory = self.options.memory_bytes()
         if memory is not None:
             options["memory"] = memory
+        from .. import telemetry
+
+        # Tracing on here: the workers trace to the same place (headers, which may hold a token, only with
+        # pass_api_key: what travels in runtime_env can be read by anyone who can query the cluster).
+        env_vars = telemetry.environment_for_workers(secrets=self.options.pass_api_key)
         if self.options.pass_api_key:
             from .. import config as cfg
             from ..models import API_KEY_ENV
 
             key = self.config.api_key or cfg.env(API_KEY_ENV)
             if key:
-                options["runtime_env"] = {"env_vars": {API_KEY_ENV: key}}
+                env_vars[API_KEY_ENV] = key
+        if env_vars:
+            options["runtime_env"] = {"env_vars": env_vars}
         return options
 
     def _sweep(self) -> _Sweep:

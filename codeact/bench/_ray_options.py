@@ -69,7 +69,9 @@ class RayOptions:
         pass_api_key: set the driver's API key (``BenchConfig.api_key`` or
             ``$OPENAI_API_KEY``) in the workers' environment through Ray's
             ``runtime_env``. Off by default: workers read ``OPENAI_API_KEY``
-            from their node's environment.
+            from their node's environment. With tracing on, the driver's
+            ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`` (often a token) travel
+            with it too; the other ``OTEL_*`` variables always do.
         max_retries: times Ray runs an episode again after its worker or node
             died; then the episode is recorded as an error.
 

@@ -26,7 +26,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..errors import BenchError
 from ..events import ErrorEvent, RunFinished, RunResult, RunStarted, ToolCall
@@ -222,12 +222,20 @@ class _Runner:
         self._queue: queue.Queue[_Spec] = queue.Queue()
         # Closing a container takes a few hundred ms: done off the workers' path.
         self._closer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bench-close")
+        #: The OpenTelemetry context the episodes' spans are children of: the ``bench.run`` span here, the
+        #: driver's on a Ray worker (None: tracing off). Passed by hand: episodes run on threads of their own.
+        self.parent: Any = None
 
     # --- the run ----------------------------------------------------------------------------
 
     def run(self, specs: list[_Spec], already: int) -> None:
         if not specs:
             return
+        with sweep_span(self, specs, already, "local") as parent:
+            self.parent = parent
+            self._run(specs, already)
+
+    def _run(self, specs: list[_Spec], already: int) -> None:
         codeact = sum(1 for s in specs if agent_base(s.agent) == "codeact")
         if codeact and self.config.backend == "docker":
             self._open_pool(min(self.config.concurrency, codeact))
@@ -399,7 +407,8 @@ class _Runner:
                                                         "codeact.bench.suite": spec.task.suite,
                                                         "codeact.bench.task": spec.task.id,
                                                         "gen_ai.agent.name": spec.agent,
-                                                        "codeact.bench.repeat": spec.repeat}) as span:
+                                                        "codeact.bench.repeat": spec.repeat},
+                          parent=self.parent) as span:
             episode = self._episode(spec, cancel)
             span.set_attribute("codeact.bench.outcome", str(episode.outcome or episode.status or ""))
             span.set_attribute("codeact.bench.success", bool(episode.success))
@@ -588,6 +597,38 @@ class _Runner:
         if self.config.price_in is not None and self.config.price_out is not None:
             episode.cost = (episode.input_tokens * self.config.price_in
                             + episode.output_tokens * self.config.price_out) / 1_000_000
+
+
+@contextlib.contextmanager
+def sweep_span(executor: Any, specs: Sequence[_Spec], already: int, kind: str) -> Iterator[Any]:
+    """A ``bench.run`` span around a sweep's episodes (when tracing is on), made current on this thread.
+
+    Yields the context the episodes' ``bench.episode`` spans must be children of (None when tracing is off):
+    episodes run on threads (or Ray workers) of their own, where this thread's context does not follow.
+    ``executor`` has ``config``, ``finished`` and ``stopped`` (read when the sweep ends).
+    """
+    from .. import telemetry
+
+    tracing = telemetry.tracing()
+    if tracing is None:
+        yield None
+        return
+    config = executor.config
+    models = sorted({s.model for s in specs if s.model}) or list(config.models)
+    attributes = {"codeact.bench.suites": [str(s) for s in config.suites],
+                  "codeact.bench.agents": [str(a) for a in config.agents],
+                  "codeact.bench.models": [str(m) for m in models],
+                  "codeact.bench.episodes": len(specs),
+                  "codeact.bench.already_done": already,
+                  "codeact.bench.executor": kind,
+                  "codeact.sandbox.backend": str(config.backend)}
+    with tracing.span("bench.run", attributes) as span:
+        try:
+            yield tracing.current()
+        finally:
+            span.set_attribute("codeact.bench.finished", int(executor.finished))
+            if getattr(executor, "stopped", None):
+                span.set_attribute("codeact.bench.stopped", str(executor.stopped)[:500])
 
 
 def _disclosure(kind: str, task: Task | None) -> Disclosure:

@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._spans import Tracing
 
 __all__ = ["configure", "tracing", "active", "shutdown", "start_run", "mcp_call", "enabled_by_environment",
-           "capture_content_from_environment", "INSTALL_HINT", "span", "span_failed", "code_result"]
+           "capture_content_from_environment", "INSTALL_HINT", "span", "span_failed", "code_result",
+           "environment_for_workers"]
 
 _UNSET: Any = object()
 #: The process's tracing: _UNSET (not decided yet), None (off) or a Tracing.
@@ -147,6 +148,27 @@ def start_run(*, agent: str, run_id: str, model: Any, backend: str, task: str, r
     if t is None:
         return None
     return t.run(agent=agent, run_id=run_id, model=model, backend=backend, task=task, redact=redact)
+
+
+def environment_for_workers(*, secrets: bool = False) -> dict[str, str]:
+    """The environment that turns on the same tracing in another process (a Ray bench worker); {} when off.
+
+    The ``OTEL_*`` variables of this process, with the endpoint and service name given to :func:`configure`
+    in their place. ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`` often hold a token: they are left out unless
+    ``secrets``. A program's own ``TracerProvider`` set up in code (not by the environment) does not travel.
+    """
+    t = tracing()
+    if t is None:
+        return {}
+    from ._env import otel_environment
+
+    env = otel_environment(secrets=secrets)
+    if t.endpoint:
+        env.pop("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", None)  # configure(endpoint=) wins over it here too
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = t.endpoint
+    if t.service_name:
+        env["OTEL_SERVICE_NAME"] = t.service_name
+    return env
 
 
 def active() -> Tracing | None:

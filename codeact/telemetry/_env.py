@@ -28,3 +28,14 @@ def capture_content_from_environment(environ: Mapping[str, str] | None = None) -
     env = os.environ if environ is None else environ
     value = env.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower()
     return value in ("true", "1", "yes", "span_only", "span_and_event")
+
+
+def is_secret(name: str) -> bool:
+    """Whether an ``OTEL_*`` variable may hold a secret: the exporter's headers often carry an API token."""
+    return "HEADERS" in name.upper()
+
+
+def otel_environment(environ: Mapping[str, str] | None = None, *, secrets: bool = False) -> dict[str, str]:
+    """The ``OTEL_*`` variables of this environment (without the header ones unless ``secrets``)."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if k.startswith("OTEL_") and (secrets or not is_secret(k))}

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.propagate import extract as _extract
+from opentelemetry.propagate import inject as _inject
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 #: Characters of one captured content attribute (messages, code, tool arguments and results): code in
@@ -67,11 +68,16 @@ def provider_name(model: Any) -> str:
 class Tracing:
     """Makes codeact's spans with one tracer; one per process (see :func:`codeact.telemetry.tracing`)."""
 
-    def __init__(self, provider: Any, *, capture_content: bool = False, owned: bool = False) -> None:
+    def __init__(self, provider: Any, *, capture_content: bool = False, owned: bool = False,
+                 endpoint: str | None = None, service_name: str | None = None) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("codeact", _version())
         self.capture_content = capture_content
         self._owned = owned
+        #: What :func:`~codeact.telemetry.configure` was given (not the environment): other processes of
+        #: the same run (Ray bench workers) get them as ``OTEL_*`` variables.
+        self.endpoint = endpoint
+        self.service_name = service_name
 
     @classmethod
     def from_sdk(cls, *, endpoint: str | None = None, service_name: str | None = None, exporter: Any = None,
@@ -99,12 +105,20 @@ class Tracing:
             trace.set_tracer_provider(provider)
         if capture_content is None:
             capture_content = capture_content_from_environment()
-        return cls(provider, capture_content=capture_content, owned=True)
+        return cls(provider, capture_content=capture_content, owned=True, endpoint=endpoint,
+                   service_name=service_name)
 
     def shutdown(self) -> None:
         """Flush and stop a provider this object made (a program's own provider is left alone)."""
         if self._owned:
             self.provider.shutdown()
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Export the spans still queued now (a process that lives on after its work: a Ray worker)."""
+        force_flush = getattr(self.provider, "force_flush", None)
+        if force_flush is None:  # an API-only provider has nothing queued
+            return True
+        return bool(force_flush(int(timeout * 1000)))
 
     # --- parents from outside: a bench episode, an HTTP request, an MCP request --------------------
 
@@ -126,6 +140,13 @@ class Tracing:
         except Exception:  # noqa: BLE001 - a malformed header starts a new trace
             return None
         return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+    @staticmethod
+    def inject(ctx: Any = None) -> dict[str, str]:
+        """``ctx`` (default: the current context) as a W3C carrier (``traceparent``) for another process."""
+        carrier: dict[str, str] = {}
+        _inject(carrier, context=ctx)
+        return carrier
 
     @staticmethod
     def current() -> Any:
