@@ -16,6 +16,12 @@ Calls made from several threads in the sandbox run concurrently on the host.
 Inside a host function, :func:`current_call` gives the call's handle: a human
 approving the call should happen inside ``with current_call().paused():`` so
 that the wait counts against neither the call's timeout nor the run's clock.
+
+A coroutine function bound to an event loop (``HostFunction(f, loop=loop)``)
+runs as a task on that loop: the call is handed straight to the loop, and the
+task writes the reply itself, with no worker thread in between. Use it for a
+function whose work already lives on a loop (an async client's connection);
+the loop must not be blocked by the function, or by anything else.
 """
 
 from __future__ import annotations
@@ -179,6 +185,9 @@ class HostFunction:
     ``timeout`` (seconds) bounds one call; ``None`` uses the sandbox default.
     ``is_async`` makes the sandbox stub awaitable (default: the callable is a
     coroutine function); the host runs coroutines to completion either way.
+    ``loop``: run each call of the coroutine function ``func`` as a task on
+    this event loop (it must run on another thread for as long as calls come);
+    timeouts and interrupts cancel the task.
     """
 
     def __init__(
@@ -190,6 +199,7 @@ class HostFunction:
         signature: inspect.Signature | None = None,
         timeout: float | None = None,
         is_async: bool | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.func = func
         self.name = name or getattr(func, "__name__", None) or type(func).__name__
@@ -205,6 +215,12 @@ class HostFunction:
         self.signature = signature
         self.doc = doc if doc is not None else (inspect.getdoc(func) or "")
         self.timeout = timeout
+        if loop is not None and not inspect.iscoroutinefunction(func):
+            raise FunctionRegistrationError(
+                f"host function {self.name!r} is bound to an event loop (loop=...), so it must be a coroutine "
+                "function (async def); drop loop=... for a plain function")
+        #: The event loop each call runs on as a task (None: calls run on worker threads).
+        self.loop = loop
         self.is_async = inspect.iscoroutinefunction(func) if is_async is None else bool(is_async)
         self.spec = FunctionSpec.from_signature(self.name, signature, self.doc, is_async=self.is_async)
 
@@ -243,6 +259,8 @@ class HostFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         result = self.func(*args, **kwargs)
+        if self.loop is not None:
+            return _run_on(self.loop, result, self.name)
         if inspect.isawaitable(result):
             return asyncio.run(_await(result))
         return result
@@ -253,6 +271,23 @@ class HostFunction:
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _run_on(loop: asyncio.AbstractEventLoop, coroutine: Any, name: str) -> Any:
+    """Run ``coroutine`` on ``loop`` (another thread's) and wait for its result."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        coroutine.close()
+        raise RuntimeError(f"host function {name!r} runs on this event loop: await it instead of calling it")
+    try:
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    except RuntimeError:  # the loop is closed
+        coroutine.close()
+        raise RuntimeError(f"host function {name!r} cannot run: its event loop is closed") from None
+    return future.result()
 
 
 def as_host_functions(functions: Iterable[Callable[..., Any] | HostFunction]) -> dict[str, HostFunction]:
@@ -369,6 +404,8 @@ class HostCall:
         self.started_wall = time.time()
         self.payload_size = 0
         self._record: Callable[[BaseException | None, Any, int], None] | None = None
+        #: Stops the call's work once it has been answered otherwise (set for calls run as tasks).
+        self._cancel: Callable[[], None] | None = None
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -423,7 +460,10 @@ class HostCall:
             if self.state != "running":
                 return False
             self.state = state
-            return True
+            cancel = self._cancel if state != "done" else None
+        if cancel is not None:  # timed out or abandoned: a task can be stopped (a thread cannot)
+            cancel()
+        return True
 
 
 # --- the dispatcher --------------------------------------------------------------------------
@@ -467,7 +507,9 @@ class FunctionDispatcher:
 
     Calls run on worker threads (reused; at most ``max_concurrent`` at a
     time, counting calls that overran their timeout and are still running:
-    Python cannot stop a thread). A call over the limit, to an unknown
+    Python cannot stop a thread), or, for a function bound to an event loop,
+    as tasks on that loop (counted alike; a timeout or an interrupt cancels
+    the task). A call over the limit, to an unknown
     name, or over the run's budget is refused at once with an error the
     sandbox code can read. Refused calls count against the run's budget
     too: a refusal costs the host a reply like any other call.
@@ -563,10 +605,15 @@ class FunctionDispatcher:
         call._record = record
         if clock is not None:
             clock.call_started()
+        job = _Job(call, hf, payload, send, max_payload, cost)
+        if hf.loop is not None:
+            with self._lock:
+                self._running[call_id] = call
+            self._start_task(hf.loop, job)
+            return call
         with self._lock:
             self._running[call_id] = call
             worker = self._idle.pop() if self._idle else None
-        job = _Job(call, hf, payload, send, max_payload, cost)
         if worker is None:
             worker = _WorkerThread(self)
         worker.jobs.put(job)
@@ -623,31 +670,43 @@ class FunctionDispatcher:
         error: BaseException | None = None
         status, chunks = 1, []
         try:
-            try:
-                decoded = codec.decode(job.payload, max_bytes=job.max_payload,
-                                       max_items=self.limits.max_call_items)
-                if not (isinstance(decoded, tuple) and len(decoded) == 2 and isinstance(decoded[0], tuple)
-                        and isinstance(decoded[1], dict) and all(isinstance(k, str) for k in decoded[1])):
-                    raise codec.CodecError("a call's arguments must be (tuple, dict of str)")
-                call.args, call.kwargs = decoded
-            except codec.CodecError as exc:
-                raise ValueError(f"malformed arguments for {call.name!r}: {exc}") from None
+            self._decode_arguments(job)
             token = _current.set(call)
             try:
                 result = hf(*call.args, **call.kwargs)
             finally:
                 _current.reset(token)
-            try:
-                encoded = codec.encode(result, max_bytes=job.max_payload)
-            except codec.CodecError as exc:
-                raise ValueError(
-                    f"the result of {call.name!r} cannot be sent to the sandbox: {exc} "
-                    "(the limit is the sandbox's Limits.max_payload; raise it, or return less data)"
-                ) from None
-            status, chunks = 0, encoded
+            status, chunks = 0, self._encode_result(job, result)
         except BaseException as exc:  # every failure goes back to the sandbox; the host keeps running
             error = exc
             status, chunks = 1, encode_error(exc)
+        self._answer(job, status, chunks, error, result)
+
+    def _decode_arguments(self, job: _Job) -> None:
+        """Decode the call's ``(args, kwargs)`` within the run's limits into ``job.call``."""
+        call = job.call
+        try:
+            decoded = codec.decode(job.payload, max_bytes=job.max_payload, max_items=self.limits.max_call_items)
+            if not (isinstance(decoded, tuple) and len(decoded) == 2 and isinstance(decoded[0], tuple)
+                    and isinstance(decoded[1], dict) and all(isinstance(k, str) for k in decoded[1])):
+                raise codec.CodecError("a call's arguments must be (tuple, dict of str)")
+            call.args, call.kwargs = decoded
+        except codec.CodecError as exc:
+            raise ValueError(f"malformed arguments for {call.name!r}: {exc}") from None
+
+    @staticmethod
+    def _encode_result(job: _Job, result: Any) -> list[Any]:
+        try:
+            return codec.encode(result, max_bytes=job.max_payload)
+        except codec.CodecError as exc:
+            raise ValueError(
+                f"the result of {job.call.name!r} cannot be sent to the sandbox: {exc} "
+                "(the limit is the sandbox's Limits.max_payload; raise it, or return less data)"
+            ) from None
+
+    def _answer(self, job: _Job, status: int, chunks: list[Any], error: BaseException | None, result: Any) -> None:
+        """Send the call's reply and record it, unless it was already answered (timed out, abandoned)."""
+        call = job.call
         with self._lock:
             self._running.pop(call.id, None)
         if not call.finish("done"):
@@ -657,6 +716,59 @@ class FunctionDispatcher:
         with contextlib.suppress(Exception):  # the stream is gone; the session reports that
             job.send(call.id, status, chunks)
         call.record(error, result, codec.encoded_size(chunks) if error is None else 0)
+
+    # --- calls run as tasks on a function's event loop -------------------------------------------
+
+    def _start_task(self, loop: asyncio.AbstractEventLoop, job: _Job) -> None:
+        """Hand the call to its function's loop: one wake-up; the task answers the sandbox itself."""
+        try:
+            loop.call_soon_threadsafe(self._begin_task, job)
+        except RuntimeError:  # the loop is closed: nothing will ever run the call
+            error = RuntimeError(f"host function {job.call.name!r} cannot run now: its event loop is closed")
+            self._answer(job, 1, encode_error(error), error, None)
+            self._release(job.memory)
+
+    def _begin_task(self, job: _Job) -> None:  # on the loop
+        call = job.call
+        task = asyncio.ensure_future(self._run_task(job))
+        loop = task.get_loop()
+
+        def cancel() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the task ended with it
+                loop.call_soon_threadsafe(task.cancel)
+
+        call._cancel = cancel
+        if call.state != "running":  # timed out or abandoned before the task existed
+            task.cancel()
+
+    async def _run_task(self, job: _Job) -> None:  # on the loop, in a task of its own
+        call, hf = job.call, job.function
+        result: Any = None
+        error: BaseException | None = None
+        status, chunks = 1, []
+        try:
+            try:
+                self._decode_arguments(job)
+                _current.set(call)  # the task's own context: nothing to reset
+                result = await hf.func(*call.args, **call.kwargs)
+                status, chunks = 0, self._encode_result(job, result)
+            except asyncio.CancelledError:
+                # Timed out or abandoned (already answered), or the loop is shutting down (answered here).
+                error = RuntimeError(f"the call to {call.name!r} was cancelled on the host (its event loop "
+                                     "is shutting down)")
+                self._answer(job, 1, encode_error(error), error, None)
+                raise
+            except Exception as exc:  # every failure goes back to the sandbox; the loop keeps running
+                error = exc
+                status, chunks = 1, encode_error(exc)
+            self._answer(job, status, chunks, error, result)
+        finally:
+            self._release(job.memory)
+
+    def _release(self, memory: int) -> None:
+        with self._lock:
+            self._busy_threads -= 1
+            self._held_memory -= memory
 
     def _worker_idle(self, worker: "_WorkerThread", memory: int = 0) -> bool:
         """A worker finished a job (and let go of its arguments); True if it should wait for another."""

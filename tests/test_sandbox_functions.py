@@ -351,6 +351,124 @@ def test_approval_time_pauses_the_clocks_and_a_timed_out_call_never_runs_late():
         raise CallTimedOut("x")
 
 
+class LoopThread:
+    """An event loop on a thread of its own, as an async tool source keeps one."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def loop_thread():
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+def test_a_function_bound_to_a_loop_runs_there_and_its_task_answers(loop_thread):
+    threads = []
+
+    async def where(x: int, *, k: str = "") -> tuple:
+        threads.append((threading.current_thread(), getattr(current_call(), "name", None)))
+        await asyncio.sleep(0)
+        return x, k
+
+    async def fails() -> None:
+        raise PermissionError("no access")
+
+    async def unsendable() -> bytes:
+        return b"x" * (2**20 + 1)  # over the bridge's max_payload
+
+    b = Bridge(FunctionDispatcher([HostFunction(where, loop=loop_thread.loop, is_async=False),
+                                   HostFunction(fails, loop=loop_thread.loop),
+                                   HostFunction(unsendable, loop=loop_thread.loop)]))
+    assert b.call("where", 1, k="a") == (0, (1, "a"))
+    assert threads == [(loop_thread.thread, "where")]  # no worker thread in between; current_call() works
+    status, err = b.call("fails")
+    assert status == 1 and type(err) is PermissionError and str(err) == "no access"
+    status, err = b.call("unsendable")
+    assert status == 1 and "cannot be sent to the sandbox" in str(err)
+    status, err = b.call("where", "x", "too", "many")
+    assert status == 1 and type(err) is TypeError
+    assert [(r.name, r.error.type if r.error else None) for r in b.records] == [
+        ("where", None), ("fails", "PermissionError"), ("unsendable", "ValueError"), ("where", "TypeError")]
+    assert b.records[0].args == [1] and b.records[0].kwargs == {"k": "a"} and b.records[0].result == (1, "a")
+    assert b.d.running == 0 and b.d._busy_threads == 0 and b.d._held_memory == 0
+    assert HostFunction(where, loop=loop_thread.loop)(2) == (2, "")  # called on the host, from another thread
+    with pytest.raises(FunctionRegistrationError, match="must be a coroutine function"):
+        HostFunction(add, loop=loop_thread.loop)
+
+
+def test_a_loop_task_that_times_out_or_is_abandoned_is_cancelled(loop_thread):
+    cancelled = []
+
+    async def hang(tag: str) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(tag)
+            raise
+
+    b = Bridge(FunctionDispatcher([HostFunction(hang, loop=loop_thread.loop)], default_timeout=0.2))
+    status, err = b.call("hang", "timeout")
+    assert type(err) is TimeoutError and "did not return within 0.2 s" in str(err)
+    call_id = b.start("hang", "abandon")
+    time.sleep(0.05)
+    b.d.abandon(call_id, b.clock)
+    deadline = time.monotonic() + 5
+    while len(cancelled) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(cancelled) == ["abandon", "timeout"]  # the work stopped, unlike a thread's
+    assert [r.error.type for r in b.records] == ["TimeoutError", "RuntimeError"]
+    assert b.d._busy_threads == 0 and b.d.running == 0  # the slots came back
+
+
+def test_a_loop_bound_call_keeps_the_limits(loop_thread):
+    release = asyncio.Event()
+
+    async def wait() -> str:
+        await release.wait()
+        return "done"
+
+    async def echo_async(*args, **kwargs):
+        return args
+
+    hfs = [HostFunction(wait, loop=loop_thread.loop), HostFunction(echo_async, loop=loop_thread.loop)]
+    b = Bridge(FunctionDispatcher(hfs, max_concurrent=2), max_calls=5)
+    first, second = b.start("wait"), b.start("wait")
+    time.sleep(0.05)
+    status, err = b.call("echo_async", 1)
+    assert status == 1 and "too many host-function calls at once (at most 2" in str(err)
+    loop_thread.loop.call_soon_threadsafe(release.set)
+    assert b.wait(first) == (0, "done") and b.wait(second) == (0, "done")
+    b.d.limits = type(b.d.limits)(max_call_items=50)  # hostile sizes are refused at decode, on the loop too
+    status, err = b.call("echo_async", list(range(100)))
+    assert status == 1 and type(err) is ValueError and "malformed arguments" in str(err)
+    assert b.call("echo_async", 1) == (0, (1,))
+    status, err = b.call("echo_async", 1)
+    assert status == 1 and "made 5 host-function calls" in str(err)
+
+
+def test_a_closed_loop_is_answered_at_once():
+    lt = LoopThread()
+    lt.close()
+
+    async def f() -> int:
+        return 1
+
+    b = Bridge(FunctionDispatcher([HostFunction(f, loop=lt.loop)]))
+    status, err = b.call("f")
+    assert status == 1 and "its event loop is closed" in str(err)
+    assert b.d._busy_threads == 0 and [r.error.type for r in b.records] == ["RuntimeError"]
+
+
 def test_run_clock_separates_code_time_from_host_time():
     clock = RunClock()
     clock.call_started()
