@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from tests.openai_server import OpenAITestServer
+from tests.phoenix_server import phoenix  # noqa: F401 - the session fixture of the tracing tests
 
 # Before anything creates a temporary file: every sbx-*/sandbox-work-* directory
 # of this session (and of its subprocesses) lands here.

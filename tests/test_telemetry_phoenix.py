@@ -5,10 +5,7 @@ server (tests/openai_server.py) behind the real ``openai`` client, and the
 toolbox MCP server (tests/mcp_servers) started over stdio with its own
 OpenTelemetry SDK, so that the trace context the client sends in ``_meta``
 shows up as the server's span in the same trace. Only the model's text is
-scripted. Phoenix (``arize-phoenix``) lives in a venv of its own
-(``.venv/phoenix``, made by ``scripts/dev.sh setup``: it pins versions of its
-own); one Phoenix serves the whole session, on 127.0.0.1 with a temporary
-working directory. Without it the tests skip, and in CI they fail.
+scripted. Phoenix is the session fixture ``phoenix`` (tests/phoenix_server.py).
 """
 
 from __future__ import annotations
@@ -17,71 +14,16 @@ import json
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.mcp_servers.helpers import assert_no_leftovers, free_port
+from tests.mcp_servers.helpers import assert_no_leftovers
+from tests.phoenix_server import trace_of
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.docker
-
-
-def _phoenix_command() -> Path | None:
-    given = os.environ.get("CODEACT_PHOENIX")
-    candidates = [Path(given)] if given else []
-    candidates += [Path(sys.prefix) / "phoenix" / "bin" / "phoenix", ROOT / ".venv" / "phoenix" / "bin" / "phoenix"]
-    return next((c for c in candidates if c.is_file()), None)
-
-
-def _get(url: str, timeout: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback only
-        return json.loads(response.read() or b"null")
-
-
-@pytest.fixture(scope="session")
-def phoenix(tmp_path_factory: pytest.TempPathFactory):
-    """Phoenix on 127.0.0.1 (HTTP: UI, REST, OTLP /v1/traces); its base URL."""
-    command = _phoenix_command()
-    if command is None:
-        message = ("arize-phoenix is not installed (scripts/dev.sh setup installs it into .venv/phoenix; "
-                   "or set CODEACT_PHOENIX to its `phoenix` command)")
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"the tracing tests must run in CI: {message}", pytrace=False)
-        pytest.skip(message)
-    workdir = tmp_path_factory.mktemp("phoenix")
-    port, grpc_port = free_port(), free_port()
-    env = {**os.environ, "PHOENIX_WORKING_DIR": str(workdir), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(grpc_port), "PHOENIX_TELEMETRY_ENABLED": "false"}
-    for name in [k for k in env if k.startswith("OTEL_")]:
-        env.pop(name)
-    with open(workdir / "phoenix.log", "wb") as log:  # the child writes to its own copy of the descriptor
-        proc = subprocess.Popen([str(command), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=workdir)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"Phoenix exited ({proc.returncode}): {(workdir / 'phoenix.log').read_text()[-2000:]}")
-            try:
-                urllib.request.urlopen(base + "/healthz", timeout=2).close()  # noqa: S310
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("Phoenix did not answer within 180 s")
-                time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 #: The MCP server's process: the toolbox server with an OpenTelemetry SDK of its own, exporting to Phoenix.
@@ -128,26 +70,7 @@ print(json.dumps({"run_id": result.run_id, "status": result.status, "answer": re
 
 def _spans(base: str, run_id: str, want: int, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Every span of the trace whose invoke_agent span has ``codeact.run.id == run_id``, read from Phoenix."""
-    deadline = time.monotonic() + timeout
-    found: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:
-        spans: list[dict[str, Any]] = []
-        cursor = None
-        for _ in range(20):  # pages
-            url = f"{base}/v1/projects/default/spans?limit=500" + (f"&cursor={cursor}" if cursor else "")
-            page = _get(url)
-            spans += page.get("data") or []
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
-        roots = [s for s in spans if (s.get("attributes") or {}).get("codeact.run.id") == run_id]
-        if roots:
-            trace_id = roots[0]["context"]["trace_id"]
-            found = [s for s in spans if s["context"]["trace_id"] == trace_id]
-            if len(found) >= want:
-                return found
-        time.sleep(1.0)
-    return found
+    return trace_of(base, lambda s: (s.get("attributes") or {}).get("codeact.run.id") == run_id, want, timeout)
 
 
 def test_a_real_run_reaches_phoenix_as_one_trace(phoenix: str, tmp_path: Path) -> None:
