@@ -60,9 +60,10 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the whole session."""
+    """Headless Chromium for this module only: Playwright's sync API keeps an event loop running in this
+    thread while it is open, and a later module's asyncio.run() or sync_playwright() would fail."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
