@@ -16,6 +16,10 @@ Docker engine through its socket. What is checked:
 * the API key: never in the task payload, the results, the run log or the
   output; workers use their node's key unless the driver's is passed on
   purpose; the model's settings (base URL, name, temperature, seed) travel;
+* tracing on in the driver: the sweep is one trace in Phoenix (a real OTLP
+  receiver, reached from the cluster's namespace through tests/netns_bridge.py):
+  the driver's ``bench.run`` is the parent of the workers' ``bench.episode``
+  spans, and each episode's run, model calls and code actions are under it;
 * without ray installed, one clear error saying how to install it; a head
   address where nothing answers fails at once (Ray alone retries for minutes).
 """
@@ -24,9 +28,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -39,6 +45,8 @@ from codeact.bench._progress import NoProgress
 from codeact.bench._ray import _Node, parse_size
 from codeact.errors import BenchError
 from codeact.runlog import RunLog
+from tests.netns_bridge import UnixToTcp
+from tests.phoenix_server import trace_of
 from tests.ray_cluster import RayCluster, unavailable_reason
 from tests.test_bench import assert_report_matches_the_run_log
 
@@ -414,3 +422,74 @@ def test_the_api_key_never_travels_unless_asked_and_never_lands_in_results(clust
                 except OSError:
                     continue
                 assert SENTINEL_KEY.encode() not in data, path
+
+
+TRACED_DRIVER = '''
+import json, sys
+from codeact import telemetry
+from codeact.bench import BenchConfig, RayOptions, run_bench
+from codeact.bench._progress import NoProgress
+
+out, address, endpoint = sys.argv[1:4]
+telemetry.configure(endpoint=endpoint, service_name="bench-driver")  # --otel ENDPOINT: no OTEL_* set here
+run = run_bench(BenchConfig(suites=["tool-chains"], agents=["codeact", "react-json"], tasks=["web-ceo"],
+                            model="oracle", out=out, ray=RayOptions(address)), progress=NoProgress(), report=False)
+telemetry.shutdown()
+print("EPISODES=" + json.dumps([{"key": e.key, "run_id": e.run_id, "agent": e.agent, "success": e.success}
+                                for e in run.episodes]))
+'''
+
+
+def test_a_traced_sweep_on_ray_is_one_trace_from_the_driver_through_the_workers(cluster: RayCluster, phoenix: str,
+                                                                               tmp_path: Path) -> None:
+    port = int(phoenix.rsplit(":", 1)[1])
+    sockets = tempfile.mkdtemp(prefix="otlp-", dir="/tmp")  # short: Unix socket paths
+    bridge = UnixToTcp(os.path.join(sockets, "phoenix"), "127.0.0.1", port)
+    inside = cluster.popen([sys.executable, "-m", "tests.netns_bridge", bridge.path], stdout=subprocess.PIPE,
+                           cwd=ROOT)
+    try:
+        assert inside.stdout is not None
+        endpoint = f"http://127.0.0.1:{int(inside.stdout.readline())}"  # Phoenix, as seen from the namespace
+        script = tmp_path / "traced_driver.py"
+        script.write_text(TRACED_DRIVER)
+        env = {k: "" for k in os.environ if k.startswith("OTEL_")}  # the workers get theirs from the driver only
+        proc = cluster.run([sys.executable, str(script), str(tmp_path / "results"), cluster.address, endpoint],
+                           env={**env, "PYTHONPATH": str(ROOT)})
+    finally:
+        inside.kill()
+        inside.wait(timeout=30)
+        bridge.close()
+        shutil.rmtree(sockets, ignore_errors=True)
+    episodes = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("EPISODES="))[9:])
+    assert len(episodes) == 2 and all(e["success"] for e in episodes), episodes
+
+    # bench.run, 2 episodes, 2 runs, their chats (2 at least), a code action and the sandbox's start
+    first = episodes[0]["run_id"]
+    spans = trace_of(phoenix, lambda s: (s.get("attributes") or {}).get("codeact.run.id") == first, want=9)
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    names = sorted(s["name"] for s in spans)
+
+    def children(span: dict[str, Any]) -> list[dict[str, Any]]:
+        return [s for s in spans if s.get("parent_id") == span["context"]["span_id"]]
+
+    [sweep] = [s for s in spans if s["name"] == "bench.run"]
+    assert sweep.get("parent_id") is None, names
+    attrs = sweep["attributes"]
+    assert attrs["codeact.bench.executor"] == "ray" and attrs["codeact.bench.episodes"] == 2
+    assert list(attrs["codeact.bench.agents"]) == ["codeact", "react-json"]
+    assert list(attrs["codeact.bench.models"]) == ["oracle"] and attrs["codeact.bench.finished"] == 2
+    assert "codeact.bench.node" not in attrs
+    episode_spans = {s["attributes"]["codeact.bench.episode"]: s for s in children(sweep)
+                     if s["name"].startswith("bench.episode ")}
+    assert sorted(episode_spans) == sorted(e["key"] for e in episodes), names
+    for e in episodes:
+        span = episode_spans[e["key"]]
+        assert span["attributes"]["codeact.bench.node"].startswith("127.0.0.1 (")  # made on a Ray worker
+        [run] = [s for s in children(span) if s["name"].startswith("invoke_agent ")]
+        assert run["attributes"]["codeact.run.id"] == e["run_id"]
+        assert run["attributes"]["gen_ai.agent.name"] == e["agent"]
+        under = {s["name"] for s in children(run)}
+        assert "chat oracle" in under, (e["agent"], under)
+        if e["agent"] == "codeact":
+            assert "execute_code" in under, under
+    assert all(s.get("parent_id") is None or s["parent_id"] in by_id for s in spans), "a span's parent is missing"

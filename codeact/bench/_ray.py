@@ -179,6 +179,7 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
     scratch = Path(tempfile.mkdtemp(prefix="codeact-ray-"))
     buffer = _EventBuffer()
     runner = _Runner(sweep.config, ResultsDir(scratch), sweep.model, NoProgress(), log=buffer)
+    runner.node = node.describe()
     if agent == "codeact" and sweep.config.backend == "docker":
         engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
         runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout)

@@ -225,6 +225,8 @@ class _Runner:
         #: The OpenTelemetry context the episodes' spans are children of: the ``bench.run`` span here, the
         #: driver's on a Ray worker (None: tracing off). Passed by hand: episodes run on threads of their own.
         self.parent: Any = None
+        #: The Ray node an episode runs on (a worker's runner), named on its span.
+        self.node: str | None = None
 
     # --- the run ----------------------------------------------------------------------------
 
@@ -403,12 +405,12 @@ class _Runner:
         tracing = telemetry.tracing()
         if tracing is None:
             return self._episode(spec, cancel)
-        with tracing.span(f"bench.episode {spec.key}", {"codeact.bench.episode": spec.key,
-                                                        "codeact.bench.suite": spec.task.suite,
-                                                        "codeact.bench.task": spec.task.id,
-                                                        "gen_ai.agent.name": spec.agent,
-                                                        "codeact.bench.repeat": spec.repeat},
-                          parent=self.parent) as span:
+        attributes: dict[str, Any] = {"codeact.bench.episode": spec.key, "codeact.bench.suite": spec.task.suite,
+                                      "codeact.bench.task": spec.task.id, "gen_ai.agent.name": spec.agent,
+                                      "codeact.bench.repeat": spec.repeat}
+        if self.node:
+            attributes["codeact.bench.node"] = self.node
+        with tracing.span(f"bench.episode {spec.key}", attributes, parent=self.parent) as span:
             episode = self._episode(spec, cancel)
             span.set_attribute("codeact.bench.outcome", str(episode.outcome or episode.status or ""))
             span.set_attribute("codeact.bench.success", bool(episode.success))
