@@ -103,3 +103,18 @@ def test_a_ray_sweep_sends_its_workers_the_tracing_of_the_driver(monkeypatch: py
                              "OPENAI_API_KEY": "sk-driver"}
     finally:
         provider.shutdown()
+
+
+def test_otel_alone_turns_the_workers_on_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--otel`` with no OTEL_* set exports to the OTLP default; the workers must export too, and a program's
+    own exporter (handed in by code) is not one the workers can rebuild."""
+    for name in [k for k in os.environ if k.startswith("OTEL_")]:
+        monkeypatch.delenv(name)
+    provider = TracerProvider()
+    try:
+        monkeypatch.setattr(telemetry, "_tracing", Tracing(provider, exports=True))
+        assert telemetry.environment_for_workers() == {"OTEL_TRACES_EXPORTER": "otlp"}
+        monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
+        assert telemetry.environment_for_workers() == {}
+    finally:
+        provider.shutdown()

@@ -154,8 +154,9 @@ def environment_for_workers(*, secrets: bool = False) -> dict[str, str]:
     """The environment that turns on the same tracing in another process (a Ray bench worker); {} when off.
 
     The ``OTEL_*`` variables of this process, with the endpoint and service name given to :func:`configure`
-    in their place. ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`` often hold a token: they are left out unless
-    ``secrets``. A program's own ``TracerProvider`` set up in code (not by the environment) does not travel.
+    in their place (``configure()`` alone, as ``--otel`` does: ``OTEL_TRACES_EXPORTER=otlp``).
+    ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS`` often hold a token: they are left out unless ``secrets``.
+    A program's own ``TracerProvider`` or exporter set up in code does not travel.
     """
     t = tracing()
     if t is None:
@@ -168,6 +169,8 @@ def environment_for_workers(*, secrets: bool = False) -> dict[str, str]:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = t.endpoint
     if t.service_name:
         env["OTEL_SERVICE_NAME"] = t.service_name
+    if t.exports and not enabled_by_environment(env):
+        env["OTEL_TRACES_EXPORTER"] = "otlp"  # --otel alone: the OTLP default (localhost:4318), as here
     return env
 
 

@@ -69,7 +69,7 @@ class Tracing:
     """Makes codeact's spans with one tracer; one per process (see :func:`codeact.telemetry.tracing`)."""
 
     def __init__(self, provider: Any, *, capture_content: bool = False, owned: bool = False,
-                 endpoint: str | None = None, service_name: str | None = None) -> None:
+                 endpoint: str | None = None, service_name: str | None = None, exports: bool = False) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer("codeact", _version())
         self.capture_content = capture_content
@@ -78,6 +78,8 @@ class Tracing:
         #: the same run (Ray bench workers) get them as ``OTEL_*`` variables.
         self.endpoint = endpoint
         self.service_name = service_name
+        #: The exporter is the one the environment names (OTLP by default), not one handed in by code.
+        self.exports = exports
 
     @classmethod
     def from_sdk(cls, *, endpoint: str | None = None, service_name: str | None = None, exporter: Any = None,
@@ -97,6 +99,7 @@ class Tracing:
         if not service_name and not os.environ.get("OTEL_SERVICE_NAME") and \
                 str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource.create({"service.name": "codeact"}))
+        exports = exporter is None
         if exporter is None:
             exporter = _exporter(endpoint)
         provider = TracerProvider(resource=resource)
@@ -106,7 +109,7 @@ class Tracing:
         if capture_content is None:
             capture_content = capture_content_from_environment()
         return cls(provider, capture_content=capture_content, owned=True, endpoint=endpoint,
-                   service_name=service_name)
+                   service_name=service_name, exports=exports)
 
     def shutdown(self) -> None:
         """Flush and stop a provider this object made (a program's own provider is left alone)."""
