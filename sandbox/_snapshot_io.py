@@ -147,20 +147,34 @@ def blobs_from_tar(source: IO[bytes], wanted: set[str], budget: Budget, write: C
     return found
 
 
-def tar_of_blobs(blobs: list[tuple[str, Callable[[], IO[bytes]], int]], directory: str, uid: int = 1000) -> IO[bytes]:
-    """A tar (in a temporary file) of ``directory/`` and its blobs, for the engine's archive API."""
-    out = tempfile.TemporaryFile()  # noqa: SIM115  # returned open: the caller closes it
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo(directory)
-        info.type, info.mode, info.mtime, info.uid, info.gid = tarfile.DIRTYPE, 0o700, int(time.time()), uid, uid
-        tar.addfile(info)
-        for name, opener, size in blobs:
-            info = tarfile.TarInfo(f"{directory}/{name}")
-            info.size, info.mode, info.mtime, info.uid, info.gid = size, 0o600, int(time.time()), uid, uid
-            with opener() as f:
-                tar.addfile(info, f)
-    out.seek(0)
-    return out
+def tar_stream_of_blobs(blobs: list[tuple[str, Callable[[], IO[bytes]], int]], directory: str,
+                        uid: int = 1000) -> Iterator[bytes]:
+    """A tar of ``directory/`` and its blobs, as chunks made while they are sent (no copy on the host's disk).
+
+    Each blob must have the size given (a shorter or longer one raises
+    ``OSError``: the tar would be malformed).
+    """
+    now = int(time.time())
+    info = tarfile.TarInfo(directory)
+    info.type, info.mode, info.mtime, info.uid, info.gid = tarfile.DIRTYPE, 0o700, now, uid, uid
+    yield info.tobuf(tarfile.PAX_FORMAT)
+    for name, opener, size in blobs:
+        info = tarfile.TarInfo(f"{directory}/{name}")
+        info.size, info.mode, info.mtime, info.uid, info.gid = size, 0o600, now, uid, uid
+        yield info.tobuf(tarfile.PAX_FORMAT)
+        left = size
+        with opener() as f:
+            while left:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
+                    raise OSError(f"variable data {name[:12]}... is shorter than its {size:,} bytes")
+                left -= len(chunk)
+                yield chunk
+            if f.read(1):
+                raise OSError(f"variable data {name[:12]}... is longer than its {size:,} bytes")
+        if size % tarfile.BLOCKSIZE:
+            yield tarfile.NUL * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+    yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)
 
 
 class DockerFiles:
@@ -196,9 +210,10 @@ class DockerFiles:
             raise OSError("the engine refused the working directory's files")
 
     def write_blobs(self, blobs: list[tuple[str, Callable[[], IO[bytes]], int]]) -> None:
-        with tar_of_blobs(blobs, STAGING, self.kernel.uid) as tar:
-            if not self.kernel.client.api.put_archive(self.kernel.container_id, self.workdir, tar):
-                raise OSError("the engine refused the snapshot's variables")
+        # Streamed (chunked upload): copying 100 MB into a temporary tar first cost as much as sending it.
+        stream = tar_stream_of_blobs(blobs, STAGING, self.kernel.uid)
+        if not self.kernel.client.api.put_archive(self.kernel.container_id, self.workdir, stream):
+            raise OSError("the engine refused the snapshot's variables")
 
 
 class LocalFiles:

@@ -147,6 +147,36 @@ def test_incremental_save_and_fork_diverge(tmp_path: Path) -> None:
     assert len(store.ids()) <= 3  # retention
 
 
+def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path / "store")
+    with DockerSandbox() as sb:
+        ok(sb, "import numpy as np, pandas as pd, itertools\n"
+               "arr = np.zeros(3_000_000)\ndf = pd.DataFrame({'a': np.arange(100_000.0), 'b': np.ones(100_000)})\n"
+               "class Box:\n    def __init__(self): self.items = {'k': np.zeros(10)}\n"
+               "box = Box()\ncounter = itertools.count()\nfh = open('log.txt', 'w')\n"
+               "a = [1]\nb = [a]\na.append(b)\nsizes = list(range(20_000))")
+        first = sb.snapshot(store=store)
+        assert {v.name for v in first.manifest.unsaved} == {"fh"}
+        ok(sb, "x = 1\ndel x")
+        assert sb.snapshot(since=first, store=store) is first  # nothing changed, objects of every kind held
+        previous = first
+        steps = [("arr[1_234_567] = 2.5", "arr"), ("df.iloc[99_999, 1] = 7.0", "df"),
+                 ("box.items['k'][3] = 1.0", "box"), ("next(counter)", "counter"),
+                 ("sizes[10_000] = -1", "sizes"), ("a.append(3)", "a")]
+        for code, name in steps:  # each in-place write: a new snapshot that pickles that variable again
+            ok(sb, code)
+            snap = sb.snapshot(since=previous, store=store)
+            assert snap is not previous, code
+            changed = {v.name for v in snap.manifest.saved if not v.reused}
+            assert name in changed and "arr" not in changed - {name} and "df" not in changed - {name}, (code, changed)
+            previous = snap
+        ok(sb, "a.pop(); a.pop()")  # the cycle is broken: b must not keep the copy of a it was saved with
+        last = sb.snapshot(since=previous, store=store)
+    with DockerSandbox.restore(last) as sb:
+        assert ok(sb, "print(arr[1_234_567], arr.sum(), df.iloc[99_999, 1], box.items['k'][3], next(counter), "
+                      "sizes[10_000], a, b[0] is a)") == "2.5 2.5 7.0 1.0 1 -1 [1] True\n"
+
+
 def test_move_from_the_local_engine_to_a_tls_engine(tmp_path: Path) -> None:
     from tests.docker_engines import SecondEngine, can_start_engines
 

@@ -6,10 +6,14 @@ the kernel (the standard image has it) and say so clearly when it is absent.
 The host drives four steps, each one call with a JSON argument and a JSON
 answer (a user expression):
 
-* :func:`scan` fingerprints every user variable and the working directory,
-  cheaply: the same immutable object, the same bytes of an array or a
-  DataFrame's blocks (crc32), or the same pickle of small plain data. It
-  says whether anything changed since the snapshot the host names.
+* :func:`scan` fingerprints every user variable and the working directory:
+  the same immutable object, the same bytes of an array or a DataFrame's
+  blocks (crc32 over every byte: an in-place write anywhere is seen), the
+  same pickle of small plain data, and for everything else the sha256 of the
+  variable's own pickle (kept for :func:`save`, which then does not pickle it
+  again). It says whether anything changed since the snapshot the host
+  names; when nothing did, the host keeps the earlier snapshot and that is
+  the whole cost of an autosave.
 * :func:`save` pickles what changed, one file per variable (named by the
   sha256 of its bytes) in a staging directory the host then copies out, and
   returns the manifest: every variable with its type and size, and for each
@@ -41,7 +45,8 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-#: A variable's entry: (fingerprint, blob, strong ref[, bytes, refs]).
+#: A variable's entry: (fingerprint, blob, strong ref[, bytes, refs, by value]). ``refs`` are the variables its
+#: pickle names; ``by value`` marks a blob pickled without them (a cycle), never reused as it embeds the others.
 Entry = tuple[Any, ...]
 
 #: Must match sandbox/snapshot.py.
@@ -59,6 +64,7 @@ class _State:
         self.entries: dict[str, Entry] = {}  # name -> (fingerprint, blob, strong ref for identity fingerprints)
         self.files: str | None = None
         self.pending: tuple[dict[str, Entry], str] | None = None  # (entries, files digest) of the scan not committed
+        self.pickles: dict[str, tuple[bytes, list[str]]] = {}  # the scan's pickles, for the save that follows it
         self.saved: tuple[Any, dict[str, Entry], str | None] | None = None  # the last save's, waiting for done()
 
 
@@ -205,21 +211,61 @@ def _files_digest(root: str, exclude: str) -> str:
     return h.hexdigest()
 
 
+def _owners(variables: list[tuple[str, Any]]) -> dict[int, str]:
+    """One owner per object: the first name; other names refer to it."""
+    names: dict[int, str] = {}
+    for n, v in variables:
+        if type(v) not in _ATOMIC:
+            names.setdefault(id(v), n)
+    return names
+
+
+def _pickle_fp(pickler_class: Any, name: str, value: Any, names: dict[int, str]) -> tuple[Any, Any, Any]:
+    """(fingerprint, strong ref, (pickle, refs) or None) of a variable no cheaper fingerprint covers.
+
+    The fingerprint is the sha256 of the pickle :func:`save` would write (its
+    blob name), so an unchanged variable is one whose pickle is unchanged. One
+    whose pickling fails is the same failure while it is the same object.
+    """
+    import hashlib
+
+    try:
+        data, refs = _dump(pickler_class, name, value, names)
+    except BaseException as exc:  # noqa: B902 - a __reduce__ may raise anything, even SystemExit
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return ("failed", id(value), ("%s: %s" % (type(exc).__name__, exc))[:500]), value, None
+    return ("pickle", hashlib.sha256(data).hexdigest()), None, (data, refs)
+
+
 def scan(spec_json: str) -> str:
     """Fingerprint the namespace and the working directory; JSON: ``{"changed", "files", "cwd"}``."""
     spec = json.loads(spec_json)
     entries: dict[str, Entry] = {}
-    for name, value in _user_variables():
+    pickles: dict[str, tuple[bytes, list[str]]] = {}
+    variables = _user_variables()
+    try:
+        pickler_class: Any = _pickler_class(_cloudpickle())
+    except RuntimeError:
+        pickler_class = None  # save says why
+    _prepare_classes(variables)
+    names = _owners(variables)
+    for name, value in variables:
         try:
             fp, ref = _fingerprint(name, value)
         except Exception:
             fp, ref = None, None
+        if fp is None and pickler_class is not None:
+            fp, ref, pickled = _pickle_fp(pickler_class, name, value, names)
+            if pickled is not None:
+                pickles[name] = pickled
         entries[name] = (fp, None, ref)
     files = _files_digest(spec["workdir"], spec["exclude"])
-    _state.pending = (entries, files)
     base = _state.entries if spec.get("since") is not None and spec.get("since") == _state.token else None
     changed = base is None or files != _state.files or set(base) != set(entries) or any(
         fp is None or base[name][0] != fp for name, (fp, _, _) in entries.items())
+    _state.pending = (entries, files)
+    _state.pickles = pickles if changed else {}  # no save follows: do not hold the pickles
     return json.dumps({"changed": changed, "files": files, "cwd": os.getcwd()})
 
 
@@ -245,6 +291,17 @@ def _pickler_class(cloudpickle: Any) -> type:
             return name
 
     return Pickler
+
+
+def _prepare_classes(variables: list[tuple[str, Any]]) -> None:
+    """Pickling an instance caches ``__slotnames__`` on its class: do it first, so a class always pickles the same."""
+    import copyreg
+
+    for _, v in variables:
+        for cls in ((v, type(v)) if isinstance(v, type) else (type(v),)):
+            if getattr(cls, "__module__", None) == "__main__":
+                with contextlib.suppress(Exception):
+                    copyreg._slotnames(cls)  # type: ignore[attr-defined]  # CPython's own helper; not in typeshed
 
 
 def _dump(pickler_class: Any, name: str, value: Any, names: dict[int, str]) -> tuple[bytes, list[str]]:
@@ -328,10 +385,11 @@ def _order(deps: dict[str, set[str]]) -> list[str]:
     return order
 
 
-def _write_blob(directory: str, data: bytes) -> str:
+def _write_blob(directory: str, data: bytes, blob: str | None = None) -> str:
+    """Write ``data`` as ``directory/<sha256>`` (``blob``: its sha256 when already known)."""
     import hashlib
 
-    blob = hashlib.sha256(data).hexdigest()
+    blob = blob or hashlib.sha256(data).hexdigest()
     path = os.path.join(directory, blob)
     if not os.path.exists(path):
         with open(path, "wb") as f:
@@ -350,22 +408,15 @@ def save(spec_json: str) -> str:
     pending: tuple[dict[str, Entry], str | None] = _state.pending or ({}, None)
     pending_entries, files = pending
     base = _state.entries if spec.get("since") is not None and spec.get("since") == _state.token else {}
+    pickles, _state.pickles = _state.pickles, {}
     variables = _user_variables()
-    import copyreg
-
-    for _, v in variables:  # pickling an instance caches __slotnames__ on its class: do it first, so that a
-        for cls in ((v, type(v)) if isinstance(v, type) else (type(v),)):  # class pickles the same every time
-            if getattr(cls, "__module__", None) == "__main__":
-                with contextlib.suppress(Exception):
-                    copyreg._slotnames(cls)  # type: ignore[attr-defined]  # CPython's own helper; not in typeshed
-    names: dict[int, str] = {}
-    for n, v in variables:  # one owner per object: the first name; other names refer to it
-        if type(v) not in _ATOMIC:
-            names.setdefault(id(v), n)
+    _prepare_classes(variables)
+    names = _owners(variables)
     pickler_class = _pickler_class(cloudpickle)
     results: dict[str, dict[str, Any]] = {}
     deps: dict[str, set[str]] = {}
     blobs: dict[str, bytes] = {}
+    digests: dict[str, str] = {}  # sha256 of a blob the scan already hashed
     entries: dict[str, Entry] = {}
     for name, value in variables:
         fp, _, ref = pending_entries.get(name, (None, None, None))
@@ -374,20 +425,30 @@ def save(spec_json: str) -> str:
         row: dict[str, Any] = {"name": name, "type": "%s.%s" % (kind.__module__, kind.__qualname__), "size": 0}
         with contextlib.suppress(Exception):
             row["size"] = int(sys.getsizeof(value))
-        if fp is not None and old is not None and old[0] == fp and old[1] in reuse:
+        if fp is not None and old is not None and old[0] == fp and old[1] in reuse and not (len(old) > 5 and old[5]):
             row.update(saved=True, blob=old[1], bytes=old[3] if len(old) > 3 else 0, reused=True,
                        refs=list(old[4]) if len(old) > 4 else [])
             deps[name] = set(row["refs"])
             entries[name] = old
             results[name] = row
             continue
+        if fp is not None and fp[0] == "failed" and ref is value:  # the scan's pickling of it failed just now
+            row.update(saved=False, reason=fp[2])
+            results[name] = row
+            entries[name] = (fp, None, ref)
+            continue
         try:
-            data, refs = _dump(pickler_class, name, value, names)
+            if name in pickles and fp is not None and fp[0] == "pickle":
+                data, refs = pickles.pop(name)
+                digests[name] = fp[1]
+            else:
+                data, refs = _dump(pickler_class, name, value, names)
         except BaseException as exc:  # noqa: B902 - a __reduce__ may raise anything, even SystemExit
             if isinstance(exc, KeyboardInterrupt):
                 raise
             row.update(saved=False, reason=("%s: %s" % (type(exc).__name__, exc))[:500])
             results[name] = row
+            entries[name] = (fp, None, ref)
             continue
         deps[name] = set(refs)
         blobs[name] = data
@@ -404,11 +465,12 @@ def save(spec_json: str) -> str:
             deps.pop(name, None)
             continue
         blobs[name] = data
+        digests.pop(name, None)
         results[name].update(refs=[], reused=False)
+        entries[name] = (entries[name][0], None, entries[name][2], len(data), tuple(sorted(deps[name])), True)
         deps[name] = set()
-        entries[name] = (entries[name][0], None, entries[name][2], len(data), ())
     for name, data in blobs.items():
-        blob = _write_blob(directory, data)
+        blob = _write_blob(directory, data, digests.get(name))
         results[name].update(blob=blob, bytes=len(data), reused=blob in reuse)
         entries[name] = (entries[name][0], blob) + tuple(entries[name][2:])
     for name, row in results.items():
@@ -439,6 +501,7 @@ def done(spec_json: str) -> str:
         _state.token, _state.entries, _state.files = _state.saved
     _state.saved = None
     _state.pending = None
+    _state.pickles = {}
     return json.dumps({"ok": True})
 
 
@@ -532,6 +595,8 @@ def load(spec_json: str) -> str:
                 fp, ref = _fingerprint(name, namespace[name])
             except Exception:
                 fp, ref = None, None
+            if fp is None:  # the scan's pickle fingerprint: equal when it pickles to the bytes it was loaded from
+                fp = ("pickle", row["blob"])
             entries[name] = (fp, row["blob"], ref, row.get("bytes", 0), tuple(row.get("refs") or ()))
     _state.token, _state.entries = spec.get("token"), entries
     _state.files = spec.get("files")
