@@ -76,6 +76,7 @@ FORMAT_VERSION = 1
 #: Seconds one step of saving or restoring may take in the sandbox (pickling runs the session's code).
 DEFAULT_SNAPSHOT_TIMEOUT = 300.0
 _ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{12}$")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 _HEADER = "snapshot.json"
 _WORKSPACE = "workspace.tar"
 
@@ -312,9 +313,26 @@ def _write_atomically(directory: Path, snapshot_id: str, fill: Callable[[zipfile
 
 def _call(sb: Any, function: str, spec: dict[str, Any], timeout: float, what: str) -> Any:
     """Run ``sandbox_snapshot.<function>(spec)`` in the kernel; its JSON answer (untrusted, only parsed)."""
+    return _finish(sb, _begin(sb, function, spec), timeout, what)
+
+
+def _begin(sb: Any, function: str, spec: dict[str, Any]) -> Any:
+    """Start ``sandbox_snapshot.<function>(spec)`` in the kernel and return at once; :func:`_finish` waits for it."""
     expression = f"__import__('sandbox_snapshot').{function}({json.dumps(spec)!r})"
+    return sb._start_execute("", user=False, user_expressions={"r": expression})
+
+
+def _finish(sb: Any, execution: Any, timeout: float, what: str) -> Any:
+    """The JSON answer of a call :func:`_begin` started (untrusted, only parsed)."""
     try:
-        reply = sb._execute_silent("", timeout, user_expressions={"r": expression})
+        try:
+            if not execution.done.wait(max(timeout, 0.1)):
+                raise KernelStartError(f"the kernel did not answer within {timeout:g} s")
+            if execution.reply is None:
+                raise KernelStartError(f"the kernel stopped: {sb._start_failure_detail()}")
+            reply = execution.reply
+        finally:
+            sb._exec = None
     except KernelStartError as exc:
         sb._settle_after_host_interrupt()
         raise SnapshotError(f"the sandbox did not finish {what} within {timeout:g} s ({exc}); the code was "
@@ -499,22 +517,16 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
                 notices.append(f"the packages were not re-installed ({printable(str(exc), 300)}); variables "
                                "that need them did not load")
         budget = Budget(sb.limits.max_snapshot_bytes, 100_000)
-        with zipfile.ZipFile(snap.path) as zf:
-            with zf.open(_WORKSPACE) as src, tempfile.TemporaryFile() as clean:
-                try:
-                    repack(src, clean, budget)  # the file may come from anywhere: only regular, safe files
-                except TooLarge as exc:
-                    raise SnapshotError(f"{exc}; raise the limit to restore this snapshot") from None
-                except Exception as exc:
-                    raise SnapshotError(f"the snapshot's files are unreadable ({type(exc).__name__})") from None
-                clean.seek(0)
-                io_.write_workspace(clean)
-            saved = snap.manifest.saved
-            sizes = {i.filename: i.file_size for i in zf.infolist()}
-            blobs = sorted({v.blob for v in saved})
-            if sum(sizes[f"ns/{b}"] for b in blobs) > budget.left:
-                _too_large(budget)
-            io_.write_blobs([(b, functools.partial(zf.open, f"ns/{b}"), sizes[f"ns/{b}"]) for b in blobs])
+        # The kernel imports what the variables need while their bytes are copied in (both take a while).
+        preparing = _begin(sb, "prepare", {"modules": _modules(snap.manifest)})
+        try:
+            _copy_in(io_, snap, budget)
+        except BaseException:
+            with contextlib.suppress(SnapshotError):  # the kernel settles; the copy's error is the one to tell
+                _finish(sb, preparing, timeout, "importing the variables' modules")
+            raise
+        _finish(sb, preparing, timeout, "importing the variables' modules")
+        saved = snap.manifest.saved
         answer = _call(sb, "load", {
             "dir": io_.staging, "token": snap.id, "cwd": snap.manifest.cwd, "files": snap.manifest.files_digest,
             "workdir": sb.workdir,
@@ -537,6 +549,35 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
     return RestoreReport(snap.id, tuple(sorted(restored)), tuple(failed),
                          tuple((v.name, v.reason) for v in snap.manifest.unsaved), len(snap.manifest.files),
                          snap.packages, tuple(notices))
+
+
+def _copy_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
+    """The snapshot's files into the working directory and its variables' blobs into the staging directory."""
+    with zipfile.ZipFile(snap.path) as zf:
+        with zf.open(_WORKSPACE) as src, tempfile.TemporaryFile() as clean:
+            try:
+                repack(src, clean, budget)  # the file may come from anywhere: only regular, safe files
+            except TooLarge as exc:
+                raise SnapshotError(f"{exc}; raise the limit to restore this snapshot") from None
+            except Exception as exc:
+                raise SnapshotError(f"the snapshot's files are unreadable ({type(exc).__name__})") from None
+            clean.seek(0)
+            io_.write_workspace(clean)
+        sizes = {i.filename: i.file_size for i in zf.infolist()}
+        blobs = sorted({v.blob for v in snap.manifest.saved})
+        if sum(sizes[f"ns/{b}"] for b in blobs) > budget.left:
+            _too_large(budget)
+        io_.write_blobs([(b, functools.partial(zf.open, f"ns/{b}"), sizes[f"ns/{b}"]) for b in blobs])
+
+
+def _modules(manifest: Manifest) -> list[str]:
+    """The modules of the saved variables' types, as the manifest names them (imported in the sandbox only)."""
+    out: set[str] = set()
+    for v in manifest.saved:
+        module = v.type.rsplit(".", 1)[0] if "." in v.type else ""
+        if _MODULE.fullmatch(module) and module.split(".")[0] not in ("builtins", "__main__"):
+            out.add(module)
+    return sorted(out)[:200]
 
 
 def _too_large(budget: Budget) -> None:

@@ -3,7 +3,7 @@
 Standard library only at import; saving and loading need ``cloudpickle`` in
 the kernel (the standard image has it) and say so clearly when it is absent.
 
-The host drives four steps, each one call with a JSON argument and a JSON
+The host drives five steps, each one call with a JSON argument and a JSON
 answer (a user expression):
 
 * :func:`scan` fingerprints every user variable and the working directory:
@@ -20,6 +20,9 @@ answer (a user expression):
   one that could not be saved, why.
 * :func:`done` removes the staging directory and, when the host kept the
   snapshot, makes it the base of the next incremental save.
+* :func:`prepare` imports the modules of the variables about to be loaded
+  while the host is still copying them in (a restore's two slow parts, side
+  by side).
 * :func:`load` unpickles the variables the host lists, in their order, into
   the user namespace, rebinds functions defined in the session to it, and
   reports what was restored and what failed.
@@ -546,6 +549,29 @@ def _rebind(value: Any, namespace: dict[str, Any], seen: set[int]) -> Any:
                 with contextlib.suppress(AttributeError, TypeError):
                     setattr(value, key, replaced)
     return value
+
+
+def prepare(spec_json: str) -> str:
+    """Import ``spec["modules"]`` (the modules of the saved variables' types); JSON: ``{"imported": n}``.
+
+    Unpickling would import them anyway; doing it first lets the host copy the
+    variables in at the same time. A module that does not import is left to
+    :func:`load`, which reports the variable that needed it.
+    """
+    import importlib
+
+    imported = 0
+    for name in json.loads(spec_json).get("modules", [])[:200]:
+        if not isinstance(name, str) or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # noqa: B902 - a module may raise anything while it imports
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            continue
+        imported += 1
+    return json.dumps({"imported": imported})
 
 
 def load(spec_json: str) -> str:
