@@ -470,6 +470,8 @@ class HostCall:
 
 
 ReplySender = Callable[[int, int, list[Any]], None]
+#: Arguments larger than this (bytes) are decoded on a thread, not on a loop-bound function's loop.
+DECODE_ON_LOOP = 64 * 1024
 #: Names listed when a call names an unregistered function.
 _NAMES_SHOWN = 20
 
@@ -748,7 +750,10 @@ class FunctionDispatcher:
         status, chunks = 1, []
         try:
             try:
-                self._decode_arguments(job)
+                if job.payload.nbytes > DECODE_ON_LOOP:  # the sandbox's sizes must not stall the loop
+                    await asyncio.to_thread(self._decode_arguments, job)
+                else:
+                    self._decode_arguments(job)
                 _current.set(call)  # the task's own context: nothing to reset
                 result = await hf.func(*call.args, **call.kwargs)
                 status, chunks = 0, self._encode_result(job, result)

@@ -441,19 +441,21 @@ def test_a_loop_bound_call_keeps_the_limits(loop_thread):
         return args
 
     hfs = [HostFunction(wait, loop=loop_thread.loop), HostFunction(echo_async, loop=loop_thread.loop)]
-    b = Bridge(FunctionDispatcher(hfs, max_concurrent=2), max_calls=5)
+    b = Bridge(FunctionDispatcher(hfs, max_concurrent=2), max_calls=6)
     first, second = b.start("wait"), b.start("wait")
     time.sleep(0.05)
     status, err = b.call("echo_async", 1)
     assert status == 1 and "too many host-function calls at once (at most 2" in str(err)
     loop_thread.loop.call_soon_threadsafe(release.set)
     assert b.wait(first) == (0, "done") and b.wait(second) == (0, "done")
+    big = "y" * 100_000  # decoded on a thread (over DECODE_ON_LOOP), same answer
+    assert b.call("echo_async", big) == (0, (big,))
     b.d.limits = type(b.d.limits)(max_call_items=50)  # hostile sizes are refused at decode, on the loop too
     status, err = b.call("echo_async", list(range(100)))
     assert status == 1 and type(err) is ValueError and "malformed arguments" in str(err)
     assert b.call("echo_async", 1) == (0, (1,))
     status, err = b.call("echo_async", 1)
-    assert status == 1 and "made 5 host-function calls" in str(err)
+    assert status == 1 and "made 6 host-function calls" in str(err)
 
 
 def test_a_closed_loop_is_answered_at_once():
