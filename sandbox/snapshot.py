@@ -517,10 +517,11 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
                 notices.append(f"the packages were not re-installed ({printable(str(exc), 300)}); variables "
                                "that need them did not load")
         budget = Budget(sb.limits.max_snapshot_bytes, 100_000)
+        _copy_files_in(io_, snap, budget)  # first: the session's own modules may be among these files
         # The kernel imports what the variables need while their bytes are copied in (both take a while).
         preparing = _begin(sb, "prepare", {"modules": _modules(snap.manifest)})
         try:
-            _copy_in(io_, snap, budget)
+            _copy_blobs_in(io_, snap, budget)
         except BaseException:
             with contextlib.suppress(SnapshotError):  # the kernel settles; the copy's error is the one to tell
                 _finish(sb, preparing, timeout, "importing the variables' modules")
@@ -551,18 +552,22 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
                          snap.packages, tuple(notices))
 
 
-def _copy_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
-    """The snapshot's files into the working directory and its variables' blobs into the staging directory."""
+def _copy_files_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
+    """The snapshot's files into the working directory."""
+    with zipfile.ZipFile(snap.path) as zf, zf.open(_WORKSPACE) as src, tempfile.TemporaryFile() as clean:
+        try:
+            repack(src, clean, budget)  # the file may come from anywhere: only regular, safe files
+        except TooLarge as exc:
+            raise SnapshotError(f"{exc}; raise the limit to restore this snapshot") from None
+        except Exception as exc:
+            raise SnapshotError(f"the snapshot's files are unreadable ({type(exc).__name__})") from None
+        clean.seek(0)
+        io_.write_workspace(clean)
+
+
+def _copy_blobs_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
+    """The snapshot's variables' blobs into the staging directory."""
     with zipfile.ZipFile(snap.path) as zf:
-        with zf.open(_WORKSPACE) as src, tempfile.TemporaryFile() as clean:
-            try:
-                repack(src, clean, budget)  # the file may come from anywhere: only regular, safe files
-            except TooLarge as exc:
-                raise SnapshotError(f"{exc}; raise the limit to restore this snapshot") from None
-            except Exception as exc:
-                raise SnapshotError(f"the snapshot's files are unreadable ({type(exc).__name__})") from None
-            clean.seek(0)
-            io_.write_workspace(clean)
         sizes = {i.filename: i.file_size for i in zf.infolist()}
         blobs = sorted({v.blob for v in snap.manifest.saved})
         if sum(sizes[f"ns/{b}"] for b in blobs) > budget.left:

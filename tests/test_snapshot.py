@@ -154,7 +154,9 @@ def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_
                "arr = np.zeros(3_000_000)\ndf = pd.DataFrame({'a': np.arange(100_000.0), 'b': np.ones(100_000)})\n"
                "class Box:\n    def __init__(self): self.items = {'k': np.zeros(10)}\n"
                "box = Box()\ncounter = itertools.count()\nfh = open('log.txt', 'w')\n"
-               "a = [1]\nb = [a]\na.append(b)\nsizes = list(range(20_000))")
+               "a = [1]\nb = [a]\na.append(b)\nsizes = list(range(20_000))\n"
+               "open('mylib.py', 'w').write('class Thing:\\n    kind = 42\\n')\n"
+               "import mylib\nthing = mylib.Thing()")
         first = sb.snapshot(store=store)
         assert {v.name for v in first.manifest.unsaved} == {"fh"}
         ok(sb, "x = 1\ndel x")
@@ -174,7 +176,7 @@ def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_
         last = sb.snapshot(since=previous, store=store)
     with DockerSandbox.restore(last) as sb:
         assert ok(sb, "print(arr[1_234_567], arr.sum(), df.iloc[99_999, 1], box.items['k'][3], next(counter), "
-                      "sizes[10_000], a, b[0] is a)") == "2.5 2.5 7.0 1.0 1 -1 [1] True\n"
+                      "sizes[10_000], a, b[0] is a, thing.kind)") == "2.5 2.5 7.0 1.0 1 -1 [1] True 42\n"
 
 
 def test_move_from_the_local_engine_to_a_tls_engine(tmp_path: Path) -> None:
