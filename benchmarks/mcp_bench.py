@@ -120,7 +120,12 @@ def tool_calls(calls: int, rounds: int) -> dict[str, Any]:
     with DirectClient() as direct, \
             MCPToolset([MCPServerConfig("tb", command=sys.executable, args=(TOOLBOX,))]) as tools:
         echo = next(t for t in tools if t.name == "echo")
-        hf = echo.host_function(lambda args, kwargs: echo.call(echo.bind(args, kwargs)))
+
+        async def invoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            # As the agent's invoker does for a tool with a loop: each call is a task on the toolset's loop.
+            return await echo.acall(echo.bind(args, kwargs))
+
+        hf = echo.host_function(invoke)
         with open_sandbox("docker", functions=[hf, plain_echo], timeout=600) as sb:
             direct.block(WARMUP)
             sandbox_block(sb, "echo", WARMUP)

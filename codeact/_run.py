@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import queue
 import threading
@@ -26,6 +27,7 @@ from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import Event, ModelOutput, RunFinished, RunResult, Step, TextDelta, ToolCall
 from .messages import Message, ModelResponse
 from .tools import RunContext, Tool, ensure_tools
+from .tools._execution import to_daemon_thread
 from .values import preview
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,13 +107,47 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
             if span is not None:
                 span.result(value)
     except Exception as exc:
-        report(ToolCall(run_id=run_id, step=step, name=tool.name,
-                        arguments={k: preview(v) for k, v in arguments.items()},
-                        error=f"{type(exc).__name__}: {exc}", duration=time.perf_counter() - started))
+        _report_call(report, tool, arguments, run_id, step, started, error=exc)
         raise
-    report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments={k: preview(v) for k, v in arguments.items()},
-                    result=preview(value), duration=time.perf_counter() - started))
+    _report_call(report, tool, arguments, run_id, step, started, value=value)
     return value
+
+
+async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
+                       approvals: Approvals, report: Callable[[ToolCall], None], trace: RunTrace | None = None,
+                       trace_parent: Any = None) -> Any:
+    """:func:`invoke_tool` for a tool whose calls run on the event loop running now (``Tool.loop``).
+
+    The same approval, :class:`RunContext`, span and report; the call is awaited
+    (:meth:`Tool.acall`), and only the approval, which may wait for a human,
+    runs on a thread of its own, so the loop never blocks.
+    """
+    started = time.perf_counter()
+    span = trace.tool(tool.name, arguments, parent=trace_parent, step=step) if trace is not None else None
+    try:
+        with span if span is not None else contextlib.nullcontext():
+            if tool.requires_approval:
+                await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step),
+                                       f"approve-{tool.name}")
+            value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+            if span is not None:
+                span.result(value)
+    except Exception as exc:
+        _report_call(report, tool, arguments, run_id, step, started, error=exc)
+        raise
+    _report_call(report, tool, arguments, run_id, step, started, value=value)
+    return value
+
+
+def _report_call(report: Callable[[ToolCall], None], tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
+                 step: int, started: float, *, value: Any = None, error: BaseException | None = None) -> None:
+    shown = {k: preview(v) for k, v in arguments.items()}
+    if error is not None:
+        report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown,
+                        error=f"{type(error).__name__}: {error}", duration=time.perf_counter() - started))
+    else:
+        report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown, result=preview(value),
+                        duration=time.perf_counter() - started))
 
 
 def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,

@@ -41,6 +41,7 @@ from ._run import (
     Approvals,
     Approver,
     elide_history,
+    ainvoke_tool,
     invoke_tool,
     model_turn,
     open_log,
@@ -810,32 +811,53 @@ class ChatSession:
         self._state.answer, self._state.answered = answer, True
 
     def _invoker(self, tool: Tool[Any, Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], Any]:
-        """The host side of a tool called from sandboxed code: bind, approve, call, record."""
+        """The host side of a tool called from sandboxed code: bind, approve, call, record.
+
+        For a tool with an event loop of its own (``Tool.loop``: an MCP tool) the invoker is async and
+        each call runs as a task on that loop, with no worker thread in between.
+        """
 
         def invoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            state = self._state
-            assert state is not None
-            try:
-                arguments = tool.bind(args, kwargs)
-                if self._redactor is not None:  # placeholders the model wrote become the values again
-                    arguments = self._redactor.restore(arguments)
-            except Exception as exc:
-                shown = {"args": list(args), **kwargs}
-                state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
-                                      arguments={k: preview(v) for k, v in shown.items()},
-                                      error=f"{type(exc).__name__}: {exc}"))
-                raise
+            state, arguments = self._bind_call(tool, args, kwargs)
             with run_hooks(self._run_hooks(state, tool)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=state.step, deps=self.agent.deps,
                                     approvals=self._approvals, report=state.report,
                                     trace=state.trace, trace_parent=state.action_ctx)
-            if self._redactor is not None:
-                self._redactor.learn(tool.name, value)
-            if tool.return_direct:
-                state.answer, state.answered = value, True
-            return value
+            return self._call_returned(state, tool, value)
 
-        return invoke
+        async def ainvoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            state, arguments = self._bind_call(tool, args, kwargs)
+            with run_hooks(self._run_hooks(state, tool)):
+                value = await ainvoke_tool(tool, arguments, run_id=state.run_id, step=state.step,
+                                           deps=self.agent.deps, approvals=self._approvals, report=state.report,
+                                           trace=state.trace, trace_parent=state.action_ctx)
+            return self._call_returned(state, tool, value)
+
+        return ainvoke if tool.loop is not None else invoke
+
+    def _bind_call(self, tool: Tool[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+                   ) -> tuple[_RunState, dict[str, Any]]:
+        """The run a sandbox call belongs to and the call's arguments dict (reported when they do not bind)."""
+        state = self._state
+        assert state is not None
+        try:
+            arguments = tool.bind(args, kwargs)
+            if self._redactor is not None:  # placeholders the model wrote become the values again
+                arguments = self._redactor.restore(arguments)
+        except Exception as exc:
+            shown = {"args": list(args), **kwargs}
+            state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
+                                  arguments={k: preview(v) for k, v in shown.items()},
+                                  error=f"{type(exc).__name__}: {exc}"))
+            raise
+        return state, arguments
+
+    def _call_returned(self, state: _RunState, tool: Tool[Any, Any], value: Any) -> Any:
+        if self._redactor is not None:
+            self._redactor.learn(tool.name, value)
+        if tool.return_direct:
+            state.answer, state.answered = value, True
+        return value
 
     # --- what a running tool may do: artifacts, progress; tools that come and go ----------
 

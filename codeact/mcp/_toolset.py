@@ -1,11 +1,13 @@
 """MCP servers' tools as :class:`~codeact.tools.Tool` objects: one connection per server, opened once.
 
-The SDK's sessions are async (anyio) and the agent's tool calls are
-synchronous calls on worker threads. An :class:`MCPToolset` therefore runs
-one event loop on a background thread for all its servers and submits each
-call to it with :func:`asyncio.run_coroutine_threadsafe`: the connections
-(and the credentials in their configuration) stay on the host, and the
-sandbox gets ordinary function stubs through the host-function bridge.
+The SDK's sessions are async (anyio). An :class:`MCPToolset` runs one event
+loop on a background thread for all its servers; each tool's ``Tool.loop``
+is that loop. A call from sandbox code runs as a task there (the agent's
+invoker is async for such a tool: the bridge hands the call straight to the
+loop and the task answers the sandbox), and a synchronous call
+(:meth:`Tool.call`, from any other thread) is handed to the loop and waited
+for. The connections (and the credentials in their configuration) stay on
+the host, and the sandbox gets ordinary function stubs.
 
 Approval: an MCP tool may change things outside the sandbox (files, tickets,
 messages), so it is a ``requires_approval`` tool and each call asks the
@@ -26,6 +28,7 @@ import asyncio
 import builtins
 import contextlib
 import contextvars
+import inspect
 import itertools
 import os
 import threading
@@ -337,6 +340,9 @@ class MCPToolset(Sequence[Tool[..., Any]]):
         def call(arguments: dict[str, Any], context: RunContext[Any] | None) -> Any:
             return self._call(server, original, arguments, context, unwrap, parse_json, timeout)
 
+        async def call_here(arguments: dict[str, Any], context: RunContext[Any] | None) -> Any:  # on the loop
+            return await self._acall(server, original, arguments, context, unwrap, parse_json, timeout)
+
         description = (spec.description or "").strip()
         title = getattr(spec, "title", None)
         if not description:
@@ -353,6 +359,15 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                                 output_schema=output_schema, requires_approval=ask)
         make_host_function = tool.host_function
         refusal = self._refusal(conn, original) if ask else ""
+        loop = tool.loop = self._runtime.loop
+        threaded_acall = tool.acall
+
+        async def acall(arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
+            # On the toolset's loop the call is a plain await (a sandbox call's task runs here); from
+            # any other loop it crosses over as a sync call on a worker thread, as for any sync tool.
+            if asyncio.get_running_loop() is not loop:
+                return await threaded_acall(arguments, context)
+            return await call_here(tool.validate(arguments), context)
 
         def guarded(invoke: Any) -> Any:
             def run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -362,11 +377,23 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                     raise PermissionError(f"{exc} ({refusal})") from None
             return run
 
+        def aguarded(invoke: Any) -> Any:
+            async def run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                try:
+                    return await invoke(args, kwargs)
+                except ApprovalDenied as exc:
+                    raise PermissionError(f"{exc} ({refusal})") from None
+            return run
+
         def host_function(invoke: Any) -> Any:
-            hf = make_host_function(guarded(invoke) if ask else invoke)
+            # An async invoke (the agent's, for a tool with a loop) runs as a task on the toolset's loop.
+            if ask:
+                invoke = aguarded(invoke) if inspect.iscoroutinefunction(invoke) else guarded(invoke)
+            hf = make_host_function(invoke)
             hf.timeout = (timeout + 10.0) if timeout is not None else None
             return hf
 
+        tool.acall = acall  # type: ignore[method-assign]
         tool.host_function = host_function  # type: ignore[method-assign]
         tool.toolset = self
         return tool
@@ -406,15 +433,29 @@ class MCPToolset(Sequence[Tool[..., Any]]):
 
     def _call(self, server: str, tool: str, arguments: dict[str, Any], context: RunContext[Any] | None,
               unwrap: bool, parse_json: bool, timeout: float | None) -> Any:
-        conn = self._connection(server)
-        if conn.failure is None and tool not in conn.tool_names:
-            raise MCPServerError(f"MCP server {server!r} no longer offers the tool {tool!r} "
-                                 f"(it now offers: {', '.join(t.name for t in conn.tools) or 'none'})", server=server)
+        conn = self._offering(server, tool)
         progress = context.report_progress if context is not None else None
         with telemetry.mcp_call(server, conn.config.transport, tool):
             result = self._runtime.call(conn.call_tool(tool, arguments, timeout, progress), timeout)
         return convert_result(result, server=server, tool=tool, unwrap=unwrap, parse_json=parse_json,
                               save=self._saver(server, context))
+
+    async def _acall(self, server: str, tool: str, arguments: dict[str, Any], context: RunContext[Any] | None,
+                     unwrap: bool, parse_json: bool, timeout: float | None) -> Any:
+        """:meth:`_call` on the toolset's loop itself: the same call, span and result, awaited."""
+        conn = self._offering(server, tool)
+        progress = context.report_progress if context is not None else None
+        with telemetry.mcp_call(server, conn.config.transport, tool):
+            result = await conn.call_tool(tool, arguments, timeout, progress)
+        return convert_result(result, server=server, tool=tool, unwrap=unwrap, parse_json=parse_json,
+                              save=self._saver(server, context))
+
+    def _offering(self, server: str, tool: str) -> ServerConnection:
+        conn = self._connection(server)
+        if conn.failure is None and tool not in conn.tool_names:
+            raise MCPServerError(f"MCP server {server!r} no longer offers the tool {tool!r} "
+                                 f"(it now offers: {', '.join(t.name for t in conn.tools) or 'none'})", server=server)
+        return conn
 
     def _saver(self, server: str, context: RunContext[Any] | None) -> Any:
         add = context.add_artifact if context is not None else None
@@ -562,7 +603,7 @@ class _Runtime:
         self._answer_lock = threading.Lock()
         self._calls: set[_Call] = set()  # callers waiting now; close() answers the ones the loop left
 
-    # Every MCP tool call crosses from a host-call worker thread to this loop and back, so the
+    # A synchronous MCP tool call crosses from its thread to this loop and back, so the
     # crossing is kept to one wake-up each way and as little work as possible in between:
     # call_soon_threadsafe wakes the loop, which starts a task; the task releases the caller's
     # lock the moment the result is there, not a loop iteration later from a done-callback.

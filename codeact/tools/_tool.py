@@ -17,6 +17,7 @@ a Python signature.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import inspect
@@ -87,6 +88,10 @@ class Tool(Generic[P, R]):
     #: The tool's name inside its group (``name`` unless a toolset chose another, e.g. when
     #: ``name`` carries a prefix that keeps it unique among all tools).
     local_name: str
+    #: The event loop (on a thread of its own) where :meth:`acall` runs natively, or None. An MCP
+    #: tool's is its toolset's loop: given an async ``invoke``, :meth:`host_function` runs each call
+    #: from the sandbox as a task there, with no thread in between.
+    loop: asyncio.AbstractEventLoop | None = None
 
     def __init__(
         self,
@@ -313,13 +318,31 @@ class Tool(Generic[P, R]):
         host with what the sandboxed code passed; the agent supplies ``invoke``
         so it can log, ask for approval, bind and validate (:meth:`bind`,
         :meth:`call`) and pass the run context. Defaults are applied here.
+
+        An ``async def invoke`` (for a tool with a :attr:`loop`, awaiting
+        :meth:`acall`) runs as a task on that loop; it must not block it.
+
+        Raises:
+            ToolDefinitionError: ``invoke`` is async but the tool has no loop.
         """
         from sandbox.functions import HostFunction
 
-        def run_tool(*args: Any, **kwargs: Any) -> Any:
-            return invoke(args, kwargs)
-
+        run_tool: Callable[..., Any]
         options: dict[str, Any] = {}
+        if inspect.iscoroutinefunction(invoke):
+            if self.loop is None:
+                raise ToolDefinitionError(f"tool {self.name!r} has no event loop of its own (Tool.loop), so its "
+                                          "host function takes a plain invoke, not an async one")
+
+            async def run_tool_async(*args: Any, **kwargs: Any) -> Any:
+                return await invoke(args, kwargs)
+
+            run_tool, options["loop"] = run_tool_async, self.loop
+        else:
+            def run_tool_sync(*args: Any, **kwargs: Any) -> Any:
+                return invoke(args, kwargs)
+
+            run_tool = run_tool_sync
         if "is_async" in _host_function_options():
             options["is_async"] = self.is_async
         return HostFunction(
