@@ -9,7 +9,9 @@ alternating blocks (``--rounds`` blocks of each, ``--calls`` calls in all per
 measurement), so load from other processes on a shared machine falls on both
 alike; the ratio is of the p50s over all blocks of one run, and the per-round
 ratios show how noisy the run was. A plain host function called the same way
-from the sandbox gives the bridge's own cost (the floor under any sandbox call).
+from the sandbox gives the bridge's own cost (the floor under any sandbox call);
+one that blocks 2 ms (about an MCP call's time) gives the bridge's cost around
+a call that waits, which is higher: both sides of the bridge sleep meanwhile.
 
 Prints a table and writes benchmarks/results/mcp_bench.json. Target: the
 sandbox call's p50 at most 1.3x the direct SDK call's.
@@ -98,6 +100,16 @@ def plain_echo(text: str) -> str:
     return text
 
 
+#: How long ``blocking_echo`` blocks: about as long as the direct SDK call takes.
+BLOCK_SECONDS = 0.002
+
+
+def blocking_echo(text: str) -> str:
+    """A plain host function that blocks like an MCP call does (the bridge around a call that waits)."""
+    time.sleep(BLOCK_SECONDS)
+    return text
+
+
 def sandbox_block(sb: Any, function: str, n: int) -> list[float]:
     code = (f"import time\nts = []\nfor _ in range({n}):\n"
             f"    t = time.perf_counter(); {function}('x'); ts.append(time.perf_counter() - t)\n"
@@ -116,6 +128,7 @@ def tool_calls(calls: int, rounds: int) -> dict[str, Any]:
     sdk: list[float] = []
     mcp: list[float] = []
     floor: list[float] = []
+    blocking: list[float] = []
     round_ratios: list[float] = []
     with DirectClient() as direct, \
             MCPToolset([MCPServerConfig("tb", command=sys.executable, args=(TOOLBOX,))]) as tools:
@@ -126,21 +139,24 @@ def tool_calls(calls: int, rounds: int) -> dict[str, Any]:
             return await echo.acall(echo.bind(args, kwargs))
 
         hf = echo.host_function(invoke)
-        with open_sandbox("docker", functions=[hf, plain_echo], timeout=600) as sb:
+        with open_sandbox("docker", functions=[hf, plain_echo, blocking_echo], timeout=600) as sb:
             direct.block(WARMUP)
             sandbox_block(sb, "echo", WARMUP)
             sandbox_block(sb, "plain_echo", WARMUP)
+            sandbox_block(sb, "blocking_echo", WARMUP)
             for r in range(rounds):
                 steps = [("sdk", lambda: direct.block(per_block)),
                          ("mcp", lambda: sandbox_block(sb, "echo", per_block)),
-                         ("floor", lambda: sandbox_block(sb, "plain_echo", per_block))]
-                steps = steps[r % 3:] + steps[:r % 3]  # rotate, so no measurement always follows the same one
+                         ("floor", lambda: sandbox_block(sb, "plain_echo", per_block)),
+                         ("blocking", lambda: sandbox_block(sb, "blocking_echo", per_block))]
+                steps = steps[r % 4:] + steps[:r % 4]  # rotate, so no measurement always follows the same one
                 got = {name: step() for name, step in steps}
                 sdk += got["sdk"]
                 mcp += got["mcp"]
                 floor += got["floor"]
+                blocking += got["blocking"]
                 round_ratios.append(pct(got["mcp"], 0.5) / pct(got["sdk"], 0.5))
-    return {"sdk": sdk, "mcp": mcp, "floor": floor, "round_ratios": round_ratios}
+    return {"sdk": sdk, "mcp": mcp, "floor": floor, "blocking": blocking, "round_ratios": round_ratios}
 
 
 def serve_round_trip(calls: int) -> tuple[list[float], list[float]]:
@@ -187,6 +203,7 @@ def main() -> None:
         ("MCP tool call, SDK client directly", measured["sdk"]),
         ("MCP tool call from sandbox code", measured["mcp"]),
         ("plain host function from sandbox code", measured["floor"]),
+        (f"plain host function blocking {BLOCK_SECONDS * 1e3:g} ms", measured["blocking"]),
         ("execute_python via codeact mcp serve", served),
         ("sandbox.run directly", direct),
     ]
@@ -205,10 +222,17 @@ def main() -> None:
     print(f"\nsandbox call / direct SDK call (p50): {ratio:.2f}x  (target <= {TARGET}x: "
           f"{'met' if ratio <= TARGET else 'NOT met'}); per round: {', '.join(f'{r:.2f}' for r in rr)}")
     print(f"  the bridge alone would make it {floor_ratio:.2f}x (direct SDK call + a plain host function's p50)")
+    # The bridge costs more around a call that waits than around one that returns at once: the sandbox's
+    # kernel (and the host's reader) sleep meanwhile, and waking them takes longer the busier the machine is.
+    blocked_extra = pct(measured["blocking"], 0.5) - BLOCK_SECONDS
+    print(f"  the bridge around a call that blocks {BLOCK_SECONDS * 1e3:g} ms costs {blocked_extra * 1e3:.2f} ms "
+          f"(around one that returns at once: {pct(measured['floor'], 0.5) * 1e3:.2f} ms); with that cost the "
+          f"sandbox call would be {(sdk50 + blocked_extra) / sdk50:.2f}x")
     print(f"execute_python via MCP / sandbox.run (p50): {serve_ratio:.2f}x")
     print(f"load average while running: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     out["ratios"] = {"sandbox_call_over_sdk_p50": ratio, "target": TARGET, "per_round": rr,
-                     "floor_over_sdk_p50": floor_ratio, "serve_over_direct_run_p50": serve_ratio}
+                     "floor_over_sdk_p50": floor_ratio, "serve_over_direct_run_p50": serve_ratio,
+                     "blocking_floor_over_sdk_p50": (sdk50 + blocked_extra) / sdk50}
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "mcp_bench.json").write_text(json.dumps(out, indent=2))
