@@ -18,6 +18,7 @@ import concurrent.futures
 import contextlib
 import os
 import queue
+import re
 import shutil
 import signal
 import stat
@@ -30,6 +31,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ._labels import process_start_time
 from ._transport import PipeStream, Stream
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, walk_files
 from .errors import FileTransferError, KernelStartError
@@ -216,9 +218,10 @@ class LocalSandbox(KernelSandbox):
         package_policy: Any = None,
     ) -> None:
         own_workdir = workdir is None
-        directory = str(Path(workdir).resolve()) if workdir else tempfile.mkdtemp(prefix="sandbox-work-")
+        reap_local_dirs()  # those of sessions whose host process was killed before it could remove them
+        directory = str(Path(workdir).resolve()) if workdir else tempfile.mkdtemp(prefix=_dir_prefix("work"))
         Path(directory).mkdir(parents=True, exist_ok=True)
-        private = tempfile.mkdtemp(prefix="sandbox-home-")  # IPython's profile, matplotlib's cache
+        private = tempfile.mkdtemp(prefix=_dir_prefix("home"))  # IPython's profile, matplotlib's cache
         base = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
         self.env = {
             **base,
@@ -304,6 +307,57 @@ def _kill_session(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
+
+
+#: sandbox-work-PID-START-xxxx: the host process (its pid and start time, so a reused pid is told apart).
+_OWNED_DIR = re.compile(r"^sandbox-(?:work|home)-(\d+)-(\d+)-[^/]+$")
+
+
+def _dir_prefix(kind: str) -> str:
+    pid = os.getpid()
+    return f"sandbox-{kind}-{pid}-{process_start_time(pid) or 0}-"
+
+
+def reap_local_dirs(directory: str | None = None) -> list[str]:
+    """Remove the directories local sandboxes left in ``directory`` (default: the temporary directory) when
+    their host process was killed (``kill -9``: its kernel dies with it, but nothing is left to clean up).
+
+    Only directories named for a process that no longer exists (or whose pid now belongs to a process started
+    later) and owned by this user are removed. Called by every new :class:`LocalSandbox`. Returns their paths.
+    """
+    base = directory or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        entries = os.scandir(base)
+    except OSError:
+        return removed
+    uid = os.getuid()
+    with entries:
+        for entry in entries:
+            match = _OWNED_DIR.match(entry.name)
+            if match is None:
+                continue
+            try:
+                if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            pid, started = int(match.group(1)), match.group(2)
+            if _pid_alive(pid) and (started == "0" or process_start_time(pid) in (started, "")):
+                continue  # its process is alive (or cannot be told apart from a new one): not ours to remove
+            _remove_dirs([entry.path])
+            removed.append(entry.path)
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's
+    return True
 
 
 def _remove_dirs(dirs: list[str]) -> None:

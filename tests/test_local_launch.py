@@ -13,6 +13,8 @@ import warnings
 import pytest
 
 from sandbox import LocalSandbox
+from sandbox._labels import process_start_time
+from sandbox.local import reap_local_dirs
 
 warnings.filterwarnings("ignore", message=".*not a security boundary.*")
 
@@ -56,7 +58,7 @@ def test_kernel_and_supervisor_die_with_a_killed_owner(tmp_path) -> None:
         sb = box["sb"]
         r = sb.run("import os; print(os.getpid(), os.getppid())")
         kernel = int(r.stdout.split()[0])
-        print(kernel, sb.process.supervisor.pid, flush=True)
+        print(kernel, sb.process.supervisor.pid, sb.workdir, flush=True)
         time.sleep(120)
     """)
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -64,7 +66,9 @@ def test_kernel_and_supervisor_die_with_a_killed_owner(tmp_path) -> None:
     try:
         line = owner.stdout.readline()
         assert line, "the owner did not open its sandbox"
-        kernel, supervisor = (int(x) for x in line.split())
+        kernel_text, supervisor_text, workdir = line.split()
+        kernel, supervisor = int(kernel_text), int(supervisor_text)
+        assert os.path.isdir(workdir) and os.path.basename(workdir).startswith(f"sandbox-work-{owner.pid}-")
         assert _alive(kernel) and _alive(supervisor)
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
@@ -72,6 +76,10 @@ def test_kernel_and_supervisor_die_with_a_killed_owner(tmp_path) -> None:
         while time.monotonic() < deadline and (_alive(kernel) or _alive(supervisor)):
             time.sleep(0.05)
         assert not _alive(kernel) and not _alive(supervisor)
+        # Nothing of the owner is left to remove its directories: the next local sandbox (or reap) does.
+        removed = reap_local_dirs(os.path.dirname(workdir))
+        assert workdir in removed and not os.path.exists(workdir)
+        assert any(os.path.basename(r).startswith(f"sandbox-home-{owner.pid}-") for r in removed)
     finally:
         if owner.poll() is None:
             owner.kill()
@@ -93,3 +101,24 @@ def test_the_launcher_does_not_run_an_orphan() -> None:
     done = subprocess.run([sys.executable, "-I", "-S", local._LAUNCHER, "1", "0", "0", "--", "/bin/echo", "ran"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and "ran" not in done.stdout
+
+
+def test_reaping_removes_only_the_directories_of_processes_that_are_gone(tmp_path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    me, started = os.getpid(), process_start_time(os.getpid())
+    names = {
+        "live": f"sandbox-work-{me}-{started}-abc",  # this process: in use
+        "live-unknown-start": f"sandbox-home-{me}-0-abc",  # start time unknown when made: kept while the pid lives
+        "dead": f"sandbox-work-{dead.pid}-{process_start_time(dead.pid) or 1}-abc",
+        "reused-pid": f"sandbox-home-{me}-{int(started) + 1}-abc",  # the pid now names a later process
+        "other": "sandbox-work-notours",
+    }
+    for name in names.values():
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "sub" / "f").write_text("x")
+    os.chmod(tmp_path / names["dead"] / "sub", 0o500)  # read-only inside: removed all the same
+    removed = {os.path.basename(p) for p in reap_local_dirs(str(tmp_path))}
+    assert removed == {names["dead"], names["reused-pid"]}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        names[k] for k in ("live", "live-unknown-start", "other"))
