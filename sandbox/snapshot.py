@@ -75,6 +75,8 @@ from .errors import KernelStartError, SandboxError
 FORMAT_VERSION = 1
 #: Seconds one step of saving or restoring may take in the sandbox (pickling runs the session's code).
 DEFAULT_SNAPSHOT_TIMEOUT = 300.0
+#: A half-written snapshot file untouched this long belongs to a save whose process died (see remove_partials).
+STALE_PARTIAL_SECONDS = 3600.0
 _ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{12}$")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}){0,9}")
 _HEADER = "snapshot.json"
@@ -281,6 +283,22 @@ class SnapshotStore:
     def delete(self, snapshot_id: str) -> None:
         self.path(snapshot_id).unlink(missing_ok=True)
 
+    def remove_partials(self, older_than: float = STALE_PARTIAL_SECONDS) -> list[Path]:
+        """Remove files a save left half-written when its process was killed (``.ID.*.tmp``, not modified
+        for ``older_than`` seconds: a save in progress writes to its file all along). Returns them."""
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        cutoff = time.time() - older_than
+        for partial in self.root.glob(".*.tmp"):
+            try:
+                if partial.is_file() and not partial.is_symlink() and partial.stat().st_mtime < cutoff:
+                    partial.unlink()
+                    removed.append(partial)
+            except OSError:
+                continue
+        return removed
+
     def prune(self) -> list[str]:
         """Delete all but the newest ``keep`` snapshots; returns the ids deleted."""
         if self.keep is None:
@@ -371,6 +389,9 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
     if not isinstance(store, SnapshotStore):
         store = SnapshotStore(store) if store is not None else (SnapshotStore(since.path.parent) if since else
                                                                  SnapshotStore())
+    if since is not None and not since.path.is_file():
+        since = None  # deleted or pruned since: nothing to build on, so this save stands on its own
+    store.remove_partials()
     with sb._lock:
         sb._check_open()
         sb._ensure_kernel()

@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import tarfile
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -357,3 +358,27 @@ def test_a_hostile_snapshot_restored_on_another_engine_stays_there(tmp_path: Pat
         assert victim.read_text() == "original\n"
     finally:
         engine.remove()
+
+
+def test_a_save_whose_base_is_gone_stands_alone_and_stale_partial_files_are_swept(tmp_path: Path) -> None:
+    """`codeact sessions rm` (or pruning) took the snapshot an autosave builds on; a save killed mid-write left
+    a partial file: the next save is a whole snapshot again, and the stale partial is removed (a fresh one,
+    maybe another process's save in progress, is kept)."""
+    from sandbox import LocalSandbox
+
+    store = SnapshotStore(tmp_path / "store")
+    warnings.simplefilter("ignore")
+    with LocalSandbox() as sb:
+        ok(sb, "import numpy as np\na = np.arange(5)\nb = 'kept'")
+        first = sb.snapshot(store=store)
+        store.delete(first.id)
+        stale, fresh = store.root / f".{first.id}.dead.tmp", store.root / ".20990101T000000-aaaaaaaaaaaa.x.tmp"
+        stale.write_bytes(b"PK half a zip")
+        fresh.write_bytes(b"PK still being written")
+        os.utime(stale, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+        again = sb.snapshot(since=first, store=store)  # unchanged, but there is nothing left to point at
+        assert again is not first and again.since is None and again.path.is_file()
+        assert not any(v.reused for v in again.manifest.saved)
+        assert not stale.exists() and fresh.exists()
+    with LocalSandbox.restore(again) as sb:
+        assert ok(sb, "print(a.sum(), b)") == "10 kept\n"
