@@ -28,7 +28,6 @@ import ast
 import builtins
 import json
 import re
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -39,11 +38,7 @@ from codeact.catalog import count_tokens
 from codeact.catalog._search import query_parts
 from codeact.messages import Message, ModelResponse, Usage
 from codeact.models import estimate_tokens
-from sandbox.pyparse import parse
-
-#: CPython 3.11 before 3.11.8 can fail ast.parse in concurrent threads ("AST constructor recursion depth
-#: mismatch", gh-106905); episodes build their oracles on worker threads, so they parse one at a time.
-_PARSE_LOCK = threading.Lock()
+from sandbox.pyparse import AST_LOCK, parse
 
 _FOUND = re.compile(r"^(tools\.(\w+)\.(\w+)|(\w+))\(", re.MULTILINE)
 
@@ -64,7 +59,7 @@ class SearchingOracle(WholeReplies):
         self.name = ORACLE
         self.task = task
         self.limit = limit
-        with _PARSE_LOCK:
+        with AST_LOCK:  # the plan's code is built from ASTs on an episode's thread: see sandbox.pyparse
             self.code = task.oracle.code_action()
             self.needed = _called_names(self.code)
         self._turn = 0
