@@ -27,6 +27,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,25 @@ def openai_server() -> Iterator[OpenAITestServer]:
     """A started, scriptable OpenAI-compatible server on 127.0.0.1, closed after the test."""
     with OpenAITestServer() as server:
         yield server
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Tracing on for this test, into memory (content capture off); yields the SDK's InMemorySpanExporter."""
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from codeact import telemetry
+    from codeact.telemetry._spans import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
+    yield exporter
+    provider.shutdown()
 
 
 # --- leak check -----------------------------------------------------------------------------

@@ -167,28 +167,14 @@ def test_calls_to_a_closed_toolset_are_answered_at_once():
         assert "its event loop is closed" in result.stdout, result.stdout
 
 
-def test_spans_of_an_mcp_call_on_the_loop_nest_under_its_execute_tool(tmp_path, monkeypatch):
-    pytest.importorskip("opentelemetry.sdk")
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from codeact import telemetry
-    from codeact.telemetry._spans import Tracing
-
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
-    try:
-        with MCPToolset([toolbox()]) as tools:
-            agent = CodeActAgent(ScriptedModel(["```python\nprint(echo('traced'))\n```",
-                                                "```python\nfinal_answer('ok')\n```"]),
-                                 tools=tools, log=False, output_dir=tmp_path)
-            assert agent.run("do it").ok
-        spans = list(exporter.get_finished_spans())
-    finally:
-        provider.shutdown()
+def test_spans_of_an_mcp_call_on_the_loop_nest_under_its_execute_tool(tmp_path, spans):
+    exporter = spans
+    with MCPToolset([toolbox()]) as tools:
+        agent = CodeActAgent(ScriptedModel(["```python\nprint(echo('traced'))\n```",
+                                            "```python\nfinal_answer('ok')\n```"]),
+                             tools=tools, log=False, output_dir=tmp_path)
+        assert agent.run("do it").ok
+    spans = list(exporter.get_finished_spans())
     by_id = {s.context.span_id: s for s in spans}
     [action] = [s for s in spans if s.name == "execute_code" and s.attributes["codeact.step"] == 1]
     [tool_span] = [s for s in spans if s.name == "execute_tool echo"]

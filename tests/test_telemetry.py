@@ -14,28 +14,14 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
 
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from codeact import telemetry  # noqa: E402
 from codeact.agent import CodeActAgent  # noqa: E402
 from codeact.models import ScriptedModel  # noqa: E402
-from codeact.telemetry._spans import Tracing  # noqa: E402
 from codeact.tools import tool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch):
-    """Tracing on for this test, into memory; returns the exporter. Content capture off."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
-    yield exporter
-    provider.shutdown()
 
 
 def py(code: str) -> str:

@@ -12,7 +12,6 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
 
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 from codeact import telemetry  # noqa: E402
@@ -22,17 +21,6 @@ from codeact.telemetry._spans import Tracing  # noqa: E402
 
 TASKS = ["web-ceo", "shop-cheapest-lamp-in-stock"]
 AGENTS = ["codeact", "react-json"]
-
-
-@pytest.fixture
-def spans(monkeypatch: pytest.MonkeyPatch):
-    """Tracing on for this test, into memory; returns the exporter."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
-    yield exporter
-    provider.shutdown()
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # the restricted backend's warning: the oracle's code

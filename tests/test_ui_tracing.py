@@ -6,42 +6,28 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typing import Any
+
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
-
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402 - after the importorskip above
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
-
-from codeact import telemetry  # noqa: E402
-from codeact.telemetry._spans import Tracing  # noqa: E402
-from tests.test_ui import request, serve, token_header, wait_idle  # noqa: E402
+from tests.test_ui import request, serve, token_header, wait_idle
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # the local backend's warning
-def test_a_turn_continues_the_traceparent_of_the_request_that_started_it(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(telemetry, "_tracing", Tracing(provider))
+def test_a_turn_continues_the_traceparent_of_the_request_that_started_it(tmp_path: Path, spans: Any) -> None:
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     replies = ["```python\nprint(6 * 7)\n```", "```python\nfinal_answer(42)\n```"]
-    try:
-        with serve(tmp_path, replies) as server:
-            sid = server.workspace.create().id
-            headers = {**token_header(server), "Content-Type": "application/json",
-                       "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
-            status, _, body = request(server, "POST", f"/api/sessions/{sid}/messages", headers=headers,
-                                      body=json.dumps({"text": "what is six times seven?"}).encode())
-            assert status == 202, body
-            wait_idle(server.workspace.get(sid))
-            # a request without one starts a trace of its own
-            request(server, "GET", "/api/sessions", headers=token_header(server))
-    finally:
-        provider.shutdown()
-    finished = list(exporter.get_finished_spans())
+    with serve(tmp_path, replies) as server:
+        sid = server.workspace.create().id
+        headers = {**token_header(server), "Content-Type": "application/json",
+                   "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+        status, _, body = request(server, "POST", f"/api/sessions/{sid}/messages", headers=headers,
+                                  body=json.dumps({"text": "what is six times seven?"}).encode())
+        assert status == 202, body
+        wait_idle(server.workspace.get(sid))
+        # a request without one starts a trace of its own
+        request(server, "GET", "/api/sessions", headers=token_header(server))
+    finished = list(spans.get_finished_spans())
     by_id = {s.context.span_id: s for s in finished}
     [run] = [s for s in finished if s.name == "invoke_agent codeact"]
     assert format(run.context.trace_id, "032x") == trace_id
