@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.mcp_servers.helpers import free_port
+from tests.mcp_servers.helpers import free_port, stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,12 +73,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 time.sleep(0.5)
         yield base
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=30)
 
 
 def all_spans(base: str) -> list[Span]:

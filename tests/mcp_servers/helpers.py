@@ -52,12 +52,17 @@ def running(args: list[str], port: int, env: dict[str, str] | None = None) -> It
         wait_port(port, proc)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc, grace=20)
+
+
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """SIGTERM, ``grace`` seconds to exit, then SIGKILL; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def leftover_processes() -> list[str]:
