@@ -12,6 +12,10 @@ ratios show how noisy the run was. A plain host function called the same way
 from the sandbox gives the bridge's own cost (the floor under any sandbox call);
 one that blocks 2 ms (about an MCP call's time) gives the bridge's cost around
 a call that waits, which is higher: both sides of the bridge sleep meanwhile.
+The direct SDK call is also measured after a short idle pause before each
+call, as a call from the sandbox meets the host's client and the server: on
+this machine that alone costs more than a back-to-back call, with no codeact
+code involved.
 
 Prints a table and writes benchmarks/results/mcp_bench.json. Target: the
 sandbox call's p50 at most 1.3x the direct SDK call's.
@@ -76,10 +80,13 @@ class DirectClient:
                 ready.set()
                 await self._stop.wait()
 
-    def block(self, n: int) -> list[float]:
+    def block(self, n: int, pause: float = 0.0) -> list[float]:
+        """``n`` calls, back to back or with ``pause`` seconds of sleep before each (only the call is timed)."""
         async def run() -> list[float]:
             times = []
             for _ in range(n):
+                if pause:
+                    await asyncio.sleep(pause)
                 t = time.perf_counter()
                 await self.client.call_tool("echo", {"text": "x"})
                 times.append(time.perf_counter() - t)
@@ -102,6 +109,10 @@ def plain_echo(text: str) -> str:
 
 #: How long ``blocking_echo`` blocks: about as long as the direct SDK call takes.
 BLOCK_SECONDS = 0.002
+
+#: The sleep before each call of the "after a pause" direct measurement: about the time a call from the
+#: sandbox spends in the bridge, during which the host's MCP client and the server have nothing to do.
+PAUSE_SECONDS = 0.0007
 
 
 def blocking_echo(text: str) -> str:
@@ -126,6 +137,7 @@ def tool_calls(calls: int, rounds: int) -> dict[str, Any]:
 
     per_block = max(calls // rounds, 1)
     sdk: list[float] = []
+    sdk_paused: list[float] = []
     mcp: list[float] = []
     floor: list[float] = []
     blocking: list[float] = []
@@ -141,22 +153,27 @@ def tool_calls(calls: int, rounds: int) -> dict[str, Any]:
         hf = echo.host_function(invoke)
         with open_sandbox("docker", functions=[hf, plain_echo, blocking_echo], timeout=600) as sb:
             direct.block(WARMUP)
+            direct.block(WARMUP, PAUSE_SECONDS)
             sandbox_block(sb, "echo", WARMUP)
             sandbox_block(sb, "plain_echo", WARMUP)
             sandbox_block(sb, "blocking_echo", WARMUP)
             for r in range(rounds):
                 steps = [("sdk", lambda: direct.block(per_block)),
+                         ("sdk_paused", lambda: direct.block(per_block, PAUSE_SECONDS)),
                          ("mcp", lambda: sandbox_block(sb, "echo", per_block)),
                          ("floor", lambda: sandbox_block(sb, "plain_echo", per_block)),
                          ("blocking", lambda: sandbox_block(sb, "blocking_echo", per_block))]
-                steps = steps[r % 4:] + steps[:r % 4]  # rotate, so no measurement always follows the same one
+                # rotate, so no measurement always follows the same one
+                steps = steps[r % len(steps):] + steps[:r % len(steps)]
                 got = {name: step() for name, step in steps}
                 sdk += got["sdk"]
+                sdk_paused += got["sdk_paused"]
                 mcp += got["mcp"]
                 floor += got["floor"]
                 blocking += got["blocking"]
                 round_ratios.append(pct(got["mcp"], 0.5) / pct(got["sdk"], 0.5))
-    return {"sdk": sdk, "mcp": mcp, "floor": floor, "blocking": blocking, "round_ratios": round_ratios}
+    return {"sdk": sdk, "sdk_paused": sdk_paused, "mcp": mcp, "floor": floor, "blocking": blocking,
+            "round_ratios": round_ratios}
 
 
 def serve_round_trip(calls: int) -> tuple[list[float], list[float]]:
@@ -201,6 +218,7 @@ def main() -> None:
     served, direct = serve_round_trip(serve_calls)
     rows = [
         ("MCP tool call, SDK client directly", measured["sdk"]),
+        (f"  the same, {PAUSE_SECONDS * 1e3:g} ms idle before each call", measured["sdk_paused"]),
         ("MCP tool call from sandbox code", measured["mcp"]),
         ("plain host function from sandbox code", measured["floor"]),
         (f"plain host function blocking {BLOCK_SECONDS * 1e3:g} ms", measured["blocking"]),
@@ -228,11 +246,18 @@ def main() -> None:
     print(f"  the bridge around a call that blocks {BLOCK_SECONDS * 1e3:g} ms costs {blocked_extra * 1e3:.2f} ms "
           f"(around one that returns at once: {pct(measured['floor'], 0.5) * 1e3:.2f} ms); with that cost the "
           f"sandbox call would be {(sdk50 + blocked_extra) / sdk50:.2f}x")
+    # The direct client calls back to back; a call from the sandbox reaches the client only after the bridge,
+    # so the client and the server have sat idle a moment, and on this machine a call after a pause costs more
+    # (waking idle CPUs and threads), with no codeact code involved. This ratio leaves that cost out.
+    paused_ratio = pct(measured["mcp"], 0.5) / pct(measured["sdk_paused"], 0.5)
+    print(f"  against the SDK client called after {PAUSE_SECONDS * 1e3:g} ms idle: {paused_ratio:.2f}x "
+          f"(that direct call alone is {pct(measured['sdk_paused'], 0.5) / sdk50:.2f}x a back-to-back one)")
     print(f"execute_python via MCP / sandbox.run (p50): {serve_ratio:.2f}x")
     print(f"load average while running: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     out["ratios"] = {"sandbox_call_over_sdk_p50": ratio, "target": TARGET, "per_round": rr,
                      "floor_over_sdk_p50": floor_ratio, "serve_over_direct_run_p50": serve_ratio,
-                     "blocking_floor_over_sdk_p50": (sdk50 + blocked_extra) / sdk50}
+                     "blocking_floor_over_sdk_p50": (sdk50 + blocked_extra) / sdk50,
+                     "sandbox_call_over_paused_sdk_p50": paused_ratio}
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
     (results / "mcp_bench.json").write_text(json.dumps(out, indent=2))
