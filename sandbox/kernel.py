@@ -1183,14 +1183,17 @@ class KernelSandbox:
     #: What :meth:`restore` brought back (a :class:`sandbox.snapshot.RestoreReport`), on restored sessions.
     restored: Any = None
 
-    def snapshot(self, *, since: Any = None, store: Any = None, timeout: float = 300.0) -> Any:
+    def snapshot(self, *, since: Any = None, store: Any = None, timeout: float = 300.0, delta: bool = False) -> Any:
         """Save this session (files, variables, packages, working directory) to one file; returns a Snapshot.
 
         ``since=`` an earlier snapshot of this session saves incrementally:
         variables whose fingerprint did not change are not pickled or copied
         out of the sandbox again, and when nothing changed at all ``since``
         itself is returned. ``store`` is a :class:`~sandbox.snapshot.SnapshotStore`
-        or a directory (default: the data dir's ``snapshots``). Raises
+        or a directory (default: the data dir's ``snapshots``). ``delta=True``
+        (with ``since`` in the same store): the file holds only what changed
+        and refers to ``since`` for the rest (an autosave's cost is the
+        change's size; see sandbox.snapshot). Raises
         :class:`~sandbox.snapshot.SnapshotError` saying why it could not.
 
         Example::
@@ -1201,7 +1204,7 @@ class KernelSandbox:
         """
         from .snapshot import take
 
-        return take(self, since=since, store=store, timeout=timeout)
+        return take(self, since=since, store=store, timeout=timeout, delta=delta)
 
     @classmethod
     def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> Any:
