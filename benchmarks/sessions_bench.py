@@ -11,10 +11,13 @@ loopback (the one the tests start; needs root):
   from the cache, files, variables) up to the first result;
 * ``re-run cells``: the baseline, a new sandbox that runs the session's cells again;
 * ``autosave unchanged``: ``snapshot(since=previous)`` after a step that changed nothing;
-* ``autosave small change``: the same after a step that changed one small variable.
+* ``autosave small change``: the same after a step that changed one small variable, as a chat's
+  autosave makes it (``delta=True``: the file holds the change and refers to the previous snapshot);
+* ``whole small change``: the same change saved as a whole file (``/save``, the end of a session).
 
 Targets (issue 21): save and restore <= 2 s each on this 2-core machine
-(<= 1.5x that on TLS); autosave <= 50 ms added when nothing changed.
+(<= 1.5x that on TLS); autosave <= 50 ms added when nothing changed, and about the change's size after
+a small change.
 
     .venv/bin/python benchmarks/sessions_bench.py            # about 3 minutes
     .venv/bin/python benchmarks/sessions_bench.py --quick    # one repetition, local engine only
@@ -65,7 +68,8 @@ def run_ok(sb: Any, code: str) -> str:
 
 
 def measure(engine: Any, store: SnapshotStore, reps: int) -> dict[str, Any]:
-    rows: dict[str, list[float]] = {k: [] for k in ("save", "restore", "rerun", "auto_same", "auto_small")}
+    rows: dict[str, list[float]] = {k: [] for k in ("save", "restore", "rerun", "auto_same", "auto_small",
+                                                    "whole_small")}
     sizes: dict[str, int] = {}
     with DockerSandbox(engine=engine, **OPTIONS) as sb:
         for cell in CELLS:
@@ -80,11 +84,15 @@ def measure(engine: Any, store: SnapshotStore, reps: int) -> dict[str, Any]:
             assert same is snap
             rows["auto_same"].append(seconds)
             run_ok(sb, "v1 = 'changed'")
-            seconds, changed = timed(lambda snap=snap: sb.snapshot(since=snap, store=store))
+            seconds, changed = timed(lambda snap=snap: sb.snapshot(since=snap, store=store, delta=True))
+            assert changed.base == snap.id
             rows["auto_small"].append(seconds)
+            run_ok(sb, "v1 = 'changed again'")
+            seconds, whole = timed(lambda changed=changed: sb.snapshot(since=changed, store=store))
+            rows["whole_small"].append(seconds)
             run_ok(sb, "v1 = 's1'")
             sizes = {"file_bytes": snap.size, "variables": len(snap.manifest.variables),
-                     "changed_file_bytes": changed.size}
+                     "changed_file_bytes": changed.size, "whole_changed_file_bytes": whole.size}
     assert snap is not None
     for _ in range(reps):
         def restore() -> str:
@@ -130,11 +138,12 @@ def main() -> None:
             else:
                 print(f"(TCP+TLS engine skipped: {reason})")
     print(f"{'engine':<14} {'save':>8} {'restore':>8} {'re-run':>8} {'auto same':>10} {'auto small':>11}"
-          f" {'file MB':>8}")
+          f" {'whole small':>12} {'file MB':>8} {'delta KB':>9}")
     for name, r in results.items():
         print(f"{name:<14} {r['save']:>7.2f}s {r['restore']:>7.2f}s {r['rerun']:>7.2f}s"
               f" {r['auto_same'] * 1000:>8.0f}ms "
-              f"{r['auto_small'] * 1000:>9.0f}ms {r['file_bytes'] / 1e6:>8.1f}")
+              f"{r['auto_small'] * 1000:>9.0f}ms {r['whole_small'] * 1000:>10.0f}ms {r['file_bytes'] / 1e6:>8.1f}"
+              f" {r['changed_file_bytes'] / 1e3:>9.1f}")
     print("(medians of %d; restore and re-run include starting the sandbox and the check cell)" % reps)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"reps": reps, "results": results}, indent=2))

@@ -454,7 +454,7 @@ class ChatSession:
         if options is None or not options.autosave or self._sandbox is None:
             return
         try:
-            self._saver.save(self._sandbox, state.run_id, state.step)
+            self._saver.save(self._sandbox, state.run_id, state.step, delta=True)
         except CodeActError as exc:
             yield ErrorEvent(run_id=state.run_id, step=state.step, message=f"autosave: {exc}", kind="session")
 

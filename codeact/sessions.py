@@ -131,8 +131,13 @@ class Saver:
         self.runs.append(run_id)
         self.own_runs.append(run_id)
 
-    def save(self, sandbox: Any, run_id: str | None, step: int, *, timeout: float = SAVE_TIMEOUT) -> Any:
+    def save(self, sandbox: Any, run_id: str | None, step: int, *, timeout: float = SAVE_TIMEOUT,
+             delta: bool = False) -> Any:
         """Snapshot ``sandbox`` and record it with the conversation up to ``step`` of ``run_id``.
+
+        ``delta`` (autosave): the file holds only what changed since this
+        session's previous snapshot; explicit saves and the save at the end
+        are whole files (each stands alone, see docs/sessions.md).
 
         Returns the :class:`~codeact.runlog.SnapshotRecord`.
 
@@ -153,7 +158,8 @@ class Saver:
         with telemetry.span("sandbox.snapshot", {"codeact.session.id": self.session_id,
                                                  "codeact.snapshot.incremental": since is not None}) as span:
             try:
-                snap = sandbox.snapshot(since=since, store=store, timeout=timeout)
+                snap = sandbox.snapshot(since=since, store=store, timeout=timeout,
+                                        delta=delta and since is not None and since.id in self._own)
                 if since is not None and snap.id == since.id and snap.id not in self._own:
                     # Nothing changed since the restore: this session's own copy (the host copies the file).
                     snap = since.fork(store)
@@ -194,10 +200,16 @@ class Saver:
 
 
 def delete(log: Any, record: Any) -> None:
-    """Delete a saved session: its snapshot file (when it is a snapshot file) and its run-log row."""
+    """Delete a saved session: its snapshot file (when it is a snapshot file) and its run-log row.
+
+    A file that a newer delta snapshot still needs is held (hidden) by its
+    store until no snapshot needs it (see :meth:`sandbox.SnapshotStore.delete`).
+    """
+    from sandbox.snapshot import SnapshotStore
+
     path = Path(record.path)
     if path.name == f"{record.id}.snap":  # our own row names the file; never anything else
-        path.unlink(missing_ok=True)
+        SnapshotStore(path.parent).delete(record.id)
     log.delete_snapshot(record.id)
 
 

@@ -71,8 +71,17 @@ from ._snapshot_manifest import (MAX_MANIFEST_BYTES, Manifest, ManifestError, Va
                                  validate)
 from .errors import KernelStartError, SandboxError
 
-#: The snapshot file format this version reads and writes. Files of another version are refused.
-FORMAT_VERSION = 1
+#: The snapshot file format this version writes for a delta (a whole snapshot is written as format 1, which
+#: older versions read too). Files of a format not in READABLE_FORMATS are refused.
+FORMAT_VERSION = 2
+WHOLE_FORMAT = 1
+READABLE_FORMATS = (1, 2)
+#: Links a delta's chain may have when it is saved; a save past it is whole again (the chain is compacted).
+MAX_DELTA_LINKS = 4
+#: Links a chain may have when it is read (a file crafted with a longer one is refused).
+MAX_CHAIN = 32
+#: The store's directory of deleted snapshots that a delta still needs (removed once none does).
+HELD = ".held"
 #: Seconds one step of saving or restoring may take in the sandbox (pickling runs the session's code).
 DEFAULT_SNAPSHOT_TIMEOUT = 300.0
 #: A half-written snapshot file untouched this long belongs to a save whose process died (see remove_partials).
@@ -124,7 +133,7 @@ class Snapshot:
     manifest: Manifest
     #: The snapshot this one was forked from (``fork()``), else None.
     parent: str | None
-    #: The snapshot this one was saved incrementally against, else None (for the record only: each file stands alone).
+    #: The snapshot this one was saved incrementally against, else None (a delta's ``base`` is that one too).
     since: str | None
     created: float
     #: The backend it was taken from ("docker", "local").
@@ -135,40 +144,30 @@ class Snapshot:
     size: int
     format: int = FORMAT_VERSION
     codeact_version: str = ""
+    #: The snapshot whose data this one refers to for what it does not hold itself (a delta), else None.
+    base: str | None = None
+    #: The id of the whole snapshot at the root of its chain (its own id when it stands alone).
+    lineage: str = ""
+    #: The files of its chain of bases, nearest first (resolved and checked when it was opened).
+    chain: tuple[Path, ...] = ()
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> "Snapshot":
-        """Read a snapshot file's header (bounded, validated); refuses other format versions and broken files."""
+        """Read a snapshot file's header (bounded, validated); refuses other format versions and broken files.
+
+        A delta's chain of base snapshots is resolved and checked too (each
+        base present, of the same lineage, no cycle, at most :data:`MAX_CHAIN`
+        links), and every variable's data must be in the file or its chain.
+        """
         path = Path(path)
-        try:
-            with zipfile.ZipFile(path) as zf:
-                info = zf.getinfo(_HEADER)
-                if info.file_size > MAX_MANIFEST_BYTES + 1_000_000:
-                    raise SnapshotError(f"{path} is not a usable snapshot: its header is too large")
-                header = parse_json(zf.read(info), MAX_MANIFEST_BYTES + 1_000_000)
-                members = {i.filename: i for i in zf.infolist()}
-        except (OSError, zipfile.BadZipFile, KeyError) as exc:
-            raise SnapshotError(f"{path} is not a snapshot file ({type(exc).__name__}: "
-                                f"{printable(str(exc), 200)})") from None
-        except ManifestError as exc:
-            raise SnapshotError(f"{path} is not a usable snapshot: {exc}") from None
-        if not isinstance(header, dict):
-            raise SnapshotError(f"{path} is not a usable snapshot: its header is not an object")
-        fmt = header.get("format")
-        if fmt != FORMAT_VERSION:
-            made_by = printable(str(header.get("codeact", "an unknown version")), 50)
-            raise SnapshotError(
-                f"{path} has snapshot format {printable(str(fmt), 20)} (made by codeact {made_by}); this codeact "
-                f"({_version()}) reads format {FORMAT_VERSION} only: restore it with a codeact that reads that format")
+        header, members = _read_header(path)
         try:
             manifest = validate(header.get("manifest"), from_kernel=False)
-            snap_id = header.get("id")
-            if type(snap_id) is not str or not _ID.fullmatch(snap_id):
-                raise ManifestError("the snapshot's id is malformed")
-            parent, since = header.get("parent"), header.get("since")
-            for ref in (parent, since):
-                if ref is not None and (type(ref) is not str or not _ID.fullmatch(ref)):
-                    raise ManifestError("a parent id is malformed")
+            snap_id = _header_id(header, "id")
+            parent, since, base = (_header_id(header, k, optional=True) for k in ("parent", "since", "base"))
+            lineage = _header_id(header, "lineage", optional=True) or snap_id
+            if base is None and lineage != snap_id:
+                raise ManifestError("a whole snapshot names another lineage")
             packages = header.get("packages", [])
             if not isinstance(packages, list) or len(packages) > 1000 or any(
                     type(p) is not str or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}==[A-Za-z0-9._+!-]{1,64}", p)
@@ -180,31 +179,41 @@ class Snapshot:
                 raise ManifestError("the header's fields are malformed")
         except ManifestError as exc:
             raise SnapshotError(f"{path} is not a usable snapshot: {exc}") from None
+        chain = _resolve_chain(path, snap_id, base, lineage)
+        present = set(members).union(*(m for _, m in chain))
         for blob in manifest.blobs():
-            if f"ns/{blob}" not in members:
+            if f"ns/{blob}" not in present:
                 raise SnapshotError(f"{path} is not a usable snapshot: variable data {blob[:12]}... is missing")
-        if _WORKSPACE not in members:
+        if _WORKSPACE not in present:
             raise SnapshotError(f"{path} is not a usable snapshot: it has no files entry")
         return cls(snap_id, path, manifest, parent, since, float(created), backend, tuple(packages),
-                   path.stat().st_size, FORMAT_VERSION, printable(str(header.get("codeact", "")), 50))
+                   path.stat().st_size, int(header["format"]), printable(str(header.get("codeact", "")), 50),
+                   base=base, lineage=lineage, chain=tuple(p for p, _ in chain))
+
+    @property
+    def depth(self) -> int:
+        """Base snapshots this one needs (0: it stands alone)."""
+        return len(self.chain)
 
     def fork(self, store: "SnapshotStore | None" = None) -> "Snapshot":
-        """A copy with a new id whose parent is this one (in ``store``, default: this snapshot's directory).
+        """A whole copy with a new id whose parent is this one (in ``store``, default: this snapshot's directory).
 
         Restoring a snapshot twice also gives two independent sessions; a
-        fork records the branch point for the caller's log.
+        fork records the branch point for the caller's log. A fork of a delta
+        holds its chain's data itself (it stands alone).
         """
         directory = store.root if store is not None else self.path.parent
         new_id = _new_id()
-        with zipfile.ZipFile(self.path) as src:
-            header = json.loads(src.read(_HEADER))
-            header.update(id=new_id, parent=self.id, created=time.time())
+        fresh = Snapshot.open(self.path) if self.base else self  # the chain as it is now
+        with _opened(fresh) as files:
+            header = json.loads(files[0].read(_HEADER))
+            header.update(id=new_id, parent=self.id, created=time.time(), format=WHOLE_FORMAT)
+            header.pop("base", None)
+            header.pop("lineage", None)
 
             def fill(zf: zipfile.ZipFile) -> None:
-                for info in src.infolist():
-                    if info.filename == _HEADER:
-                        continue
-                    with src.open(info) as a, zf.open(info.filename, "w", force_zip64=True) as b:
+                for name in [_WORKSPACE] + [f"ns/{b}" for b in sorted(fresh.manifest.blobs())]:
+                    with _holder(files, name).open(name) as a, zf.open(name, "w", force_zip64=True) as b:
                         shutil.copyfileobj(a, b, 1024 * 1024)
                 zf.writestr(_HEADER, json.dumps(header))
 
@@ -214,14 +223,107 @@ class Snapshot:
     def describe(self) -> str:
         """A short text for people (every name escaped)."""
         head = f"snapshot {self.id} ({self.size / 1e6:.1f} MB, from {self.backend}"
-        head += f", forked from {self.parent})" if self.parent else ")"
+        head += f", forked from {self.parent}" if self.parent else ""
+        head += f", only what changed since {self.base})" if self.base else ")"
         return head + "\n" + self.manifest.describe()
 
     def to_json(self) -> dict[str, Any]:
         """What a run log records: ids, size, packages and the manifest."""
         return {"id": self.id, "path": str(self.path), "parent": self.parent, "since": self.since,
                 "created": self.created, "backend": self.backend, "packages": list(self.packages),
-                "size": self.size, "format": self.format, "manifest": self.manifest.to_json()}
+                "size": self.size, "format": self.format, "base": self.base,
+                "manifest": self.manifest.to_json()}
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], set[str]]:
+    """The decoded header of the snapshot file ``path`` (bounded; format checked) and the names of its entries."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            info = zf.getinfo(_HEADER)
+            if info.file_size > MAX_MANIFEST_BYTES + 1_000_000:
+                raise SnapshotError(f"{path} is not a usable snapshot: its header is too large")
+            header = parse_json(zf.read(info), MAX_MANIFEST_BYTES + 1_000_000)
+            members = {i.filename for i in zf.infolist()}
+    except (OSError, zipfile.BadZipFile, KeyError) as exc:
+        raise SnapshotError(f"{path} is not a snapshot file ({type(exc).__name__}: "
+                            f"{printable(str(exc), 200)})") from None
+    except ManifestError as exc:
+        raise SnapshotError(f"{path} is not a usable snapshot: {exc}") from None
+    if not isinstance(header, dict):
+        raise SnapshotError(f"{path} is not a usable snapshot: its header is not an object")
+    fmt = header.get("format")
+    if type(fmt) is not int or fmt not in READABLE_FORMATS:
+        made_by = printable(str(header.get("codeact", "an unknown version")), 50)
+        raise SnapshotError(
+            f"{path} has snapshot format {printable(str(fmt), 20)} (made by codeact {made_by}); this codeact "
+            f"({_version()}) reads formats {', '.join(map(str, READABLE_FORMATS))} only: restore it with a codeact "
+            "that reads that format")
+    return header, members
+
+
+def _header_id(header: dict[str, Any], key: str, *, optional: bool = False) -> Any:
+    value = header.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not str or not _ID.fullmatch(value):
+        raise ManifestError(f"the header's {key} is not a snapshot id")
+    return value
+
+
+def _base_path(directory: Path, snapshot_id: str) -> Path | None:
+    """The file of snapshot ``snapshot_id`` in ``directory`` or among its held ones, else None."""
+    for candidate in (directory / f"{snapshot_id}.snap", directory / HELD / f"{snapshot_id}.snap"):
+        if candidate.is_file() and not candidate.is_symlink():
+            return candidate
+    return None
+
+
+def _resolve_chain(path: Path, snap_id: str, base: str | None, lineage: str) -> list[tuple[Path, set[str]]]:
+    """(file, entries) of each base of a delta, nearest first: present, same lineage, no cycle, bounded."""
+    chain: list[tuple[Path, set[str]]] = []
+    seen = {snap_id}
+    directory = path.parent.parent if path.parent.name == HELD else path.parent
+    while base is not None:
+        if len(chain) >= MAX_CHAIN:
+            raise SnapshotError(f"{path} is not a usable snapshot: its chain of base snapshots is longer than "
+                                f"{MAX_CHAIN}")
+        if base in seen:
+            raise SnapshotError(f"{path} is not a usable snapshot: its base snapshots form a cycle (at {base})")
+        seen.add(base)
+        found = _base_path(directory, base)
+        if found is None:
+            raise SnapshotError(f"{path} is not a usable snapshot: it holds only what changed since snapshot {base}, "
+                                f"which is not in {directory} (copy that file next to it, or restore from a whole "
+                                "snapshot)")
+        header, members = _read_header(found)
+        try:
+            if _header_id(header, "id") != base:
+                raise ManifestError(f"the file of base snapshot {base} holds another snapshot")
+            if (_header_id(header, "lineage", optional=True) or base) != lineage:
+                raise ManifestError(f"its base snapshot {base} belongs to another session's snapshots")
+            next_base = _header_id(header, "base", optional=True)
+            if next_base is None and base != lineage:
+                raise ManifestError(f"its chain ends at {base}, not at the whole snapshot it names")
+        except ManifestError as exc:
+            raise SnapshotError(f"{path} is not a usable snapshot: {exc}") from None
+        chain.append((found, members))
+        base = next_base
+    return chain
+
+
+@contextlib.contextmanager
+def _opened(snap: Snapshot) -> Any:
+    """The open ZIP files of ``snap`` and its chain, nearest first."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(zipfile.ZipFile(p)) for p in (snap.path, *snap.chain)]
+
+
+def _holder(files: list[zipfile.ZipFile], name: str) -> zipfile.ZipFile:
+    """The nearest file of a chain that holds entry ``name`` (Snapshot.open checked that one does)."""
+    for zf in files:
+        if name in zf.NameToInfo:
+            return zf
+    raise SnapshotError(f"the snapshot's entry {name[:20]}... is missing from its chain (a base file changed)")
 
 
 @dataclass(frozen=True)
@@ -278,10 +380,42 @@ class SnapshotStore:
         """Ids of the snapshots here, oldest first."""
         if not self.root.is_dir():
             return []
-        return sorted(p.stem for p in self.root.glob("*.snap") if _ID.fullmatch(p.stem))
+        def key(p: Path) -> tuple[str, int]:  # ids tell the second only: the file's time orders within one
+            try:
+                return p.stem[:15], p.stat().st_mtime_ns
+            except OSError:
+                return p.stem[:15], 0
+
+        return [p.stem for p in sorted((p for p in self.root.glob("*.snap") if _ID.fullmatch(p.stem)), key=key)]
 
     def delete(self, snapshot_id: str) -> None:
-        self.path(snapshot_id).unlink(missing_ok=True)
+        """Delete a snapshot. One that a delta still needs is held (hidden in ``.held``) until none does."""
+        path = self.path(snapshot_id)
+        if not path.is_file():
+            return
+        held = self.root / HELD
+        held.mkdir(exist_ok=True)
+        os.replace(path, held / path.name)
+        self.collect()
+
+    def collect(self) -> list[str]:
+        """Remove held snapshots no snapshot of the store needs any more; returns their ids."""
+        held = self.root / HELD
+        if not held.is_dir() or self._saving():
+            return []  # a save in progress may be writing a delta on a snapshot deleted meanwhile
+        needed: set[str] = set()
+        todo = [p for p in self.root.glob("*.snap") if _ID.fullmatch(p.stem)]
+        while todo:
+            base = _base_of(todo.pop())
+            if base is not None and base not in needed:
+                needed.add(base)
+                todo.append(held / f"{base}.snap")
+        removed = []
+        for p in held.glob("*.snap"):
+            if p.stem not in needed and not (self.root / p.name).exists():
+                p.unlink(missing_ok=True)
+                removed.append(p.stem)
+        return removed
 
     def remove_partials(self, older_than: float = STALE_PARTIAL_SECONDS) -> list[Path]:
         """Remove files a save left half-written when its process was killed (``.ID.*.tmp``, not modified
@@ -299,6 +433,12 @@ class SnapshotStore:
                 continue
         return removed
 
+    def _saving(self) -> bool:
+        cutoff = time.time() - STALE_PARTIAL_SECONDS
+        with contextlib.suppress(OSError):
+            return any(p.stat().st_mtime >= cutoff for p in self.root.glob(".*.tmp"))
+        return True
+
     def prune(self) -> list[str]:
         """Delete all but the newest ``keep`` snapshots; returns the ids deleted."""
         if self.keep is None:
@@ -307,6 +447,15 @@ class SnapshotStore:
         for snapshot_id in doomed:
             self.delete(snapshot_id)
         return doomed
+
+
+def _base_of(path: Path) -> str | None:
+    """The base id a snapshot file names (None: whole, unreadable or gone; a held base then stays until later)."""
+    try:
+        header, _ = _read_header(path)
+        return _header_id(header, "base", optional=True)
+    except (SnapshotError, ManifestError):
+        return None
 
 
 def _write_atomically(directory: Path, snapshot_id: str, fill: Callable[[zipfile.ZipFile], None]) -> Path:
@@ -383,14 +532,26 @@ def _check_backend(sb: Any) -> None:
 
 
 def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str | os.PathLike[str] | None = None,
-         timeout: float = DEFAULT_SNAPSHOT_TIMEOUT) -> Snapshot:
-    """Save the session ``sb`` to a new file in ``store``; see :meth:`KernelSandbox.snapshot`."""
+         timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, delta: bool = False) -> Snapshot:
+    """Save the session ``sb`` to a new file in ``store``; see :meth:`KernelSandbox.snapshot`.
+
+    ``delta`` (with ``since`` in the same store): the file holds only the
+    variables and files that changed and refers to ``since`` for the rest;
+    past :data:`MAX_DELTA_LINKS` links the save is whole again.
+    """
     _check_backend(sb)
     if not isinstance(store, SnapshotStore):
         store = SnapshotStore(store) if store is not None else (SnapshotStore(since.path.parent) if since else
                                                                  SnapshotStore())
     if since is not None and not since.path.is_file():
         since = None  # deleted or pruned since: nothing to build on, so this save stands on its own
+    if since is not None and since.base:
+        try:
+            since = Snapshot.open(since.path)  # its chain as it is now (a base may have been held meanwhile)
+        except SnapshotError:
+            since = None
+    as_delta = (delta and since is not None and since.depth + 1 <= MAX_DELTA_LINKS
+                and since.path.parent.resolve() == store.root.resolve())
     store.remove_partials()
     with sb._lock:
         sb._check_open()
@@ -411,55 +572,61 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             reuse_files = since is not None and scan["files"] == since.manifest.files_digest
 
             def fill(zf: zipfile.ZipFile) -> None:
+                with contextlib.ExitStack() as stack:
+                    fill_from(zf, stack.enter_context(_opened(since)) if since is not None else None)
+
+            def fill_from(zf: zipfile.ZipFile, src: list[zipfile.ZipFile] | None) -> None:
                 nonlocal files
-                src = zipfile.ZipFile(since.path) if since is not None else None
-                try:
-                    if reuse_files and since is not None and src is not None:
-                        with src.open(_WORKSPACE) as a, zf.open(_WORKSPACE, "w", force_zip64=True) as b:
+                if reuse_files and since is not None and src is not None:
+                    if not as_delta:  # a delta's base has them
+                        with _holder(src, _WORKSPACE).open(_WORKSPACE) as a, \
+                                zf.open(_WORKSPACE, "w", force_zip64=True) as b:
                             shutil.copyfileobj(a, b, 1024 * 1024)
-                        files = list(since.manifest.files)
-                        skipped.extend(since.manifest.skipped_files)
-                        budget.take(sum(size for _, size in files))
-                    else:
-                        with zf.open(_WORKSPACE, "w", force_zip64=True) as out:
-                            files = io_.read_workspace(out, budget, skipped)
-                    raw = _call(sb, "save", {"token": token, "dir": io_.staging, "since": since.id if since else None,
-                                             "workdir": sb.workdir,
-                                             "reuse": sorted(since.manifest.blobs()) if since else []},
-                                timeout, "saving the variables")
-                    if isinstance(raw, dict):
-                        raw = {**raw, "files": scan["files"]}
-                    manifest = validate(raw, files=tuple(files), skipped_files=tuple(skipped))
-                    reused = {v.blob for v in manifest.saved if v.reused}
-                    if reused and (src is None or since is None or not reused <= since.manifest.blobs()):
-                        raise ManifestError("it names variable data the earlier snapshot does not have")
-                    if since is not None and reuse_files and _same(manifest, since.manifest):
-                        raise _Unchanged  # every variable pickled to the same bytes: no new file
+                    files = list(since.manifest.files)
+                    skipped.extend(since.manifest.skipped_files)
+                    budget.take(sum(size for _, size in files))
+                else:
+                    with zf.open(_WORKSPACE, "w", force_zip64=True) as out:
+                        files = io_.read_workspace(out, budget, skipped)
+                raw = _call(sb, "save", {"token": token, "dir": io_.staging, "since": since.id if since else None,
+                                         "workdir": sb.workdir,
+                                         "reuse": sorted(since.manifest.blobs()) if since else []},
+                            timeout, "saving the variables")
+                if isinstance(raw, dict):
+                    raw = {**raw, "files": scan["files"]}
+                manifest = validate(raw, files=tuple(files), skipped_files=tuple(skipped))
+                reused = {v.blob for v in manifest.saved if v.reused}
+                if reused and (src is None or since is None or not reused <= since.manifest.blobs()):
+                    raise ManifestError("it names variable data the earlier snapshot does not have")
+                if since is not None and reuse_files and _same(manifest, since.manifest):
+                    raise _Unchanged  # every variable pickled to the same bytes: no new file
 
-                    written: set[str] = set()
-                    for blob in sorted(reused):
-                        assert src is not None  # reused blobs come from the earlier snapshot (checked above)
-                        with src.open(f"ns/{blob}") as a, zf.open(f"ns/{blob}", "w", force_zip64=True) as b:
+                written: set[str] = set()
+                for blob in sorted(reused):
+                    assert src is not None  # reused blobs come from the earlier snapshot (checked above)
+                    if not as_delta:  # a delta refers to its base's copy
+                        with _holder(src, f"ns/{blob}").open(f"ns/{blob}") as a, \
+                                zf.open(f"ns/{blob}", "w", force_zip64=True) as b:
                             shutil.copyfileobj(a, b, 1024 * 1024)
-                        written.add(blob)
+                    written.add(blob)
 
-                    def write(name: str, data: IO[bytes], size: int) -> None:
-                        with zf.open(f"ns/{name}", "w", force_zip64=True) as b:
-                            shutil.copyfileobj(data, b, 1024 * 1024)
-                        written.add(name)
+                def write(name: str, data: IO[bytes], size: int) -> None:
+                    with zf.open(f"ns/{name}", "w", force_zip64=True) as b:
+                        shutil.copyfileobj(data, b, 1024 * 1024)
+                    written.add(name)
 
-                    wanted = manifest.blobs() - written
-                    io_.read_blobs(wanted, budget, write)
-                    missing = manifest.blobs() - written
-                    if missing:
-                        raise ManifestError(f"{len(missing)} of the variables it lists were not written")
-                    header = {"format": FORMAT_VERSION, "id": token, "parent": None,
-                              "since": since.id if since else None, "created": time.time(), "backend": sb.backend,
-                              "codeact": _version(), "packages": _packages(sb), "manifest": manifest.to_json()}
-                    zf.writestr(_HEADER, json.dumps(header))
-                finally:
-                    if src is not None:
-                        src.close()
+                wanted = manifest.blobs() - written
+                io_.read_blobs(wanted, budget, write)
+                missing = manifest.blobs() - written
+                if missing:
+                    raise ManifestError(f"{len(missing)} of the variables it lists were not written")
+                header = {"format": WHOLE_FORMAT, "id": token, "parent": None,
+                          "since": since.id if since else None, "created": time.time(), "backend": sb.backend,
+                          "codeact": _version(), "packages": _packages(sb), "manifest": manifest.to_json()}
+                if as_delta:
+                    assert since is not None
+                    header.update(format=FORMAT_VERSION, base=since.id, lineage=since.lineage)
+                zf.writestr(_HEADER, json.dumps(header))
 
             try:
                 path = _write_atomically(store.root, token, fill)
@@ -506,8 +673,8 @@ def _packages(sb: Any) -> list[str]:
 def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
             timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
     """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`."""
-    if not isinstance(snap, Snapshot):
-        snap = Snapshot.open(snap)
+    if not isinstance(snap, Snapshot) or snap.base:
+        snap = Snapshot.open(snap if not isinstance(snap, Snapshot) else snap.path)  # a delta: its chain as it is now
     upfront = bool(snap.packages) and "packages" not in options
     if upfront:
         # Materialised once per engine (a shared read-only volume, see sandbox.packages): later restores mount it.
@@ -575,7 +742,8 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
 
 def _copy_files_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
     """The snapshot's files into the working directory."""
-    with zipfile.ZipFile(snap.path) as zf, zf.open(_WORKSPACE) as src, tempfile.TemporaryFile() as clean:
+    with _opened(snap) as chain, _holder(chain, _WORKSPACE).open(_WORKSPACE) as src, \
+            tempfile.TemporaryFile() as clean:
         try:
             repack(src, clean, budget)  # the file may come from anywhere: only regular, safe files
         except TooLarge as exc:
@@ -588,12 +756,13 @@ def _copy_files_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
 
 def _copy_blobs_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
     """The snapshot's variables' blobs into the staging directory."""
-    with zipfile.ZipFile(snap.path) as zf:
-        sizes = {i.filename: i.file_size for i in zf.infolist()}
+    with _opened(snap) as chain:
         blobs = sorted({v.blob for v in snap.manifest.saved})
-        if sum(sizes[f"ns/{b}"] for b in blobs) > budget.left:
+        holders = {b: _holder(chain, f"ns/{b}") for b in blobs}  # the nearest file of a delta's chain holding it
+        sizes = {b: holders[b].getinfo(f"ns/{b}").file_size for b in blobs}
+        if sum(sizes.values()) > budget.left:
             _too_large(budget)
-        io_.write_blobs([(b, functools.partial(zf.open, f"ns/{b}"), sizes[f"ns/{b}"]) for b in blobs])
+        io_.write_blobs([(b, functools.partial(holders[b].open, f"ns/{b}"), sizes[b]) for b in blobs])
 
 
 def _modules(manifest: Manifest) -> list[str]:

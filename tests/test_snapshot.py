@@ -229,7 +229,7 @@ def test_other_format_versions_are_refused_with_a_clear_message(tmp_path: Path) 
                 header["format"] = 99
                 data = json.dumps(header).encode()
             dst.writestr(info.filename, data)
-    with pytest.raises(SnapshotError, match="format 99 .* reads format 1 only"):
+    with pytest.raises(SnapshotError, match="format 99 .* reads formats 1, 2 only"):
         DockerSandbox.restore(other)
 
 
