@@ -185,7 +185,7 @@ print(repr(ts))
 """, timeout=300)
     if r.error:
         raise RuntimeError(str(r.error))
-    return eval(r.stdout.strip().splitlines()[-1])  # our own list of floats  # noqa: S307
+    return eval(r.stdout.strip().splitlines()[-1])  # our own list of floats
 
 
 def agent_tool_call(backend: str, reps: int, *, tracing: bool) -> float:

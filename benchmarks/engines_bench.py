@@ -80,7 +80,7 @@ def sessions_per_second(engines: list[Any], image: str, total: int, threads: int
                 try:
                     with pool.sandbox(functions=[echo], image=image) as sb:
                         sb.run("echo(1)")
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     errors.append(exc)
 
         started = time.perf_counter()

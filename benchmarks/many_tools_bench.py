@@ -43,13 +43,13 @@ AGENTS = ["codeact-all", "codeact-on-demand", "react-fc"]
 TARGET_RATIO = 0.10
 
 
-def model_factory(task, kind, ctx):  # noqa: ANN001 - the bench's factory signature
+def model_factory(task, kind, ctx):  # the bench's factory signature
     from codeact.bench.suites.many_tools_oracle import oracle_factory
 
     return oracle_factory(task, kind, ctx)
 
 
-def search_quality(tasks) -> list[dict]:  # noqa: ANN001
+def search_quality(tasks) -> list[dict]:
     from codeact.bench.suites import many_tools
     from codeact.catalog import ToolCatalog
 

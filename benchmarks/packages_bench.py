@@ -152,7 +152,7 @@ class Bench:
         try:
             for r in fn():
                 self.add(r)
-        except Exception as exc:  # noqa: BLE001 - report and go on
+        except Exception as exc:  # report and go on
             traceback.print_exc()
             self.add(Row(group, name, "", error=f"{type(exc).__name__}: {exc}"[:400]))
 
@@ -433,7 +433,7 @@ def main() -> int:
     images = {"lean": lean}
     try:
         images = {"before": before_image(client, args.before), "lean": lean}
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         b.add(Row("image", "before: the pre-change image", "", error=str(exc)))
     b.facts = {"time": _dt.datetime.now().isoformat(timespec="seconds"), "cpus": os.cpu_count(),
                "load": list(os.getloadavg()), "images": images, "python": sys.version.split()[0]}

@@ -198,7 +198,7 @@ def main() -> int:
           f"{os.cpu_count()} cores, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}")
     try:
         r = measure(args.backend, first_reps, big_reps)
-    except Exception as exc:  # noqa: BLE001 - report and fail
+    except Exception as exc:  # report and fail
         print(f"measurement failed: {type(exc).__name__}: {exc}")
         return 1
     fe, pw, big = r["first_event_ms"], r["page_weight"], r["big_step"]

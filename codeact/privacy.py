@@ -204,7 +204,7 @@ def _walk(value: Any, fn: Any, depth: int) -> Any:
                    if f.init}
         try:
             return dataclasses.replace(value, **changes)
-        except Exception:  # noqa: BLE001 - a dataclass that cannot be rebuilt is kept as it is
+        except Exception:  # a dataclass that cannot be rebuilt is kept as it is
             return value
     return value
 

@@ -74,7 +74,7 @@ class _Spawner:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(job())
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                except BaseException as exc:  # handed to the caller
                     future.set_exception(exc)
 
     def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:

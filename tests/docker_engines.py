@@ -139,7 +139,7 @@ class SecondEngine:
                     raise RuntimeError(f"the second Docker engine did not start:\n{tail}") from None
                 time.sleep(0.3)
 
-    def client(self):  # noqa: ANN201 - a docker-py client
+    def client(self):  # a docker-py client
         from sandbox.engines import connect
 
         return connect(self.engine, timeout=30)

@@ -418,7 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 30  # socket read timeout: a silent client cannot block shutdown forever
     server: _HTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
+    def log_message(self, format: str, *args: Any) -> None:  # silence stderr logging
         pass
 
     @property
@@ -427,7 +427,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routing
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         req = self._read_request()
         if req.path.rstrip("/").endswith("/models"):
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in self.owner.models]
@@ -435,7 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, _error_body(f"Unknown path {req.path}", type="invalid_request_error", code=None))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         req = self._read_request()
         if not req.path.rstrip("/").endswith("/chat/completions"):
             self._send_json(404, _error_body(f"Unknown path {req.path}", type="invalid_request_error", code=None))

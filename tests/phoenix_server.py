@@ -35,7 +35,7 @@ def _phoenix_command() -> Path | None:
 
 
 def get_json(url: str, timeout: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # loopback only
         return json.loads(response.read() or b"null")
 
 
@@ -65,7 +65,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if proc.poll() is not None:
                 pytest.fail(f"Phoenix exited ({proc.returncode}): {(workdir / 'phoenix.log').read_text()[-2000:]}")
             try:
-                urllib.request.urlopen(base + "/healthz", timeout=2).close()  # noqa: S310
+                urllib.request.urlopen(base + "/healthz", timeout=2).close()
                 break
             except OSError:
                 if time.monotonic() > deadline:

@@ -139,14 +139,14 @@ def second(docker_ready: None) -> SecondEngine:
         engine.remove()
 
 
-def sandbox_containers(client, pid: int | None = None) -> list[dict]:  # noqa: ANN001
+def sandbox_containers(client, pid: int | None = None) -> list[dict]:
     found = client.api.containers(all=True, filters={"label": LABEL})
     if pid is not None:
         found = [c for c in found if (c.get("Labels") or {}).get(f"{LABEL}.pid") == str(pid)]
     return found
 
 
-def wait_until(predicate, timeout: float = 30.0) -> bool:  # noqa: ANN001
+def wait_until(predicate, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

@@ -108,7 +108,7 @@ def test_json_text_that_is_too_deep_or_too_big_stays_text(stdio_tools):
 
     blocks = by_name(stdio_tools)["text_blocks"]
     at_limit = "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH
-    assert blocks.call({"texts": [at_limit]}) == eval(at_limit)  # noqa: S307 - brackets only
+    assert blocks.call({"texts": [at_limit]}) == eval(at_limit)  # brackets only
     for text in ["[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
                  '{"a": ' * (MAX_JSON_DEPTH + 1) + "1" + "}" * (MAX_JSON_DEPTH + 1),
                  "[" * 200_000 + "]" * 200_000,  # deeper than the parser's recursion limit
@@ -254,7 +254,7 @@ def test_closing_during_a_call_ends_the_call_with_an_error():
     def call() -> None:
         try:
             outcome.append(slow.call({"seconds": 60}))
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+        except BaseException as exc:  # the test looks at it
             outcome.append(exc)
 
     caller = threading.Thread(target=call)

@@ -335,7 +335,7 @@ def test_cache_survives_concurrent_fetches(tmp_path: Path) -> None:
         try:
             installer = PackageInstaller(PackagePolicy(cache_dir=str(cache.root), resolution_max_age=0), TARGET)
             results.append(installer.plan(["msgpack"], present={}))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=one) for _ in range(4)]

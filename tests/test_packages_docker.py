@@ -220,7 +220,7 @@ def test_two_sessions_installing_the_same_package_at_once(tmp_path: Path, env_vo
                 barrier.wait(60)
                 outputs[name] = run_ok(sb, "install('msgpack')\nimport msgpack\n"
                                            "print('ok', msgpack.unpackb(msgpack.packb([1])))")
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=session, args=(n,)) for n in ("a", "b")]
@@ -254,7 +254,7 @@ def test_two_sessions_installing_the_same_package_at_once(tmp_path: Path, env_vo
             with DockerSandbox(packages=["tabulate", "msgpack"], package_policy=policy(fresh)) as sb:
                 used[name] = sb._kernel.packages.backend.env_volume
                 assert "1" in run_ok(sb, "import tabulate, msgpack; print(1)")
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     barrier.reset()

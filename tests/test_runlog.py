@@ -674,7 +674,7 @@ def test_concurrent_threads(db: Path) -> None:
             barrier.wait(30)
             # Half the threads share one RunLog, half open their own connection.
             _record_runs(str(db), f"t{i}", RUNS_PER_WORKER, shared if i % 2 else None)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]

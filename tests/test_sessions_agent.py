@@ -28,7 +28,7 @@ def log(tmp_path: Path) -> RunLog:
         yield log
 
 
-def agent(model: ScriptedModel, log: RunLog, tmp_path: Path, **options) -> CodeActAgent:  # noqa: ANN003
+def agent(model: ScriptedModel, log: RunLog, tmp_path: Path, **options) -> CodeActAgent:
     return CodeActAgent(model, log=log, output_dir=tmp_path / "out", **options)
 
 

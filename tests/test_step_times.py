@@ -24,7 +24,7 @@ from codeact.runlog import RunLog
 pytestmark = pytest.mark.docker
 
 
-def slow(reply: str, seconds: float = 0.3):  # noqa: ANN201 - a ScriptedModel reply
+def slow(reply: str, seconds: float = 0.3):  # a ScriptedModel reply
     def answer(messages: object) -> str:
         time.sleep(seconds)  # the model "thinks"
         return reply

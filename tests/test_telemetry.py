@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
 
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from codeact import telemetry  # noqa: E402
-from codeact.agent import CodeActAgent  # noqa: E402
-from codeact.models import ScriptedModel  # noqa: E402
-from codeact.tools import tool  # noqa: E402
+from codeact import telemetry
+from codeact.agent import CodeActAgent
+from codeact.models import ScriptedModel
+from codeact.tools import tool
 
 ROOT = Path(__file__).resolve().parents[1]
 

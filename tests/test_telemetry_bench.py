@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is part of the test extras")
 
-from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from codeact import telemetry  # noqa: E402
-from codeact.bench import BenchConfig, RayOptions, run_bench  # noqa: E402
-from codeact.bench._progress import NoProgress  # noqa: E402
-from codeact.telemetry._spans import Tracing  # noqa: E402
+from codeact import telemetry
+from codeact.bench import BenchConfig, RayOptions, run_bench
+from codeact.bench._progress import NoProgress
+from codeact.telemetry._spans import Tracing
 
 TASKS = ["web-ceo", "shop-cheapest-lamp-in-stock"]
 AGENTS = ["codeact", "react-json"]

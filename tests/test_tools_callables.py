@@ -254,7 +254,7 @@ def test_tools_may_shadow_builtins_and_the_stub_says_so(func: Callable[..., Any]
 
 def test_user_functions_named_like_builtins_and_others() -> None:
     @tool
-    def sum(values: list[float]) -> float:  # noqa: A001 - the point of the test
+    def sum(values: list[float]) -> float:  # the point of the test
         """Add numbers exactly."""
         return math.fsum(values)
 

@@ -120,7 +120,7 @@ def _as_returned(value: Any) -> Any:
 
     try:
         return copy.deepcopy(value)
-    except Exception:  # noqa: BLE001 - a value that cannot be copied is kept as it is
+    except Exception:  # a value that cannot be copied is kept as it is
         return value
 
 

@@ -236,7 +236,7 @@ def _portable(events: list[Any]) -> list[Any]:
     for event in events:
         try:
             cloudpickle.dumps(event)
-        except Exception:  # noqa: BLE001 - any pickling failure: send what can be sent
+        except Exception:  # any pickling failure: send what can be sent
             if hasattr(event, "answer"):
                 event = dataclasses.replace(event, answer=preview(event.answer))
             elif hasattr(event, "result"):
@@ -246,7 +246,7 @@ def _portable(events: list[Any]) -> list[Any]:
                 continue
             try:
                 cloudpickle.dumps(event)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
         out.append(event)
     return out
@@ -341,7 +341,7 @@ class RayExecutor:
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      namespace="codeact-bench")
-        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError...
+        except Exception as exc:  # ConnectionError, RuntimeError, ValueError...
             where = "on this machine" if address == "auto" else f"at {address}"
             raise BenchError(f"cannot connect to a Ray cluster {where} ({type(exc).__name__}: "
                              f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}); start one "
@@ -391,7 +391,7 @@ class RayExecutor:
 
         try:
             cloudpickle.dumps(sweep)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise BenchError(f"the model given to run_bench cannot be sent to Ray workers ({type(exc).__name__}: "
                              f"{exc}); pass a factory function (task, agent_kind, context) -> model, or a model "
                              "name in BenchConfig") from None
@@ -402,7 +402,7 @@ class RayExecutor:
     def _collect(self, ray: Any, ref: Any, spec: Any) -> None:
         try:
             outcome = ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 - a lost node after the retries, a worker bug: this episode's error
+        except Exception as exc:  # a lost node after the retries, a worker bug: this episode's error
             self._store_failure(spec, exc)
             return
         self._store(outcome)
@@ -471,7 +471,7 @@ class RayExecutor:
             try:
                 root.mkdir(parents=True, exist_ok=True)
                 target = write_confined(root, rel, data)
-            except Exception:  # noqa: BLE001 - a name that cannot be written here: skip the file
+            except Exception:  # a name that cannot be written here: skip the file
                 continue
             moved[str(Path(outcome.scratch) / area / rel)] = str(target)
         return moved

@@ -300,7 +300,7 @@ class _Runner:
         """Pre-flight: one sandbox from the pool starts and runs code, or the run stops before its first episode."""
         try:
             sandbox = self.pool.acquire(timeout=self.SANDBOX_PREFLIGHT_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - TimeoutError with the pool's last error as its cause
+        except Exception as exc:  # TimeoutError with the pool's last error as its cause
             cause = exc.__cause__ or exc
             raise BenchError(f"pre-flight: the Docker sandbox did not start ({type(cause).__name__}: "
                              f"{str(cause)[:300]}); no episode was run. `codeact doctor` shows what to fix") from None

@@ -27,7 +27,7 @@ def plots_available() -> bool:
 
     try:
         importlib.import_module("matplotlib.figure")
-    except Exception:  # noqa: BLE001 - missing or broken: either way no plots
+    except Exception:  # missing or broken: either way no plots
         return False
     return True
 

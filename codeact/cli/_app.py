@@ -114,7 +114,7 @@ class CodeActGroup(click.Group):
         except KeyboardInterrupt:
             click.secho("Interrupted.", fg="yellow", err=True)
             code = 130
-        except Exception as exc:  # noqa: BLE001 - the one place that reports everything
+        except Exception as exc:  # the one place that reports everything
             if cfg.debug_enabled():
                 import traceback
 
@@ -551,7 +551,7 @@ def mark_cancelled(log: RunLog | None, run_id: str | None, task: str) -> None:
             return
         log.record(RunFinished(run_id=run_id, result=RunResult(
             run_id=run_id, task=task, status="cancelled", error="interrupted by the user (Ctrl-C)")))
-    except Exception:  # noqa: BLE001 - never let the log hide the cancellation
+    except Exception:  # never let the log hide the cancellation
         pass
 
 

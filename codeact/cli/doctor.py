@@ -52,7 +52,7 @@ def _check_engines(checks: _Checks, tag: str) -> None:
         key = f"engine:{engine.name}"
         try:
             client = connect(engine, timeout=5)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             down += 1
             checks.report(key, "WARN", f"engine {engine.name}", str(exc).split("; ")[0],
                           "start it or fix its URL/TLS files; sessions go to the other engines meanwhile")
@@ -153,7 +153,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         checks.report("docker", "OK", "Docker engine", f"answers (server {version})")
     except BackendUnavailable as exc:
         checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0], cfg.docker_fix_hint())
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         checks.report("docker", "FAIL", "Docker engine", f"{type(exc).__name__}: {exc}", "check the Docker engine")
     from sandbox.image import default_image_tag, image_exists
 
@@ -167,7 +167,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
                 checks.report("image", "OK", "sandbox image", f"{tag} is present")
             else:
                 checks.report("image", "FAIL", "sandbox image", f"{tag} is not built", "run `codeact image build`")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             checks.report("image", "FAIL", "sandbox image", f"{tag}: {exc}", "run `codeact image build`")
 
     _check_engines(checks, tag)
@@ -203,7 +203,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         finally:
             conn.close()
         checks.report("log", "OK", "run log", f"{path} is writable")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         checks.report("log", "FAIL", "run log", f"{path}: {message_for(exc)}",
                       "pass --db PATH or set CODEACT_DB to a writable location")
 
@@ -255,7 +255,7 @@ def _check_isolation_extras(checks: _Checks, client: Any) -> None:
     """Optional hardening of the engine: user-namespace remapping and gVisor (informational)."""
     try:
         info = client.info()
-    except Exception:  # noqa: BLE001
+    except Exception:
         return
     security = " ".join(info.get("SecurityOptions") or [])
     if "userns" in security:

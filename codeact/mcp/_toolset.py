@@ -219,7 +219,7 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                 await ready
             except MCPServerError as exc:
                 failures.append(exc)
-            except Exception as exc:  # noqa: BLE001 - reported with the server's name
+            except Exception as exc:  # reported with the server's name
                 failures.append(MCPServerError(f"MCP server {conn.name!r}: {exc}", server=conn.name))
         for failure in failures:
             self._connections.pop(failure.server, None)
@@ -470,7 +470,7 @@ class MCPToolset(Sequence[Tool[..., Any]]):
                     from sandbox.hostfiles import write_confined
 
                     saved = str(write_confined(self.artifact_dir, name, data))
-            except Exception as exc:  # noqa: BLE001 - the stand-in says why
+            except Exception as exc:  # the stand-in says why
                 return f"[{mime}, {len(data):,} bytes, not saved: {exc}]"
             return stand_in(mime, len(data), saved)
 
@@ -662,7 +662,7 @@ class _Runtime:
         except asyncio.CancelledError:
             self._answer(call, (False, MCPServerError("the MCP call was stopped (the toolset was closed)")))
             raise
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, who raises it
+        except BaseException as exc:  # handed to the caller, who raises it
             self._answer(call, (False, exc))
         else:
             self._answer(call, (True, value))

@@ -133,7 +133,7 @@ def _read(name: str, source: str) -> tuple[str, str, str]:
                 return summary, "(...)", doc
             try:
                 signature = signature_of(node.args)
-            except Exception:  # noqa: BLE001 - odd trees; the skill is still usable
+            except Exception:  # odd trees; the skill is still usable
                 signature = "(...)"
             return summary, signature, doc
     raise SkillError(f"the source of skill {name!r} defines no top-level function named {name!r}")

@@ -52,7 +52,7 @@ def _annotation(node: ast.expr | None) -> str:
             return ""
     try:
         text = ast.unparse(node)
-    except Exception:  # noqa: BLE001 - an odd tree: leave the annotation out
+    except Exception:  # an odd tree: leave the annotation out
         return ""
     return text if len(text) <= MAX_ANNOTATION and text.isascii() else ""
 

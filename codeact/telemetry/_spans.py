@@ -41,7 +41,7 @@ def _version() -> str:
         from importlib.metadata import version
 
         return version("codeact")
-    except Exception:  # noqa: BLE001 - a source checkout without metadata
+    except Exception:  # a source checkout without metadata
         return "0"
 
 
@@ -55,7 +55,7 @@ def _cap(text: str, limit: int = MAX_CONTENT) -> str:
 def _json(value: Any) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, default=repr)
-    except Exception:  # noqa: BLE001 - content is best effort
+    except Exception:  # content is best effort
         return repr(value)
 
 
@@ -140,7 +140,7 @@ class Tracing:
             return None
         try:
             ctx = _extract({str(k).lower(): v for k, v in carrier.items() if isinstance(v, str)})
-        except Exception:  # noqa: BLE001 - a malformed header starts a new trace
+        except Exception:  # a malformed header starts a new trace
             return None
         return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
 
@@ -205,7 +205,7 @@ class _Content:
         if self.redact is not None:
             try:
                 text = self.redact(text)
-            except Exception:  # noqa: BLE001 - a filter that fails records nothing rather than the value
+            except Exception:  # a filter that fails records nothing rather than the value
                 return "[not recorded: the privacy filter failed]"
         return _cap(text)
 

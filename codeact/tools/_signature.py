@@ -319,7 +319,7 @@ def _resolve_hints(func: Any, signature: inspect.Signature, tool_name: str) -> d
     for p in signature.parameters.values():
         if isinstance(p.annotation, str) and p.name not in hints:
             try:
-                hints[p.name] = eval(p.annotation, namespace)  # noqa: S307 - the tool author's own annotation
+                hints[p.name] = eval(p.annotation, namespace)  # the tool author's own annotation
             except Exception as exc:
                 raise ToolDefinitionError(
                     f"tool {tool_name!r}: cannot resolve the type of parameter {p.name!r} "
@@ -329,7 +329,7 @@ def _resolve_hints(func: Any, signature: inspect.Signature, tool_name: str) -> d
     returns = signature.return_annotation
     if isinstance(returns, str) and "return" not in hints:
         try:
-            hints["return"] = eval(returns, namespace)  # noqa: S307
+            hints["return"] = eval(returns, namespace)
         except Exception as exc:
             if not inspect.isclass(_unwrap_partial(func)):
                 raise ToolDefinitionError(f"tool {tool_name!r}: cannot resolve its type hints: {exc}") from failure

@@ -116,7 +116,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
     async def create_session(request: Request) -> Response:
         try:
             session = workspace.create()
-        except Exception as exc:  # noqa: BLE001 - every error becomes a JSON message
+        except Exception as exc:  # every error becomes a JSON message
             return _error(exc)
         return JSONResponse(session.summary(), status_code=201)
 
@@ -125,14 +125,14 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             rid = await run_in_threadpool(history.resolve, request.path_params["rid"])
             session = await run_in_threadpool(workspace.resume, rid, history)
-        except Exception as exc:  # noqa: BLE001 - every error becomes a JSON message
+        except Exception as exc:  # every error becomes a JSON message
             return _error(exc)
         return JSONResponse(session.summary(), status_code=201)
 
     async def close_session(request: Request) -> Response:
         try:
             await run_in_threadpool(workspace.close, request.path_params["sid"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"closed": True})
 
@@ -152,7 +152,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             if not isinstance(text, str):
                 raise UIError("send {\"text\": \"...\"}")
             await run_in_threadpool(session.send, text)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"started": True}, status_code=202)
 
@@ -163,7 +163,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             if not isinstance(code, str):
                 raise UIError("send {\"code\": \"...\"}")
             await run_in_threadpool(session.run_code, code)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"started": True}, status_code=202)
 
@@ -171,7 +171,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             session = workspace.get(request.path_params["sid"])
             restarted = await run_in_threadpool(session.restart)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"restarted": restarted})
 
@@ -179,7 +179,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             session = workspace.get(request.path_params["sid"])
             listing = session.variables()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse(listing)
 
@@ -187,7 +187,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             session = workspace.get(request.path_params["sid"])
             stopped = await run_in_threadpool(session.stop)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"stopped": stopped})
 
@@ -198,7 +198,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             if not isinstance(allow, bool):
                 raise UIError("send {\"allow\": true} or {\"allow\": false}")
             session.decide(request.path_params["aid"], allow)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"allowed": allow})
 
@@ -209,7 +209,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             after = max(0, int(raw))
         except ValueError:
             return _error(UIError("after / Last-Event-ID must be an event number"))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         session.touch()
 
@@ -247,7 +247,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             session = workspace.get(request.path_params["sid"])
             listing = await run_in_threadpool(session.files)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({**listing, "upload_limit": options.upload_limit})
 
@@ -272,7 +272,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
                                              "(--upload-limit)")
                     out.write(chunk)
             info = await run_in_threadpool(session.upload, name, target)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         finally:
             if target is not None:
@@ -284,7 +284,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
             session = workspace.get(request.path_params["sid"])
             path = request.path_params["path"]
             data = await run_in_threadpool(session.download, path)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return _attachment(data, PurePosixPath(path).name)
 
@@ -292,7 +292,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             session = workspace.get(request.path_params["sid"])
             mime, data = session.blob(int(request.path_params["n"]))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return _inline_image(mime, data)
 
@@ -303,7 +303,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             data = await run_in_threadpool(read_artifact, options.output_root, request.path_params["rid"], path,
                                            options.download_limit)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return _attachment(data, PurePosixPath(path).name)
 
@@ -313,35 +313,35 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         try:
             rid = await run_in_threadpool(history.resolve, request.path_params["rid"])
             found = await run_in_threadpool(list_artifacts, options.output_root, [rid])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"run_id": rid, "artifacts": found})
 
     async def runs(request: Request) -> Response:
         try:
             listing = await run_in_threadpool(history.runs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse({"enabled": history.enabled, "runs": listing})
 
     async def run_events(request: Request) -> Response:
         try:
             data = await run_in_threadpool(history.events, request.path_params["rid"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return JSONResponse(data)
 
     async def notebook(request: Request) -> Response:
         try:
             name, data = await run_in_threadpool(history.notebook, request.path_params["rid"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return _attachment(data, name, "application/x-ipynb+json")
 
     async def script(request: Request) -> Response:
         try:
             name, text = await run_in_threadpool(history.script, request.path_params["rid"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         if request.query_params.get("download"):
             return _attachment(text.encode("utf-8"), name, "text/x-python; charset=utf-8")
@@ -350,7 +350,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
     async def history_blob(request: Request) -> Response:
         try:
             mime, data = history.blob(int(request.path_params["n"]))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _error(exc)
         return _inline_image(mime, data)
 

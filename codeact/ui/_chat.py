@@ -158,7 +158,7 @@ class WorkspaceChat(ChatSession):
             if state.trace is not None:
                 state.trace.end(result)
             raise
-        except Exception as exc:  # noqa: BLE001 - a sandbox failure ends this run, as it ends a turn
+        except Exception as exc:  # a sandbox failure ends this run, as it ends a turn
             result.status = "error"
             result.error = str(exc) if isinstance(exc, CodeActError) else f"{type(exc).__name__}: {exc}"
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind="sandbox", fatal=True))
@@ -238,7 +238,7 @@ class WorkspaceChat(ChatSession):
             return []
         try:
             listing = sandbox.run(LISTING_CODE, timeout=LISTING_TIMEOUT)
-        except Exception as exc:  # noqa: BLE001 - the panel says so; the step goes on
+        except Exception as exc:  # the panel says so; the step goes on
             self._listing = VariableListing(error=f"could not list the variables: {type(exc).__name__}")
             return []
         if listing.error is not None:

@@ -124,7 +124,7 @@ def _cookie_token(headers: dict[str, str], name: str) -> str | None:
     jar: SimpleCookie = SimpleCookie()
     try:
         jar.load(raw)
-    except Exception:  # noqa: BLE001 - a malformed cookie header is simply no token
+    except Exception:  # a malformed cookie header is simply no token
         return None
     morsel = jar.get(name)
     return morsel.value if morsel is not None else None

@@ -366,7 +366,7 @@ class UISession:
                                                  "tail)."})
                         continue
                 self.publish(event_wire(event, self.store_blob))
-        except Exception as exc:  # noqa: BLE001 - the page must learn why the turn ended
+        except Exception as exc:  # the page must learn why the turn ended
             self.publish({"type": "ErrorEvent", "message": _message(exc), "kind": "ui", "fatal": True,
                           "step": 0, "run_id": self._run_ids[-1] if self._run_ids else ""})
         finally:
@@ -514,7 +514,7 @@ class UISession:
                     listing = self._chat.list_files()
                     self._last_listing = [{"path": f.path, "size": f.size, "mtime": f.mtime}
                                           for f in listing[:2000]]
-                except Exception:  # noqa: BLE001 - a listing failure leaves the last one shown
+                except Exception:  # a listing failure leaves the last one shown
                     pass
             workspace = list(self._last_listing) if self._chat is not None else []
             run_ids = list(self._run_ids)

@@ -48,7 +48,7 @@ class Workspace:
             try:
                 if session.free_if_idle(now):
                     freed.append(session.id)
-            except Exception:  # noqa: BLE001 - one broken sandbox must not stop the reaper
+            except Exception:  # one broken sandbox must not stop the reaper
                 pass
         return freed
 

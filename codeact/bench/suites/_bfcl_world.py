@@ -172,7 +172,7 @@ def result_text(value: Any) -> str:
     if type(value) is dict:
         try:
             return json.dumps(value)
-        except Exception:  # noqa: BLE001 - BFCL falls back to str() for anything json cannot write
+        except Exception:  # BFCL falls back to str() for anything json cannot write
             return str(value)
     return str(value)
 
@@ -200,7 +200,7 @@ def execute(instances: dict[str, Any], calls: tuple[GroundCall, ...]) -> list[st
                 raise NameError(f"name '{c.name}' is not defined")
             args, kwargs = c.fresh()  # the APIs keep (and may change) what they are given
             results.append(result_text(_guarded(method, args, kwargs)))
-        except Exception as exc:  # noqa: BLE001 - BFCL records any failure as text
+        except Exception as exc:  # BFCL records any failure as text
             results.append(f"Error during execution: {exc}")
     return results
 
