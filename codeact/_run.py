@@ -96,21 +96,11 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
     ``trace`` (the run's :class:`~codeact.telemetry._spans.RunTrace`, None when
     tracing is off) gets an ``execute_tool`` span under ``trace_parent``.
     """
-    started = time.perf_counter()
-    span = trace.tool(tool.name, arguments, parent=trace_parent, call_id=call_id, step=step) \
-        if trace is not None else None
-    try:
-        with span if span is not None else contextlib.nullcontext():
-            if tool.requires_approval:
-                approvals.check(tool, arguments, run_id, step)
-            value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
-            if span is not None:
-                span.result(value)
-    except Exception as exc:
-        _report_call(report, tool, arguments, run_id, step, started, error=exc)
-        raise
-    _report_call(report, tool, arguments, run_id, step, started, value=value)
-    return value
+    with _reported_call(tool, arguments, run_id, step, report, trace, trace_parent, call_id) as outcome:
+        if tool.requires_approval:
+            approvals.check(tool, arguments, run_id, step)
+        outcome.value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+    return outcome.value
 
 
 async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
@@ -122,21 +112,38 @@ async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_i
     (:meth:`Tool.acall`), and only the approval, which may wait for a human,
     runs on a thread of its own, so the loop never blocks.
     """
+    with _reported_call(tool, arguments, run_id, step, report, trace, trace_parent) as outcome:
+        if tool.requires_approval:
+            await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step),
+                                   f"approve-{tool.name}")
+        outcome.value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+    return outcome.value
+
+
+@dataclass
+class _Outcome:
+    value: Any = None
+
+
+@contextlib.contextmanager
+def _reported_call(tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str, step: int,
+                   report: Callable[[ToolCall], None], trace: RunTrace | None, trace_parent: Any,
+                   call_id: str | None = None) -> Iterator[_Outcome]:
+    """What every tool call shares, sync or awaited: its ``execute_tool`` span and its :class:`ToolCall` report
+    (failed or not; the exception propagates). The body sets ``outcome.value``."""
     started = time.perf_counter()
-    span = trace.tool(tool.name, arguments, parent=trace_parent, step=step) if trace is not None else None
+    span = trace.tool(tool.name, arguments, parent=trace_parent, call_id=call_id, step=step) \
+        if trace is not None else None
+    outcome = _Outcome()
     try:
         with span if span is not None else contextlib.nullcontext():
-            if tool.requires_approval:
-                await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step),
-                                       f"approve-{tool.name}")
-            value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+            yield outcome
             if span is not None:
-                span.result(value)
+                span.result(outcome.value)
     except Exception as exc:
         _report_call(report, tool, arguments, run_id, step, started, error=exc)
         raise
-    _report_call(report, tool, arguments, run_id, step, started, value=value)
-    return value
+    _report_call(report, tool, arguments, run_id, step, started, value=outcome.value)
 
 
 def _report_call(report: Callable[[ToolCall], None], tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
