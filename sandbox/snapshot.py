@@ -51,8 +51,11 @@ pickling error; a module-level function referenced from inside a container
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
+import hashlib
+import io
 import json
 import os
 import re
@@ -80,6 +83,8 @@ READABLE_FORMATS = (1, 2)
 MAX_DELTA_LINKS = 4
 #: Links a chain may have when it is read (a file crafted with a longer one is refused).
 MAX_CHAIN = 32
+#: Bytes of new variable data a save takes in the kernel's answer instead of through the engine (a small change).
+INLINE_BYTES = 256 * 1024
 #: The store's directory of deleted snapshots that a delta still needs (removed once none does).
 HELD = ".held"
 #: Seconds one step of saving or restoring may take in the sandbox (pickling runs the session's code).
@@ -161,6 +166,12 @@ class Snapshot:
         """
         path = Path(path)
         header, members = _read_header(path)
+        return cls._validated(path, header, members)
+
+    @classmethod
+    def _validated(cls, path: Path, header: dict[str, Any], members: set[str],
+                   chain: list[tuple[Path, set[str]]] | None = None) -> "Snapshot":
+        """The snapshot of a decoded header, validated; ``chain``: its bases' (file, entries) when known."""
         try:
             manifest = validate(header.get("manifest"), from_kernel=False)
             snap_id = _header_id(header, "id")
@@ -179,7 +190,8 @@ class Snapshot:
                 raise ManifestError("the header's fields are malformed")
         except ManifestError as exc:
             raise SnapshotError(f"{path} is not a usable snapshot: {exc}") from None
-        chain = _resolve_chain(path, snap_id, base, lineage)
+        if chain is None:
+            chain = _resolve_chain(path, snap_id, base, lineage)
         present = set(members).union(*(m for _, m in chain))
         for blob in manifest.blobs():
             if f"ns/{blob}" not in present:
@@ -545,9 +557,9 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                                                                  SnapshotStore())
     if since is not None and not since.path.is_file():
         since = None  # deleted or pruned since: nothing to build on, so this save stands on its own
-    if since is not None and since.base:
+    if since is not None and since.base and not all(p.is_file() for p in since.chain):
         try:
-            since = Snapshot.open(since.path)  # its chain as it is now (a base may have been held meanwhile)
+            since = Snapshot.open(since.path)  # its chain as it is now (a base was held meanwhile)
         except SnapshotError:
             since = None
     as_delta = (delta and since is not None and since.depth + 1 <= MAX_DELTA_LINKS
@@ -571,9 +583,17 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             skipped: list[tuple[str, str]] = []
             reuse_files = since is not None and scan["files"] == since.manifest.files_digest
 
+            written_header: dict[str, Any] = {}
+            members: set[str] = set()
+            chain: list[tuple[Path, set[str]]] = []
+
             def fill(zf: zipfile.ZipFile) -> None:
                 with contextlib.ExitStack() as stack:
-                    fill_from(zf, stack.enter_context(_opened(since)) if since is not None else None)
+                    src = stack.enter_context(_opened(since)) if since is not None else None
+                    if as_delta and since is not None and src is not None:
+                        paths = (since.path, *since.chain)
+                        chain.extend((p, set(z.NameToInfo)) for p, z in zip(paths, src, strict=True))
+                    fill_from(zf, src)
 
             def fill_from(zf: zipfile.ZipFile, src: list[zipfile.ZipFile] | None) -> None:
                 nonlocal files
@@ -589,10 +609,12 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                     with zf.open(_WORKSPACE, "w", force_zip64=True) as out:
                         files = io_.read_workspace(out, budget, skipped)
                 raw = _call(sb, "save", {"token": token, "dir": io_.staging, "since": since.id if since else None,
-                                         "workdir": sb.workdir,
+                                         "workdir": sb.workdir, "inline": INLINE_BYTES,
                                          "reuse": sorted(since.manifest.blobs()) if since else []},
                             timeout, "saving the variables")
+                inline: Any = None
                 if isinstance(raw, dict):
+                    inline = raw.get("inline")
                     raw = {**raw, "files": scan["files"]}
                 manifest = validate(raw, files=tuple(files), skipped_files=tuple(skipped))
                 reused = {v.blob for v in manifest.saved if v.reused}
@@ -615,8 +637,12 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                         shutil.copyfileobj(data, b, 1024 * 1024)
                     written.add(name)
 
+                for blob, data in _inline_blobs(inline, manifest.blobs() - written).items():
+                    budget.take(len(data))
+                    write(blob, io.BytesIO(data), len(data))
                 wanted = manifest.blobs() - written
-                io_.read_blobs(wanted, budget, write)
+                if wanted:  # (a small change came in the answer: no copy through the engine)
+                    io_.read_blobs(wanted, budget, write)
                 missing = manifest.blobs() - written
                 if missing:
                     raise ManifestError(f"{len(missing)} of the variables it lists were not written")
@@ -626,7 +652,10 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                 if as_delta:
                     assert since is not None
                     header.update(format=FORMAT_VERSION, base=since.id, lineage=since.lineage)
-                zf.writestr(_HEADER, json.dumps(header))
+                text = json.dumps(header)
+                zf.writestr(_HEADER, text)
+                written_header.update(json.loads(text))
+                members.update(zf.NameToInfo)
 
             try:
                 path = _write_atomically(store.root, token, fill)
@@ -640,7 +669,8 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             except OSError as exc:
                 raise SnapshotError(f"could not copy the session out of the sandbox: "
                                     f"{type(exc).__name__}: {printable(str(exc), 300)}") from None
-            snap = Snapshot.open(path)
+            # What was just written, checked as Snapshot.open checks it (without reading it back).
+            snap = Snapshot._validated(path, written_header, members, chain)
             _call(sb, "done", {"dir": io_.staging, "token": token, "commit": True}, 30.0, "cleaning up")
             committed = True
         finally:
@@ -649,6 +679,29 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
                     _call(sb, "done", {"dir": io_.staging, "token": token, "commit": False}, 30.0, "cleaning up")
     store.prune()
     return snap
+
+
+def _inline_blobs(value: Any, wanted: set[str]) -> dict[str, bytes]:
+    """The variable data the kernel sent in its answer (base64, at most INLINE_BYTES), each checked against its
+    name (its sha256); nothing when it sent none."""
+    if value is None or value == {}:
+        return {}
+    if not isinstance(value, dict) or len(value) > len(wanted):
+        raise ManifestError("its inline variable data is malformed")
+    out: dict[str, bytes] = {}
+    total = 0
+    for blob, text in value.items():
+        if blob not in wanted or type(text) is not str or len(text) > (INLINE_BYTES // 3 + 1) * 4:
+            raise ManifestError("its inline variable data is malformed")
+        try:
+            data = base64.b64decode(text, validate=True)
+        except ValueError:
+            raise ManifestError("its inline variable data is not base64") from None
+        total += len(data)
+        if total > INLINE_BYTES or hashlib.sha256(data).hexdigest() != blob:
+            raise ManifestError("its inline variable data is too large or does not match its name")
+        out[blob] = data
+    return out
 
 
 class _Unchanged(Exception):
@@ -705,14 +758,21 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
                 notices.append(f"the packages were not re-installed ({printable(str(exc), 300)}); variables "
                                "that need them did not load")
         budget = Budget(sb.limits.max_snapshot_bytes, 100_000)
-        _copy_files_in(io_, snap, budget)  # first: the session's own modules may be among these files
-        # The kernel imports what the variables need while their bytes are copied in (both take a while).
-        preparing = _begin(sb, "prepare", {"modules": _modules(snap.manifest)})
+        modules = _modules(snap.manifest)
+        # The kernel imports what the variables need (the longest part) while the host copies the files and
+        # the variables' bytes in. A module that may be one of the session's own files is imported only once
+        # the files are there (half written, it would stay broken in sys.modules).
+        early = not _shadowed(modules, snap.manifest.files)
+        preparing = _begin(sb, "prepare", {"modules": modules}) if early else None
         try:
+            _copy_files_in(io_, snap, budget)
+            if preparing is None:
+                preparing = _begin(sb, "prepare", {"modules": modules})
             _copy_blobs_in(io_, snap, budget)
         except BaseException:
-            with contextlib.suppress(SnapshotError):  # the kernel settles; the copy's error is the one to tell
-                _finish(sb, preparing, timeout, "importing the variables' modules")
+            if preparing is not None:
+                with contextlib.suppress(SnapshotError):  # the kernel settles; the copy's error is the one to tell
+                    _finish(sb, preparing, timeout, "importing the variables' modules")
             raise
         _finish(sb, preparing, timeout, "importing the variables' modules")
         saved = snap.manifest.saved
@@ -773,6 +833,12 @@ def _modules(manifest: Manifest) -> list[str]:
         if _MODULE.fullmatch(module) and module.split(".")[0] not in ("builtins", "__main__"):
             out.add(module)
     return sorted(out)[:200]
+
+
+def _shadowed(modules: list[str], files: tuple[tuple[str, int], ...]) -> bool:
+    """Whether a file of the session could be (part of) one of ``modules``: its first name, up to a dot."""
+    tops = {m.split(".")[0] for m in modules}
+    return any(path.split("/")[0].split(".")[0] in tops for path, _ in files)
 
 
 def _too_large(budget: Budget) -> None:

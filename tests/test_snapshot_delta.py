@@ -150,3 +150,35 @@ def test_a_crafted_chain_is_refused_with_a_clear_message_and_starts_nothing(tmp_
     assert sorted(p.name for p in root.rglob("*")) == before  # refusing changed nothing in the store
     # One link short of the bound still opens (the bound is on the chain, not on deltas as such).
     assert Snapshot.open(root / f"{long_ids[1]}.snap").depth == MAX_CHAIN
+
+
+def test_lying_inline_data_in_the_kernels_answer_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    """The kernel may send a small change's bytes in its answer: the attacker sends bytes that are not what their
+    name (sha256) says, a name the manifest does not list, data past the bound, or not base64."""
+    import base64
+    import hashlib
+
+    from sandbox.snapshot import INLINE_BYTES
+
+    store = tmp_path / "store"
+    blob = "a" * 64
+    good = base64.b64encode(b"x" * 10).decode()
+    big = b"y" * (INLINE_BYTES + 1)
+    lies = [
+        {blob: good},                                                      # bytes that are not their sha256
+        {blob: good, "b" * 64: good},                                      # a name the manifest does not list
+        {hashlib.sha256(big).hexdigest(): base64.b64encode(big).decode()},  # past the bound
+        {blob: "not base64 !!"},
+        [1, 2, 3],
+    ]
+    with DockerSandbox() as sb:
+        for inline in lies:
+            names = [n for n in inline] if isinstance(inline, dict) else [blob]
+            manifest = {"variables": [{"name": f"x{i}", "type": "t", "size": 1, "saved": True, "blob": n,
+                                       "bytes": 10} for i, n in enumerate(names[:1])],
+                        "files": "", "cwd": "/workspace", "inline": inline}
+            ok(sb, f"import sandbox_snapshot\nsandbox_snapshot.save = lambda spec: {json.dumps(manifest)!r}")
+            with pytest.raises(SnapshotError, match="inline variable data"):
+                sb.snapshot(store=store)
+        assert ok(sb, "print('still here')") == "still here\n"
+    assert not store.exists() or [p.name for p in store.iterdir()] == []

@@ -15,8 +15,8 @@ answer (a user expression):
   names; when nothing did, the host keeps the earlier snapshot and that is
   the whole cost of an autosave.
 * :func:`save` pickles what changed, one file per variable (named by the
-  sha256 of its bytes) in a staging directory the host then copies out, and
-  returns the manifest: every variable with its type and size, and for each
+  sha256 of its bytes) in a staging directory the host then copies out (or,
+  when they are small, in its answer), and returns the manifest: every variable with its type and size, and for each
   one that could not be saved, why.
 * :func:`done` removes the staging directory and, when the host kept the
   snapshot, makes it the base of the next incremental save.
@@ -472,10 +472,20 @@ def save(spec_json: str) -> str:
         results[name].update(refs=[], reused=False)
         entries[name] = (entries[name][0], None, entries[name][2], len(data), tuple(sorted(deps[name])), True)
         deps[name] = set()
+    # New blobs whose total is at most spec["inline"] bytes travel in the answer itself: for a small change
+    # that is cheaper than the host fetching the staging directory through the engine.
+    inline_limit = spec.get("inline") or 0
+    new_bytes = sum(len(data) for data in blobs.values())
+    inline: dict[str, str] = {}
     for name, data in blobs.items():
-        blob = _write_blob(directory, data, digests.get(name))
+        blob = _write_blob(directory, data, digests.get(name)) if new_bytes > inline_limit else \
+            (digests.get(name) or _sha256(data))
         results[name].update(blob=blob, bytes=len(data), reused=blob in reuse)
         entries[name] = (entries[name][0], blob) + tuple(entries[name][2:])
+        if new_bytes <= inline_limit and blob not in reuse:
+            import base64
+
+            inline[blob] = base64.b64encode(data).decode("ascii")
     for name, row in results.items():
         if row.get("saved") and name in deps:
             row["refs"] = sorted(r for r in deps[name] if r in deps)
@@ -484,7 +494,13 @@ def save(spec_json: str) -> str:
     _state.saved = (spec.get("token"), entries, files)
     return json.dumps({"format": FORMAT, "variables": rows, "cwd": _relative_cwd(spec.get("workdir")),
                        "files": files, "python": "%d.%d.%d" % sys.version_info[:3],
-                       "pickler": "cloudpickle " + cloudpickle.__version__})
+                       "pickler": "cloudpickle " + cloudpickle.__version__, "inline": inline})
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 def _relative_cwd(workdir: str | None) -> str:
@@ -561,17 +577,33 @@ def prepare(spec_json: str) -> str:
     import importlib
 
     imported = 0
-    for name in json.loads(spec_json).get("modules", [])[:200]:
-        if not isinstance(name, str) or name in sys.modules:
-            continue
-        try:
-            importlib.import_module(name)
-        except BaseException as exc:  # noqa: B902 - a module may raise anything while it imports
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            continue
-        imported += 1
+    with _no_gc():
+        for name in json.loads(spec_json).get("modules", [])[:200]:
+            if not isinstance(name, str) or name in sys.modules:
+                continue
+            try:
+                importlib.import_module(name)
+            except BaseException as exc:  # noqa: B902 - a module may raise anything while it imports
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                continue
+            imported += 1
     return json.dumps({"imported": imported})
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The cyclic garbage collector off meanwhile: importing and unpickling make many objects and no garbage,
+    and its passes over them cost about a tenth of the time (measured on sklearn's import)."""
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def load(spec_json: str) -> str:
@@ -592,15 +624,16 @@ def load(spec_json: str) -> str:
             raise pickle.UnpicklingError("it refers to %r, which was not restored" % (pid,))
 
     try:
-        for row in spec["variables"]:
-            name = row["name"]
-            try:
-                with open(os.path.join(directory, row["blob"]), "rb") as f:
-                    loaded[name] = Unpickler(f).load()
-            except BaseException as exc:  # noqa: B902 - unpickling runs the snapshot's code
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                failed.append([name, ("%s: %s" % (type(exc).__name__, exc))[:500]])
+        with _no_gc():  # unpickling makes many objects and no garbage
+            for row in spec["variables"]:
+                name = row["name"]
+                try:
+                    with open(os.path.join(directory, row["blob"]), "rb") as f:
+                        loaded[name] = Unpickler(f).load()
+                except BaseException as exc:  # noqa: B902 - unpickling runs the snapshot's code
+                    if isinstance(exc, KeyboardInterrupt):
+                        raise
+                    failed.append([name, ("%s: %s" % (type(exc).__name__, exc))[:500]])
         seen: set[int] = set()
         for name, value in loaded.items():
             namespace[name] = _rebind(value, namespace, seen)
