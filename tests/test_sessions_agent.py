@@ -121,3 +121,32 @@ def test_saving_needs_a_kernel_and_the_run_log(log: RunLog, tmp_path: Path) -> N
         CodeActAgent(ScriptedModel([]), log=False).session(save=True)
     with pytest.raises(SavedSessionError, match="No saved session"):
         agent(ScriptedModel([]), log, tmp_path).session(resume="nothing-here")
+
+
+def test_autosave_writes_deltas_and_removing_their_bases_never_breaks_a_resume(log: RunLog, tmp_path: Path) -> None:
+    from codeact.sessions import delete
+
+    store = tmp_path / "snaps"
+    model = ScriptedModel([
+        code("import numpy as np\nbig = np.arange(1_000_000)\nprint(big.size)"),
+        code("y = 2\nprint(y)"),
+        code("z = 3\nprint(z)"),
+        "done",
+    ])
+    with agent(model, log, tmp_path, max_steps=6).session(save=SaveOptions(store=store, autosave=True, keep=2,
+                                                                            on_close=False)) as chat:
+        chat.send("go")
+        rows = log.list_snapshots(session=chat.session_id)
+    newest, older = rows
+    from sandbox import Snapshot
+
+    snap = Snapshot.open(newest.path)
+    assert snap.base == older.id and snap.size < 1_000_000  # z only, not the 8 MB array again
+    assert snap_files(store) == sorted([newest.id, older.id])  # the whole first save is held, not listed
+    delete(log, older)  # `codeact sessions rm`: the newest still needs it
+    assert snap_files(store) == [newest.id] and len(list((store / ".held").glob("*.snap"))) == 2
+    resumed = ScriptedModel([code("final_answer(int(big.sum()) + y + z)")])
+    with agent(resumed, log, tmp_path).session(resume=newest.id, save=SaveOptions(store=store, on_close=False)) as c:
+        assert c.send("sum").answer == 499999500000 + 5
+    delete(log, newest)
+    assert snap_files(store) == [] and list((store / ".held").glob("*.snap")) == []  # nothing needs them now
