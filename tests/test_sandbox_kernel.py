@@ -557,6 +557,26 @@ def test_context_manager_releases_everything(backend):
         session.run("print(1)")
 
 
+def test_fresh_kernel_collects_garbage_and_loads_the_rest_on_demand(backend):
+    """The kernel boots without the cyclic collector and without parts it does not use at start;
+    afterwards the collector is on, and what the code imports is the real thing."""
+    with open_sandbox(backend) as session:
+        r = ok(session, "import gc, sys\nprint(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+                        "print([m for m in ('jupyter_client.manager', 'dateutil', 'dateutil.parser', 'dateutil.tz')"
+                        " if m in sys.modules])")
+        assert r.stdout == "True True\n[]\n"
+        # a cycle made by the code is collected
+        ok(session, "import weakref\nclass Node: pass\nn = Node(); n.me = n; probe = weakref.ref(n); del n\n"
+                    "gc.collect()\nassert probe() is None")
+        r = ok(session, "import dateutil.parser, dateutil.tz, jupyter_client\n"
+                        "print(dateutil.parser.parse('5 Nov 2020').year, dateutil.tz.tzlocal().__class__.__name__,"
+                        " jupyter_client.KernelManager.__name__, bool(jupyter_client.__version__))")
+        assert r.stdout == "2020 tzlocal KernelManager True\n"
+        ok(session, "21 * 2")
+        r = ok(session, "ip = get_ipython()\nprint(_, In[-2], ip.colors.lower(), ip.history_manager.enabled)")
+        assert r.stdout == "42 21 * 2 nocolor False\n"
+
+
 def test_forgotten_session_is_cleaned_by_its_finalizer(backend):
     session = open_sandbox(backend).start()
     ok(session, "x = 1")

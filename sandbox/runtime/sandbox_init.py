@@ -50,8 +50,9 @@ import signal
 import socket
 import sys
 
-#: How a kernel is started (must match sandbox/kernel.py KERNEL_CODE): no '' or '.' on sys.path.
-KERNEL_CODE = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+#: How a kernel is started (must match sandbox/kernel.py KERNEL_CODE): no '' or '.' on sys.path, no cyclic
+#: garbage collection while it boots.
+KERNEL_CODE = ("import gc; gc.disable(); import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
                "import sandbox_runtime; sandbox_runtime.launch()")
 #: The kernel's end of its link's listening socket, and of the file where it notes each run's start
 #: (see spawn_kernel).
@@ -168,7 +169,6 @@ if __name__ == "__main__" and os.getpid() == 1 and os.environ.get("SANDBOX_SPAWN
 
 import contextlib  # noqa: E402
 import ctypes  # noqa: E402
-import shutil  # noqa: E402
 import time  # noqa: E402
 from typing import TYPE_CHECKING, Any, NoReturn  # noqa: E402
 
@@ -237,10 +237,9 @@ def _prctl(option: int, value: int) -> None:
 
 def _request(msg_type: str) -> list[bytes]:
     import datetime
-    import uuid
 
     header = {
-        "msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "sandbox", "session": "supervisor",
+        "msg_id": os.urandom(16).hex(), "msg_type": msg_type, "username": "sandbox", "session": "supervisor",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": "5.3",
     }
     return [b"<IDS|MSG>", b"", json.dumps(header).encode(), b"{}", b"{}", b"{}"]
@@ -385,6 +384,8 @@ class Supervisor:
         In a container, start the kernel too (the first one is already booting: no code has
         run yet, so the host's first K claims it, unless it asks for other packages).
         """
+        import shutil  # here, not at the start: the first kernel needs none of it (and it imports bz2, lzma)
+
         request = json.loads(bytes(body))
         parent = request["parent"]
         packages = request.get("packages", "")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 import getpass
 import inspect
 import itertools
@@ -279,6 +280,7 @@ def launch(argv: list[str] | None = None) -> None:
         sys.modules.setdefault(blocked, None)  # type: ignore[arg-type]
     _skip_terminal_ipython()
     _lazy_jupyter_client()
+    _light_message_dates()
     _patch_fd_capture()
     import logging
 
@@ -304,14 +306,22 @@ def launch(argv: list[str] | None = None) -> None:
     os.environ["IPYTHONDIR"] = os.path.join(private, "ipython")
     os.environ["MPLCONFIGDIR"] = os.path.join(private, "matplotlib")
     _prepare_matplotlib()
-    args = list(sys.argv[1:] if argv is None else argv) + [
-        "-f", path,
-        "--IPKernelApp.log_level=40",  # no startup warnings in the kernel's log: its tail explains crashes
-        "--HistoryManager.enabled=False",
-        "--IPKernelApp.parent_handle=0",
-        "--InteractiveShell.colors=NoColor",
-    ]
+    from traitlets.config import Config
+
+    settings = Config()
+    settings.IPKernelApp.connection_file = path
+    settings.IPKernelApp.log_level = 40  # no startup warnings in the kernel's log: its tail explains crashes
+    settings.HistoryManager.enabled = False
+    settings.IPKernelApp.parent_handle = 0
+    settings.InteractiveShell.colors = "NoColor"
     app = IPKernelApp.instance()
+    # The settings as if given on the command line (they win over config files), without building the
+    # command-line parser for every configurable class (a few ms of each start), unless there are arguments.
+    app.cli_config = settings
+    app.update_config(settings)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        app.parse_command_line = lambda argv=None: None  # type: ignore[method-assign]  # nothing to parse
     app.initialize(args)
     # ipykernel sleeps 0.5 ms before each execute reply, for clients that take the reply as the end
     # of a request's output: the host waits for the request's idle status on iopub, which comes
@@ -326,6 +336,10 @@ def launch(argv: list[str] | None = None) -> None:
     fd = getattr(sys.stderr, "_original_stdstream_copy", None)
     with contextlib.suppress(OSError):
         os.write(fd if isinstance(fd, int) else 2, ("\n" + READY_MARKER + "\n").encode())
+    # KERNEL_CODE turned the cyclic collector off for the boot. What the boot made lives as long as
+    # the kernel: frozen, later collections never walk it again (they are shorter for the code's runs).
+    gc.freeze()
+    gc.enable()
     app.start()
 
 
@@ -372,11 +386,15 @@ def _lazy_jupyter_client() -> None:
     loader = spec.loader
 
     def __getattr__(name: str) -> Any:
-        if not name.startswith("__"):
-            for part in ("connect", "_version", "blocking"):
-                value = getattr(importlib.import_module("jupyter_client." + part), name, _MISSING)
-                if value is not _MISSING:
-                    return value
+        if name.startswith("__") and name != "__version__":
+            # A probe (``getattr(module, "__x__", default)``: hasattr, pickle, the runtime's own look
+            # for namespaces at every install) must not load the whole package: the package defines
+            # no dunder but __version__, so the answer is no either way.
+            raise AttributeError("module 'jupyter_client' has no attribute %r" % name)
+        for part in ("connect", "_version", "blocking"):
+            value = getattr(importlib.import_module("jupyter_client." + part), name, _MISSING)
+            if value is not _MISSING:
+                return value
         if module.__dict__.pop("__getattr__", None) is not None:
             loader.exec_module(module)  # the whole package, once
         try:
@@ -389,6 +407,52 @@ def _lazy_jupyter_client() -> None:
 
 
 _MISSING = object()
+
+
+def _light_message_dates() -> None:
+    """Import ``jupyter_client.jsonutil`` with the standard library's ISO 8601 parser for message dates.
+
+    It parses the date in each message's header with ``dateutil.parser.isoparse``, and
+    importing that parser (time zones, calendars, zoneinfo) is about 8 ms of every kernel's
+    start. ``datetime.fromisoformat`` reads the dates Jupyter clients write (the host's
+    included); anything else goes to dateutil's parser, imported then. The stand-ins are
+    in ``sys.modules`` only while jsonutil is imported: code in the kernel gets dateutil.
+    """
+    names = ("dateutil.parser", "dateutil.tz")
+    if "jupyter_client.jsonutil" in sys.modules or any(name in sys.modules for name in names):
+        return
+    import datetime
+    import types
+
+    def isoparse(text: str) -> datetime.datetime:
+        try:
+            return datetime.datetime.fromisoformat(text)
+        except ValueError:
+            from dateutil.parser import isoparse as parse
+
+            return parse(text)
+
+    def tzlocal() -> datetime.tzinfo:  # only for a date without a time zone
+        from dateutil.tz import tzlocal as local
+
+        return local()
+
+    parser, tz = types.ModuleType(names[0]), types.ModuleType(names[1])
+    parser.__dict__["isoparse"] = isoparse
+    tz.__dict__["tzlocal"] = tzlocal
+    stand_ins = {names[0]: parser, names[1]: tz}
+    sys.modules.update(stand_ins)
+    try:
+        import jupyter_client.jsonutil  # noqa: F401
+    except ImportError:  # a jupyter_client that wants more of dateutil: it gets all of it
+        sys.modules.pop("jupyter_client.jsonutil", None)
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+            package = sys.modules.get("dateutil")
+            if package is not None and package.__dict__.get(name.rpartition(".")[2]) is module:
+                delattr(package, name.rpartition(".")[2])
 
 
 def _prepare_matplotlib() -> None:
