@@ -176,14 +176,20 @@ class DockerKernel:
                              "SANDBOX_KERNEL_PARENT": self.kernel_parent(), "SANDBOX_PACKAGES": self._package_paths()},
             )
             self.container_id = created["Id"]
-            # The container's own (anonymous) volumes: /workspace and the package volume. The engine drops
-            # them with the container, except when someone removed the container without -v; stop() then
-            # removes them by name. Shared package sets are mounted read-only and are not the session's.
-            self._volumes = [m["Name"] for m in self.client.api.inspect_container(self.container_id)["Mounts"]
-                             if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
             attached = self.client.api.attach_socket(
                 self.container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1, "detachKeys": ""})
             self.client.api.start(self.container_id)
+            # The container's own (anonymous) volumes: /workspace and the package volume. The engine drops
+            # them with the container, except when someone removed the container without -v; stop() then
+            # removes them by name. Shared package sets are mounted read-only and are not the session's.
+            # Asked once it runs: the kernel boots meanwhile (before the start, this round trip delayed it).
+            # A container already gone (its supervisor failed at once) took its volumes with it; its
+            # stream says what happened.
+            with contextlib.suppress(docker.errors.NotFound):
+                self._volumes = [m["Name"] for m in self.client.api.inspect_container(self.container_id)["Mounts"]
+                                 if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
+        except docker.errors.ImageNotFound as exc:
+            raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
                 raise BackendUnavailable(
@@ -499,20 +505,47 @@ class DockerSandbox(KernelSandbox):
                 raise FileTransferError(f"could not download {target}: {exc}") from exc
 
 
+#: (engine address, image) pairs this process found on their engine: a session does not ask again (a round
+#: trip on every cold start). An image removed since is reported when its container cannot be created.
+_IMAGES_SEEN: set[tuple[str, str]] = set()
+
+
 def _check_image(client: Any, image: str) -> None:
     """The image must be on the engine; a remote engine gets it copied from the local one (once per recipe)."""
     import docker.errors
 
+    key = _image_key(client, image)
+    if key is not None and key in _IMAGES_SEEN:
+        return
     try:
         client.images.get(image)
-        return
     except docker.errors.ImageNotFound:
-        if not is_local(client):
-            ensure_image(client, image)
-            return
-    raise ImageNotFound(
+        if is_local(client):
+            raise _image_missing(image) from None
+        ensure_image(client, image)
+    if key is not None:
+        _IMAGES_SEEN.add(key)
+
+
+def _image_key(client: Any, image: str) -> tuple[str, str] | None:
+    """Where ``image`` is looked for: the engine's address, for clients from :func:`sandbox.engines.connect`
+    (a client of the caller's own says only "localhost" for any Unix socket: not remembered)."""
+    engine = engine_of(client)
+    return (engine.url, image) if engine is not None else None
+
+
+def _image_missing(image: str) -> ImageNotFound:
+    return ImageNotFound(
         f"the sandbox image {image!r} is not built; run `codeact image build` (about 3 minutes the first time)"
     )
+
+
+def _image_gone(client: Any, image: str) -> ImageNotFound:
+    """The image was found earlier in this process but is gone now: check again next time."""
+    key = _image_key(client, image)
+    if key is not None:
+        _IMAGES_SEEN.discard(key)
+    return _image_missing(image)
 
 
 def _reap_once(client: Any) -> None:

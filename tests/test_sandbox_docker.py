@@ -375,6 +375,27 @@ def test_open_sandbox_fails_closed_without_the_image():
             open_sandbox("auto", image="codeact-sandbox:no-such-tag")
 
 
+def test_image_removed_while_the_process_runs_is_a_clear_error(client):
+    """An image found for an earlier session and removed since: the same clear error as a missing one
+    (not a failed container start), each time until it is back."""
+    import uuid
+
+    from sandbox import DockerSandbox, ImageNotFound
+    from sandbox.image import default_image_tag
+
+    tag = f"test-gone-{uuid.uuid4().hex[:8]}"
+    client.images.get(default_image_tag()).tag("codeact-sandbox", tag)
+    try:
+        with DockerSandbox(image=f"codeact-sandbox:{tag}") as sb:
+            ok(sb, "x = 1")
+    finally:
+        client.images.remove(f"codeact-sandbox:{tag}")  # the tag only: the image keeps its other tags
+    for _ in range(2):
+        with pytest.raises(ImageNotFound, match="codeact image build"), \
+                DockerSandbox(image=f"codeact-sandbox:{tag}") as sb:
+            sb.run("x = 2")
+
+
 def test_missing_image_is_a_clear_error():
     from sandbox import DockerSandbox, ImageNotFound
 
