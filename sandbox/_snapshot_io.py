@@ -177,6 +177,21 @@ def tar_stream_of_blobs(blobs: list[tuple[str, Callable[[], IO[bytes]], int]], d
     yield tarfile.NUL * (2 * tarfile.BLOCKSIZE)
 
 
+def coalesce(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
+    """The same bytes in chunks of at least ``size`` (but the last); a chunk that large passes as it is."""
+    pending = bytearray()
+    for chunk in chunks:
+        if not pending and len(chunk) >= size:
+            yield chunk
+            continue
+        pending += chunk
+        if len(pending) >= size:
+            yield bytes(pending)
+            pending = bytearray()
+    if pending:
+        yield bytes(pending)
+
+
 class DockerFiles:
     """A Docker session's files, through the engine's archive API."""
 
@@ -211,7 +226,9 @@ class DockerFiles:
 
     def write_blobs(self, blobs: list[tuple[str, Callable[[], IO[bytes]], int]]) -> None:
         # Streamed (chunked upload): copying 100 MB into a temporary tar first cost as much as sending it.
-        stream = tar_stream_of_blobs(blobs, STAGING, self.kernel.uid)
+        # Coalesced: a session of many small variables made thousands of tiny chunks, each a send and a
+        # chunk for the engine to decode.
+        stream = coalesce(tar_stream_of_blobs(blobs, STAGING, self.kernel.uid), CHUNK)
         if not self.kernel.client.api.put_archive(self.kernel.container_id, self.workdir, stream):
             raise OSError("the engine refused the snapshot's variables")
 
