@@ -168,6 +168,83 @@ class SocketStream:
             self.sock.close()
 
 
+class DirectStream:
+    """A container kernel's stream on a Unix socket straight into its container (see :mod:`sandbox._netns`).
+
+    Frames go both ways on ``sock``; the kernel's own stderr still arrives on
+    the ``docker exec`` stream of its link program (``exec_stream``), whose
+    stdout carries nothing (anything there is dropped). The stream ends when
+    either ends: the kernel holds both for life. When the socket ends first,
+    the kernel's last words may still be on their way through the engine, so
+    the exec stream is read on for up to ``drain`` seconds.
+    """
+
+    direct_send = True
+
+    def __init__(self, sock: socket.socket, exec_stream: SocketStream, drain: float = 0.5) -> None:
+        self.sock = sock
+        self.exec = exec_stream
+        self.drain = drain
+        sock.setblocking(False)
+        self._exec_fd = exec_stream.sock.fileno()
+        self._socket_ended = False
+
+    def read_fds(self) -> list[int]:
+        return [self.sock.fileno(), self._exec_fd]
+
+    def read(self, fd: int) -> tuple[bytes, bytes] | None:
+        if fd == self._exec_fd:
+            got = self.exec.read(fd)
+            return None if got is None else (b"", got[1])
+        try:
+            data = self.sock.recv(_READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return b"", b""
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNRESET, errno.EPIPE):
+                raise
+            data = b""
+        if data:
+            return data, b""
+        if self._socket_ended:
+            return None
+        # The socket's end is read again at once (the next read ends the stream); first, the kernel's stderr.
+        self._socket_ended = True
+        return b"", self._drain_exec()
+
+    def _drain_exec(self) -> bytes:
+        """The exec stream's stderr until it ends or ``drain`` seconds pass (its tail only)."""
+        tail = bytearray()
+        deadline = time.monotonic() + self.drain
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._exec_fd, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0:
+                if not selector.select(left):
+                    break
+                got = self.exec.read(self._exec_fd)
+                if got is None:
+                    break
+                tail += got[1]
+                del tail[:-STDERR_TAIL]
+        return bytes(tail)
+
+    def write_fd(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, data: memoryview | bytearray) -> int:
+        return self.sock.send(data)
+
+    def send_many(self, views: list[memoryview | bytearray]) -> int:
+        return self.sock.sendmsg(views) if len(views) > 1 else self.sock.send(views[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.exec.close()
+
+
 class PipeStream:
     """A local subprocess's stdin, stdout and stderr pipes."""
 
