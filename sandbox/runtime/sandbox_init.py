@@ -114,25 +114,20 @@ def make_directory(parent: str) -> str:
 def spawn_kernel(directory: str, packages: str) -> Spawned:
     """Start a kernel for ``directory`` (a child of this process, in a session of its own).
 
-    It gets the listening socket of its link (``directory/link``) as fd 3; as fd 4 a memory file
-    where it notes, before the code of a run starts, that run's id (a write into memory: it
-    wakes nobody, and survives the kernel's death; this process reads it only when the kernel
-    ends, and tells the host in ``D``); its own directory as working directory (nothing the
+    It gets the listening socket of its link (the abstract address ``directory/link``) as fd 3;
+    as fd 4 a memory file where it notes, before the code of a run starts, that run's id (a write
+    into memory: it wakes nobody, and survives the kernel's death; this process reads it only when
+    the kernel ends, and tells the host in ``D``); its own directory as working directory (nothing the
     code wrote elsewhere is near it), default signal handling, and its output in
     ``directory/boot.log`` until the link hands it the exec stream's. The link
     program (the host's ``docker exec``) runs as a user of the sandbox's group but not the
     sandbox's user: the code cannot signal or trace it (it would cut the kernel's call stream).
     """
-    path = os.path.join(directory, "link")
-    # Not contextlib.suppress: the first kernel starts before contextlib is imported (see FIRST).
-    try:  # noqa: SIM105
-        os.unlink(path)  # an earlier attempt's
-    except FileNotFoundError:
-        pass
     link = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    link.bind(path)
-    os.chmod(path, 0o660)
-    link.listen(1)
+    # An abstract address (no file): reachable from this container's network namespace only, where the host
+    # may connect directly (see sandbox._netns) besides the link program. Random like the directory.
+    link.bind("\0" + os.path.join(directory, "link"))
+    link.listen(2)  # the host's direct connection, if any, and the link program's
     env = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_SPAWN", "SANDBOX_KERNEL_PARENT")}
     env.update(SANDBOX_CONNECTION=os.path.join(directory, "kernel.json"), SANDBOX_LINK_FD=str(LINK_FD),
                SANDBOX_STARTED_FD=str(STARTED_FD), SANDBOX_PACKAGES=packages)

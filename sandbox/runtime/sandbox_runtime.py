@@ -87,6 +87,7 @@ class _State:
         self.base_threads: set[int | None] = set()  # the kernel's own threads, once it is ready
         self.in_container = False  # a container of its own: every stray process may be killed
         self.relay: socket.socket | None = None  # the link program's socket (in a container): open while this lives
+        self.direct: socket.socket | None = None  # the host's own connection, when it made one (the call link)
         self.started_fd: int | None = None  # where the supervisor reads which run this kernel started (a container)
         self.capture_clocks: dict[int, float] = {}  # CPU clocks of the fd capture threads as the cell started
 
@@ -346,13 +347,28 @@ def launch(argv: list[str] | None = None) -> None:
 def _accept_link(listener_fd: int) -> _CallLink:
     """Take the link program's stdin, stdout and stderr (see :func:`launch`); stderr becomes this
     process's (its crash reports reach the host). The connection stays open while this process
-    lives: the link program, and with it the host's exec stream, ends when it does."""
+    lives: the link program, and with it the host's exec stream, ends when it does.
+
+    On an engine on the host's machine, the host may connect to the listening socket itself
+    first (``H``, from inside this container's network namespace: see ``sandbox._netns``): its
+    frames then travel on that connection, and the exec stream carries only stderr. It always
+    connects before it starts the link program, so its connection is the first one accepted.
+    """
     import socket
 
     listener = socket.socket(fileno=listener_fd)
-    conn, _ = listener.accept()
-    listener.close()
-    _, fds, _, _ = socket.recv_fds(conn, 16, 3)
+    direct = None
+    try:
+        while True:
+            conn, _ = listener.accept()
+            # One byte: the host's frames follow its "H" at once, and they are the link's, not this message's.
+            message, fds, _, _ = socket.recv_fds(conn, 1, 3)
+            if message == b"H" and not fds and direct is None:
+                direct = conn
+                continue
+            break
+    finally:
+        listener.close()
     if len(fds) != 3:
         raise RuntimeError("the kernel's link did not hand over its streams")
     for fd in fds:
@@ -364,7 +380,13 @@ def _accept_link(listener_fd: int) -> _CallLink:
     conn.sendall(b"K")
     conn.set_inheritable(False)
     _state.relay = conn
-    return _CallLink(fd_in, fd_out)
+    if direct is None:
+        return _CallLink(fd_in, fd_out)
+    os.close(fd_in)  # the exec stream's stdin and stdout carry nothing now
+    os.close(fd_out)
+    direct.set_inheritable(False)
+    _state.direct = direct
+    return _CallLink(direct.fileno(), direct.fileno())
 
 
 def _lazy_jupyter_client() -> None:
