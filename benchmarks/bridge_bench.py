@@ -7,7 +7,8 @@ Rows, all in one run on the same machine:
   a ``docker exec`` stream (network none, uid 1000), and a raw ZMQ ipc round
   trip between two host processes — what no bridge can beat;
 * host-function call p50/p90 from sandboxed code (one small argument) on
-  docker, local and restricted, and the docker call as a ratio to the raw
+  docker (the direct link where it is possible, see docs/scaling.md, and
+  the exec link), local and restricted, and the docker call as a ratio to the raw
   exec round trip (the stream docker calls travel on) and to ZMQ ipc;
 * throughput: 10,000 small calls in one cell;
 * payloads: 1 MB and 50 MB of bytes as an argument and as a result;
@@ -282,11 +283,16 @@ def main() -> int:
     limits = Limits(max_payload=128 * 2**20)
     backends: list[tuple[str, Callable[[], Any]]] = [
         ("docker", lambda: DockerSandbox(functions=functions, timeout=600, limits=limits, memory="2g")),
+        # The same through the engine's exec relay (what remote engines, and non-root users, get).
+        ("docker, exec link", lambda: DockerSandbox(functions=functions, timeout=600, limits=limits, memory="2g",
+                                                    direct_link=False)),
         ("local", lambda: LocalSandbox(functions=functions, timeout=600, limits=limits)),
         ("restricted", lambda: RestrictedSandbox(functions=functions, timeout=600)),
     ]
     for name, make in backends:
         with make() as sb:
+            if name == "docker":
+                add("docker: calls on the direct link (see docs/scaling.md)", "yes/no", float(sb.linked_directly))
             if name == "restricted":
                 code = ("import time\nts = []\nfor i in range(%d):\n    t = time.perf_counter()\n    echo(1)\n"
                         "    ts.append(time.perf_counter() - t)\nts = sorted(ts)\nprint(ts[len(ts) // 2])") % reps
