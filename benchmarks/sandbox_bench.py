@@ -143,7 +143,7 @@ class Bench:
         """Run one measurement; a failure becomes an error row, never an abort."""
         try:
             out = fn()
-        except BaseException as exc:  # noqa: BLE001 - report and go on
+        except BaseException as exc:  # report and go on
             if isinstance(exc, KeyboardInterrupt):
                 raise
             traceback.print_exc()
@@ -199,7 +199,7 @@ def machine_facts(client: Any) -> dict[str, Any]:
         import jupyter_client
 
         facts["jupyter_client"] = jupyter_client.__version__
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     if client is not None:
         try:
@@ -209,7 +209,7 @@ def machine_facts(client: Any) -> dict[str, Any]:
             facts["docker_api"] = v.get("ApiVersion")
             facts["cgroup"] = f"v{info.get('CgroupVersion', '?')} ({info.get('CgroupDriver', '?')})"
             facts["docker_runtime"] = info.get("DefaultRuntime")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             facts["docker"] = f"error: {exc}"
         try:
             from sandbox.image import default_image_tag
@@ -225,7 +225,7 @@ def machine_facts(client: Any) -> dict[str, Any]:
             ver, build, comp, ipk = [p.strip() for p in out.split("|")]
             facts["image_python"], facts["image_python_build"] = ver, build
             facts["image_python_compiler"], facts["image_ipykernel"] = comp, ipk
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             facts["image_python"] = f"error: {exc}"
     return facts
 
@@ -238,7 +238,7 @@ def docker_client_or_none() -> tuple[Any, str | None]:
         from sandbox.container import docker_client
 
         return docker_client(), None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return None, str(exc)
 
 
@@ -720,7 +720,7 @@ def bench_cpu(b: Bench, client: Any) -> None:
             image = default_image_tag()
             try:
                 sessions["docker"] = DockerSandbox(timeout=120).start()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 errors["docker"] = f"{type(exc).__name__}: {exc}"
         else:
             errors["docker"] = errors["image python3 (docker run)"] = b.diagnostics["no_docker"]
@@ -728,11 +728,11 @@ def bench_cpu(b: Bench, client: Any) -> None:
             from sandbox.local import LocalSandbox
 
             sessions["local"] = LocalSandbox(timeout=120).start()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors["local"] = f"{type(exc).__name__}: {exc}"
         try:
             sessions["restricted"] = restricted_class()(timeout=120).__enter__()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors["restricted"] = f"{type(exc).__name__}: {exc}"
 
         def one(name: str) -> float:
@@ -756,7 +756,7 @@ def bench_cpu(b: Bench, client: Any) -> None:
                     v = one(name)
                     if rep > 0:
                         samples[name].append(v)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     errors[name] = f"{type(exc).__name__}: {exc}"
     finally:
         for sb in sessions.values():
@@ -846,7 +846,7 @@ def bench_concurrent(b: Bench, client: Any) -> None:
                     elif "100000" not in r.stdout:
                         rec["error"] = f"unexpected output: {r.stdout[-200:]!r}"
                     rec["session_s"] = time.perf_counter() - t
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 rec["error"] = f"{type(exc).__name__}: {exc}"[:300]
             rec["total_s"] = time.perf_counter() - t0
 

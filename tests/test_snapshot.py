@@ -84,7 +84,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> PackagePolicy:
     return PackagePolicy(cache_dir=str(tmp_path_factory.mktemp("package-cache")))
 
 
-def ok(sb, code: str) -> str:  # noqa: ANN001
+def ok(sb, code: str) -> str:
     r = sb.run(code, timeout=120)
     assert r.error is None, f"{r.error}\n{r.stdout}\n{r.stderr}"
     return r.stdout
@@ -103,7 +103,7 @@ def victim(tmp_path: Path) -> Path:
     return target
 
 
-def test_a_session_comes_back_equal_and_unsaveable_things_are_reported(tmp_path: Path, policy) -> None:  # noqa: ANN001
+def test_a_session_comes_back_equal_and_unsaveable_things_are_reported(tmp_path: Path, policy) -> None:
     store = SnapshotStore(tmp_path / "store")
     with DockerSandbox(package_policy=policy, timeout=120) as sb:
         ok(sb, SESSION)

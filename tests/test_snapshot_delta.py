@@ -33,7 +33,7 @@ open('data/a.txt', 'w').write('first')
 CHECK = "print(float(big.sum()), small, f(2), open('data/a.txt').read(), sorted(k for k in globals() if k[:1] == 'v'))"
 
 
-def ok(sb, code: str) -> str:  # noqa: ANN001
+def ok(sb, code: str) -> str:
     r = sb.run(code, timeout=120)
     assert r.error is None, f"{r.error}\n{r.stdout}\n{r.stderr}"
     return r.stdout
