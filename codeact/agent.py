@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import queue
@@ -323,8 +324,9 @@ class CodeActAgent(AgentRuns):
         return self._log
 
     def _open_sandbox(self, functions: list[HostFunction], package_policy: Any = None,
-                      restore: Any = None) -> tuple[Any, bool]:
-        """(sandbox, owned): a new session we must close, or the user's own; ``restore``: from this snapshot."""
+                      restore: Any = None, start: bool = True) -> tuple[Any, bool]:
+        """(sandbox, owned): a new session we must close, or the user's own; ``restore``: from this snapshot.
+        ``start=False``: a new kernel sandbox is made but not started (the caller starts it)."""
         from sandbox import SessionSource, open_sandbox
 
         spec = self.sandbox
@@ -345,11 +347,32 @@ class CodeActAgent(AgentRuns):
         else:
             # A tuple: open_sandbox's list[Callable | HostFunction] does not take our list[HostFunction].
             sb = open_sandbox(_backend_name(spec), functions=tuple(functions), **options)
+        if not start:
+            return sb, True
         if hasattr(sb, "start"):
             sb.start()
         elif hasattr(sb, "__enter__"):
             sb.__enter__()
         return sb, True
+
+
+class _Opening:
+    """A new sandbox starting on a thread of its own (its ``start()``), and how that went."""
+
+    def __init__(self, sandbox: Any, span: Any) -> None:
+        self.sandbox = sandbox
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(target=self._start, args=(span,), name="sandbox-start", daemon=True).start()
+
+    def _start(self, span: Any) -> None:
+        try:
+            with span:
+                self.sandbox.start()
+        except BaseException as exc:  # handed to whoever waits (ChatSession._await_sandbox)
+            self.error = exc
+        finally:
+            self.done.set()
 
 
 class ChatSession:
@@ -369,6 +392,9 @@ class ChatSession:
         self.messages: list[Message] = []
         self._sandbox: Any = None
         self._owned = False
+        #: The sandbox's start, running on a thread while the turn's first model call runs (see _ensure_sandbox).
+        self._opening: _Opening | None = None
+        self._opening_lock = threading.Lock()
         self._state: _RunState | None = None
         self._files: list[FileDescription] = []
         self._uploaded: list[FileDescription] = []  # put in by upload(); the next task names them
@@ -420,6 +446,7 @@ class ChatSession:
 
         if self._closed:
             raise SavedSessionError("this chat session is closed; nothing to save")
+        self._await_sandbox()
         if self._sandbox is None:
             raise SavedSessionError("nothing to save yet: the session has no sandbox before its first turn")
         if self._saver.log is None:
@@ -461,6 +488,8 @@ class ChatSession:
     def close(self) -> None:
         if self._closed:
             return
+        with contextlib.suppress(Exception):  # a start that failed has nothing to close or save
+            self._await_sandbox()
         options = self._saver.options
         if options is not None and options.on_close and self._sandbox is not None and self._owned:
             try:
@@ -519,12 +548,14 @@ class ChatSession:
         """The files in the working directory (``sandbox.result.FileInfo``); none before the sandbox opens."""
         if self._closed or self._sandbox is None:
             return []
+        self._await_sandbox()
         return self._sandbox.list_files()
 
     def download(self, path: str) -> bytes:
         """A file from the working directory (a relative path, as :meth:`list_files` names it)."""
         if self._closed or self._sandbox is None:
             raise CodeActError(f"no such file in the sandbox: {path} (no sandbox is open)")
+        self._await_sandbox()
         return self._sandbox.download(path)
 
     # --- tools added during the conversation ---------------------------------------------------
@@ -598,13 +629,13 @@ class ChatSession:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
-            self._ensure_sandbox()
-            for install in self._package_events(state):  # packages= installed as the sandbox opened
-                yield emit(install)
+            # A new sandbox starts while the model writes its first reply; the first code action waits for it.
+            self._ensure_sandbox(background=True)
+            pending_uploads = list(file_paths)
+            if self._opening is None:
+                yield from (emit(e) for e in self._sandbox_ready(state, pending_uploads))
             announced, self._uploaded = self._uploaded, []
-            for path in file_paths:
-                self._sandbox.upload(path)
-                announced.append(FileDescription.of(path))
+            announced.extend(FileDescription.of(path) for path in file_paths)
             self._files.extend(announced)
             if not self.messages:
                 self.messages.append(Message("system", self._system_prompt()))
@@ -616,7 +647,7 @@ class ChatSession:
                         f.render() for f in announced)
                 note, self._resume_note = self._resume_note, ""  # after a resume: what came back, what was lost
                 self.messages.append(Message("user", note + task + extra))
-            snapshot = self._file_snapshot()
+            snapshot = self._file_snapshot() if not pending_uploads and self._opening is None else None
             budget = _ArtifactBudget(agent.limits)
             state.output_dir, state.budget, state.result = output_dir, budget, result
             for index in range(1, agent.max_steps + 1):
@@ -648,6 +679,9 @@ class ChatSession:
                 yield emit(CodeAction(run_id=run_id, step=index, code=code))
                 if cancel is not None and cancel.is_set():  # stopped while the model wrote it: do not run it
                     raise RunCancelled(f"cancelled before the code of step {index} ran")
+                if snapshot is None:  # the sandbox started on a thread: wait for it, put the files in
+                    yield from (emit(e) for e in self._sandbox_ready(state, pending_uploads))
+                    snapshot = self._file_snapshot()
                 exec_started = time.perf_counter()
                 exec_result: ExecutionResult | None = None
                 for item in self._run_code(code, state):
@@ -710,6 +744,12 @@ class ChatSession:
             result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
             kind = "sandbox" if isinstance(exc, SandboxError) else "internal"
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind=kind, fatal=True))
+        if self._opening is not None:  # the turn ended before any code ran: the sandbox must still be up
+            try:
+                self._await_sandbox()
+            except Exception as exc:  # the next turn tries again; this one did not need it
+                yield emit(ErrorEvent(run_id=run_id, step=state.step, kind="sandbox", fatal=False,
+                                      message=f"the sandbox did not start: {type(exc).__name__}: {exc}"))
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
@@ -725,23 +765,67 @@ class ChatSession:
         sb = self._sandbox if self._sandbox is not None else self.agent.sandbox
         return sb if isinstance(sb, str) else getattr(sb, "backend", type(sb).__name__)
 
-    def _ensure_sandbox(self) -> None:
+    def _ensure_sandbox(self, background: bool = False) -> None:
+        """Open the session's sandbox if it is not open. ``background``: only make it here, and start it on a
+        thread (where that is worth it, see :meth:`_starts_in_background`); :meth:`_await_sandbox` waits."""
         if self._sandbox is None:
             self._surface = self._make_surface()
             functions = self._surface.host_functions(self.agent.tools, self._invoker)
             functions.append(HostFunction(self._final_answer, name=FINAL_ANSWER,
                                           doc="Finish the task and return `answer` to the user."))
             trace = self._state.trace if self._state is not None else None
-            with trace.sandbox("start", {"codeact.sandbox.backend": self._backend_name()}) if trace is not None \
-                    else _nullcontext():
-                self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy(),
-                                                                      restore=self._restore_from)
+            background = background and self._starts_in_background()
+            span = trace.sandbox("start", {"codeact.sandbox.backend": self._backend_name()}) if trace is not None \
+                else _nullcontext()
+            if background:
+                self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy(), start=False)
+                self._opening = _Opening(self._sandbox, span)
+            else:
+                with span:
+                    self._sandbox, self._owned = self.agent._open_sandbox(functions, self._package_policy(),
+                                                                          restore=self._restore_from)
             packages = getattr(self._sandbox, "packages", None)
             if packages is not None and hasattr(packages, "listeners"):
                 packages.listeners.append(self._on_install)
             self._tools_now = {t.name: t for t in self.agent.tools}
             self._sources = {id(t.toolset): (t.toolset, t.toolset.version) for t in self.agent.tools
                              if getattr(t, "toolset", None) is not None}
+        if not background:
+            self._await_sandbox()
+
+    def _sandbox_ready(self, state: _RunState, uploads: list[Path]) -> Iterator[Event]:
+        """Wait for the sandbox; the installs it made as it opened, as events; ``uploads`` put in (and emptied)."""
+        self._await_sandbox()
+        yield from self._package_events(state)  # packages= installed as the sandbox opened
+        while uploads:
+            self._sandbox.upload(uploads.pop(0))
+
+    def _starts_in_background(self) -> bool:
+        """Whether the sandbox about to open may start while the model thinks: a new docker or local kernel with
+        nothing to install first (their start is most of a cold first step) and nothing to restore."""
+        spec = self.agent.sandbox
+        return (isinstance(spec, str) and _backend_name(spec) in ("docker", "local") and not self.agent.packages
+                and self._restore_from is None)
+
+    def _await_sandbox(self) -> None:
+        """Wait until a sandbox started on a thread is up; raise what its start raised (the session then has no
+        sandbox, and the next turn opens one again). Safe from any thread."""
+        opening = self._opening
+        if opening is None:
+            return
+        opening.done.wait()
+        with self._opening_lock:
+            if self._opening is not opening:
+                return  # another thread took the outcome
+            self._opening = None
+            if opening.error is None:
+                return
+            if self._sandbox is opening.sandbox:
+                self._sandbox = None
+                self._surface = None
+        with contextlib.suppress(Exception):
+            opening.sandbox.close()
+        raise opening.error
 
     # --- packages ---------------------------------------------------------------------------
 
@@ -803,7 +887,7 @@ class ChatSession:
         packages = getattr(self._sandbox, "packages", None)
         try:
             return packages.describe() if packages is not None and hasattr(packages, "describe") else ""
-        except Exception:  # noqa: BLE001 - the prompt goes without the list; installs still report errors
+        except Exception:  # the prompt goes without the list; installs still report errors
             return ""
 
     def _final_answer(self, answer: Any) -> None:
@@ -907,7 +991,7 @@ class ChatSession:
                 surface = self._surface
                 self._sandbox.register(*[surface.host_function(t, self._invoker) if surface is not None
                                          else t.host_function(self._invoker(t)) for t in added])
-        except Exception as exc:  # noqa: BLE001 - the model hears about it; the run goes on
+        except Exception as exc:  # the model hears about it; the run goes on
             return f"Note: the tools changed but the sandbox could not be updated: {exc}"
         for name in removed:
             self._tools_now.pop(name, None)
