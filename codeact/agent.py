@@ -549,14 +549,18 @@ class ChatSession:
         if self._closed or self._sandbox is None:
             return []
         self._await_sandbox()
-        return self._sandbox.list_files()
+        sandbox = self._sandbox  # None if its start failed (another thread was told why)
+        return sandbox.list_files() if sandbox is not None else []
 
     def download(self, path: str) -> bytes:
         """A file from the working directory (a relative path, as :meth:`list_files` names it)."""
         if self._closed or self._sandbox is None:
             raise CodeActError(f"no such file in the sandbox: {path} (no sandbox is open)")
         self._await_sandbox()
-        return self._sandbox.download(path)
+        sandbox = self._sandbox
+        if sandbox is None:
+            raise CodeActError(f"no such file in the sandbox: {path} (its sandbox did not start)")
+        return sandbox.download(path)
 
     # --- tools added during the conversation ---------------------------------------------------
 
@@ -792,10 +796,12 @@ class ChatSession:
                              if getattr(t, "toolset", None) is not None}
         if not background:
             self._await_sandbox()
+            if self._sandbox is None:  # it failed to start on its thread, and another caller was told: try here
+                self._ensure_sandbox()
 
     def _sandbox_ready(self, state: _RunState, uploads: list[Path]) -> Iterator[Event]:
         """Wait for the sandbox; the installs it made as it opened, as events; ``uploads`` put in (and emptied)."""
-        self._await_sandbox()
+        self._ensure_sandbox()  # waits for a start on its thread (raising what it raised), or opens one here
         yield from self._package_events(state)  # packages= installed as the sandbox opened
         while uploads:
             self._sandbox.upload(uploads.pop(0))
