@@ -22,8 +22,9 @@ hands its stdin, stdout and stderr to the kernel over the kernel's abstract
 link socket and waits for the kernel to end. All traffic goes through the
 Docker API: no bind mount, no network. (On a local engine, when this process
 is root, the host connects to that socket itself, from inside the container's
-network namespace, and the calls skip the engine: see :mod:`sandbox._netns`.) The engine removes the container
-when it stops (``AutoRemove``), and its anonymous /workspace volume with it.
+network namespace, and the calls skip the engine: see :mod:`sandbox._netns`.)
+The engine removes the container when it stops (``AutoRemove``), and its
+anonymous /workspace volume with it.
 
 /workspace is a size-capped tmpfs *volume* (not a tmpfs mount) so that files
 move in and out through the engine's archive API, which also works on remote
@@ -197,9 +198,11 @@ class DockerKernel:
             # Asked once it runs: the kernel boots meanwhile (before the start, this round trip delayed it).
             # A container already gone (its supervisor failed at once) took its volumes with it; its
             # stream says what happened.
+            info: dict[str, Any] = {}
             with contextlib.suppress(docker.errors.NotFound):
-                self._volumes = [m["Name"] for m in self.client.api.inspect_container(self.container_id)["Mounts"]
-                                 if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
+                info = self.client.api.inspect_container(self.container_id)
+            self._volumes = [m["Name"] for m in info.get("Mounts") or []
+                             if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
         except docker.errors.ImageNotFound as exc:
             raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
@@ -209,22 +212,18 @@ class DockerKernel:
             raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
         except OSError as exc:  # requests' connection errors and timeouts are OSErrors
             raise self._engine_gone(exc) from exc
-        self._hold_namespace()
+        self._hold_namespace(int((info.get("State") or {}).get("Pid") or 0))
         if self.packages is not None:
             self.packages.redeliver()  # a recreated container gets the session's earlier installs again
         # docker-py closes TLS sockets when the response object is collected: keep it with the stream.
         return SocketStream(_raw_socket(attached), keepalive=attached)
 
-    def _hold_namespace(self) -> None:
-        """Hold the container's network namespace for direct kernel links, where that is possible."""
+    def _hold_namespace(self, pid: int) -> None:
+        """Hold the network namespace of the container's first process ``pid`` (as the engine reported it) for
+        direct kernel links, where that is possible."""
         self._release_namespace()
-        if not self.direct_link or self.container_id is None or not is_local(self.client):
-            return
-        try:
-            pid = int(self.client.api.inspect_container(self.container_id)["State"].get("Pid") or 0)
-        except Exception:  # the container already ended: its stream says why
-            return
-        self._netns = container_netns(pid, self.container_id)
+        if self.direct_link and self.container_id is not None and is_local(self.client):
+            self._netns = container_netns(pid, self.container_id)
 
     def _release_namespace(self) -> None:
         netns, self._netns = self._netns, None
@@ -232,8 +231,8 @@ class DockerKernel:
             netns.close()
 
     def _connect_directly(self, address: str) -> socket.socket | None:
-        """The kernel's link socket, reached from inside the container's namespace (it says ``K`` once it has
-        its link program too); None where that is not possible: the caller stays on the exec stream."""
+        """The kernel's link socket, reached from inside the container's namespace, with the ``H`` that tells the
+        kernel it is the host's; None where that is not possible: the caller stays on the exec stream."""
         netns = self._netns
         if netns is None or len(address.encode()) > 100:
             return None
