@@ -38,6 +38,9 @@ KERNEL_PACKAGES = {
     "IPython": "the kernel's shell, a dependency of ipykernel",
     "zmq": "the kernel's transport (pyzmq, a dependency of ipykernel); the supervisor relays it",
     "cloudpickle": "snapshots only, imported when one is taken, with a clear error when missing",
+    "traitlets": "the kernel's settings as a Config object (a dependency of ipykernel)",
+    "jupyter_client": "its session and JSON helpers, loaded lazily at kernel start (a dependency of ipykernel)",
+    "dateutil": "jupyter_client's date parsing, stood in for at kernel start (a dependency of jupyter_client)",
 }
 
 
