@@ -57,6 +57,7 @@ from .result import (
     FileInfo,
     FunctionCall,
     KernelRestart,
+    timed_restart,
     Output,
     strip_ansi,
 )
@@ -498,11 +499,8 @@ class KernelSandbox:
 
         Timed and recorded for the next result (``restarts``), whether it succeeds or raises.
         """
-        started, clock = time.time(), time.perf_counter()
-        try:
+        with timed_restart(reason or "restart", self._restarts):
             self._replace_kernel()
-        finally:
-            self._restarts.append(KernelRestart(started, time.perf_counter() - clock, reason or "restart"))
 
     def _replace_kernel(self) -> None:
         self._dispatcher.abandon_all(None)

@@ -117,7 +117,8 @@ from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT, FileInfo, StreamCallbac
 from .errors import FileTransferError, FunctionRegistrationError, SandboxClosed
 from .functions import FunctionDispatcher, HostFunction, as_host_functions
 from .pyparse import AST_LOCK, parse
-from .result import CappedText, ExecutionError, ExecutionResult, FunctionCall, KernelRestart, Output
+from .result import (CappedText, ExecutionError, ExecutionResult, FunctionCall, KernelRestart, Output,
+                     timed_restart)
 from .runtime import sandbox_codec as codec
 
 __all__ = [
@@ -1551,10 +1552,8 @@ class RestrictedSandbox:
         # can only ever touch the old namespace.
         with self._state_lock:
             if self._runtime is runtime and not self._closed:
-                began, clock = time.time(), time.perf_counter()
-                self._runtime = _Runtime(self)
-                self._restarts.append(KernelRestart(began, time.perf_counter() - clock,
-                                                    "the code could not be interrupted"))
+                with timed_restart("the code could not be interrupted", self._restarts):
+                    self._runtime = _Runtime(self)
 
     # -- host functions --------------------------------------------------------
 
@@ -1687,9 +1686,8 @@ class RestrictedSandbox:
             with self._state_lock:
                 self._ensure_open()
                 self._runtime.current.cancel()  # an abandoned worker, if any, stays stopped
-                began, clock = time.time(), time.perf_counter()
-                self._runtime = _Runtime(self)
-                self._restarts.append(KernelRestart(began, time.perf_counter() - clock, "asked for"))
+                with timed_restart("asked for", self._restarts):
+                    self._runtime = _Runtime(self)
             self._restart_notice = (
                 "The session was restarted: variables, functions and imports from earlier runs are gone; "
                 "files are kept."

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 #: MIME types kept from rich outputs, best first.
 RICH_MIME_TYPES = ("image/png", "image/svg+xml", "text/html", "text/markdown", "text/plain")
@@ -102,6 +104,16 @@ class KernelRestart:
     started: float  # time.time() when the restart began
     seconds: float
     reason: str
+
+
+@contextlib.contextmanager
+def timed_restart(reason: str, into: list[KernelRestart]) -> Iterator[None]:
+    """Time the restart the block makes and add it to ``into`` as a :class:`KernelRestart`, also if it raises."""
+    started, clock = time.time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        into.append(KernelRestart(started, time.perf_counter() - clock, reason))
 
 
 @dataclass
