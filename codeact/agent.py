@@ -628,6 +628,7 @@ class ChatSession:
                               tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
                               files=[p.name for p in file_paths], agent="codeact",
                               prompt=agent.prompt.name, prompt_version=agent.prompt.version))
+        pending_uploads: list[Path] = []  # the task's files, put in once the sandbox is up
         try:
             if missing:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
@@ -635,7 +636,7 @@ class ChatSession:
                 raise RunCancelled("cancelled before the first step")
             # A new sandbox starts while the model writes its first reply; the first code action waits for it.
             self._ensure_sandbox(background=True)
-            pending_uploads = list(file_paths)
+            pending_uploads.extend(file_paths)
             if self._opening is None:
                 yield from (emit(e) for e in self._sandbox_ready(state, pending_uploads))
             announced, self._uploaded = self._uploaded, []
@@ -748,12 +749,15 @@ class ChatSession:
             result.status, result.error = "error", f"{type(exc).__name__}: {exc}"
             kind = "sandbox" if isinstance(exc, SandboxError) else "internal"
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=result.error, kind=kind, fatal=True))
-        if self._opening is not None:  # the turn ended before any code ran: the sandbox must still be up
+        # The turn ended before any code ran: the sandbox must still come up, with the files the model was told
+        # of (not when its start already failed this turn: that was reported).
+        if self._opening is not None or (pending_uploads and self._sandbox is not None):
             try:
-                self._await_sandbox()
+                for event in self._sandbox_ready(state, pending_uploads):
+                    yield emit(event)
             except Exception as exc:  # the next turn tries again; this one did not need it
                 yield emit(ErrorEvent(run_id=run_id, step=state.step, kind="sandbox", fatal=False,
-                                      message=f"the sandbox did not start: {type(exc).__name__}: {exc}"))
+                                      message=f"the sandbox is not ready: {type(exc).__name__}: {exc}"))
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))

@@ -55,6 +55,22 @@ def test_the_sandbox_starts_while_the_model_writes_its_first_reply(tmp_path: Pat
     assert "numbers.csv" in model.requests[0][0].content + model.requests[0][1].content
 
 
+def test_files_of_a_turn_that_ran_no_code_are_there_for_the_next(tmp_path: Path) -> None:
+    data = tmp_path / "notes.txt"
+    data.write_text("kept for later")
+    model = ScriptedModel(["I have the file; what should I do with it?", py("print(open('notes.txt').read())"),
+                           "It says: kept for later."])
+    agent = CodeActAgent(model, sandbox="docker", log=tmp_path / "runs.db", output_dir=tmp_path / "out")
+    with agent.session() as chat:
+        first = list(chat.stream("Here is a file", files=[data]))
+        assert first[-1].result.status == "success"  # type: ignore[attr-defined]
+        assert not [e for e in first if isinstance(e, ErrorEvent)]
+        assert [f.path for f in chat.list_files()] == ["notes.txt"]
+        second = list(chat.stream("Read it"))
+    result = second[-1].result  # type: ignore[attr-defined]
+    assert result.status == "success" and result.steps[0].observation.strip() == "kept for later", result
+
+
 def test_a_start_that_fails_on_its_thread_fails_the_first_code_action(tmp_path: Path) -> None:
     """Docker refuses a 1 MiB memory limit when it starts the container (not when the sandbox is made)."""
     model = ScriptedModel([py("print(1)")])
