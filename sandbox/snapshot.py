@@ -202,6 +202,10 @@ class Snapshot:
                    path.stat().st_size, int(header["format"]), printable(str(header.get("codeact", "")), 50),
                    base=base, lineage=lineage, chain=tuple(p for p, _ in chain))
 
+    def _current(self) -> "Snapshot":
+        """This snapshot with its chain as the store holds it now (a delta's bases may have been held since)."""
+        return Snapshot.open(self.path) if self.base else self
+
     @property
     def depth(self) -> int:
         """Base snapshots this one needs (0: it stands alone)."""
@@ -216,7 +220,7 @@ class Snapshot:
         """
         directory = store.root if store is not None else self.path.parent
         new_id = _new_id()
-        fresh = Snapshot.open(self.path) if self.base else self  # the chain as it is now
+        fresh = self._current()
         with _opened(fresh) as files:
             header = json.loads(files[0].read(_HEADER))
             header.update(id=new_id, parent=self.id, created=time.time(), format=WHOLE_FORMAT)
@@ -402,13 +406,18 @@ class SnapshotStore:
 
     def delete(self, snapshot_id: str) -> None:
         """Delete a snapshot. One that a delta still needs is held (hidden in ``.held``) until none does."""
+        if self._hold(snapshot_id):
+            self.collect()
+
+    def _hold(self, snapshot_id: str) -> bool:
+        """Move a snapshot among the held ones (``collect`` then removes it unless a delta needs it)."""
         path = self.path(snapshot_id)
         if not path.is_file():
-            return
+            return False
         held = self.root / HELD
         held.mkdir(exist_ok=True)
         os.replace(path, held / path.name)
-        self.collect()
+        return True
 
     def collect(self) -> list[str]:
         """Remove held snapshots no snapshot of the store needs any more; returns their ids."""
@@ -456,8 +465,9 @@ class SnapshotStore:
         if self.keep is None:
             return []
         doomed = self.ids()[:-self.keep]
-        for snapshot_id in doomed:
-            self.delete(snapshot_id)
+        held = [snapshot_id for snapshot_id in doomed if self._hold(snapshot_id)]
+        if held:
+            self.collect()  # once, not per snapshot: it reads the header of every snapshot in the store
         return doomed
 
 
@@ -726,8 +736,7 @@ def _packages(sb: Any) -> list[str]:
 def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
             timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
     """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`."""
-    if not isinstance(snap, Snapshot) or snap.base:
-        snap = Snapshot.open(snap if not isinstance(snap, Snapshot) else snap.path)  # a delta: its chain as it is now
+    snap = snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
     upfront = bool(snap.packages) and "packages" not in options
     if upfront:
         # Materialised once per engine (a shared read-only volume, see sandbox.packages): later restores mount it.
