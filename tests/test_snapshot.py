@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import DockerSandbox, Limits, SnapshotError, SnapshotStore
+from sandbox import snapshot as snapshot_module
 from sandbox.packages import PackagePolicy
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -148,7 +149,8 @@ def test_incremental_save_and_fork_diverge(tmp_path: Path) -> None:
     assert len(store.ids()) <= 3  # retention
 
 
-def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_path: Path) -> None:
+def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     store = SnapshotStore(tmp_path / "store")
     with DockerSandbox() as sb:
         ok(sb, "import numpy as np, pandas as pd, itertools\n"
@@ -157,13 +159,20 @@ def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_
                "box = Box()\ncounter = itertools.count()\nfh = open('log.txt', 'w')\n"
                "a = [1]\nb = [a]\na.append(b)\nsizes = list(range(20_000))\n"
                "open('mylib.py', 'w').write('class Thing:\\n    kind = 42\\n')\n"
-               "import mylib\nthing = mylib.Thing()")
+               "import mylib\nthing = mylib.Thing()\nlabel = ''.join(['a', 'b'])")
         first = sb.snapshot(store=store)
         assert {v.name for v in first.manifest.unsaved} == {"fh"}
         ok(sb, "x = 1\ndel x")
         assert sb.snapshot(since=first, store=store) is first  # nothing changed, objects of every kind held
+        ok(sb, "label = ''.join(['a', 'b'])")  # an equal value, a new object: it pickles to the same bytes
+        assert sb.snapshot(since=first, store=store) is first
+        calls: list[str] = []
+        real = snapshot_module._call
+        monkeypatch.setattr(snapshot_module, "_call", lambda sb, fn, *a: (calls.append(fn), real(sb, fn, *a))[1])
+        assert sb.snapshot(since=first, store=store) is first
+        assert calls == ["scan"]  # the kernel took that as the same snapshot: the next autosave only scans
         previous = first
-        steps = [("arr[1_234_567] = 2.5", "arr"), ("df.iloc[99_999, 1] = 7.0", "df"),
+        steps = [("arr[1_234_567] = 2.5", "arr"), ("arr[2_999_999] = 1.5", "arr"), ("df.iloc[99_999, 1] = 7.0", "df"),
                  ("box.items['k'][3] = 1.0", "box"), ("next(counter)", "counter"),
                  ("sizes[10_000] = -1", "sizes"), ("a.append(3)", "a")]
         for code, name in steps:  # each in-place write: a new snapshot that pickles that variable again
@@ -177,7 +186,7 @@ def test_autosave_sees_every_in_place_change_and_keeps_an_unchanged_session(tmp_
         last = sb.snapshot(since=previous, store=store)
     with DockerSandbox.restore(last) as sb:
         assert ok(sb, "print(arr[1_234_567], arr.sum(), df.iloc[99_999, 1], box.items['k'][3], next(counter), "
-                      "sizes[10_000], a, b[0] is a, thing.kind)") == "2.5 2.5 7.0 1.0 1 -1 [1] True 42\n"
+                      "sizes[10_000], a, b[0] is a, thing.kind)") == "2.5 4.0 7.0 1.0 1 -1 [1] True 42\n"
 
 
 def test_move_from_the_local_engine_to_a_tls_engine(tmp_path: Path) -> None:

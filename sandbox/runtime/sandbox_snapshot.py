@@ -8,8 +8,9 @@ answer (a user expression):
 
 * :func:`scan` fingerprints every user variable and the working directory:
   the same immutable object, the same bytes of an array or a DataFrame's
-  blocks (crc32 over every byte: an in-place write anywhere is seen), the
-  same pickle of small plain data, and for everything else the sha256 of the
+  blocks (crc32 over every byte: an in-place write anywhere is seen; a large
+  buffer in two halves on two threads), the same pickle of small plain data,
+  and for everything else the sha256 of the
   variable's own pickle (kept for :func:`save`, which then does not pickle it
   again). It says whether anything changed since the snapshot the host
   names; when nothing did, the host keeps the earlier snapshot and that is
@@ -114,8 +115,33 @@ def _user_variables() -> list[tuple[str, Any]]:
 # --- fingerprints -----------------------------------------------------------------------------
 
 
-def _crc(buffer: Any) -> int:
-    return zlib.crc32(memoryview(buffer).cast("B"))
+#: Buffers at least this large are checked in two halves side by side (zlib.crc32 lets go of the GIL): an
+#: unchanged 100 MB DataFrame costs an autosave 20 ms instead of 40 on two cores.
+_SPLIT_BYTES = 8 << 20
+
+
+def _crc(buffer: Any) -> Any:
+    data = memoryview(buffer).cast("B")
+    if len(data) < _SPLIT_BYTES:
+        return zlib.crc32(data)
+    half = len(data) // 2
+    if _cpus() < 2:
+        return (zlib.crc32(data[:half]), zlib.crc32(data[half:]))
+    import threading
+
+    first: list[int] = []
+    worker = threading.Thread(target=lambda: first.append(zlib.crc32(data[:half])), daemon=True)
+    worker.start()
+    second = zlib.crc32(data[half:])
+    worker.join()
+    return (first[0], second)  # an IndexError (the thread failed) leaves the variable unfingerprinted: saved
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _array_fp(array: Any) -> tuple[Any, ...] | None:
@@ -512,12 +538,14 @@ def _relative_cwd(workdir: str | None) -> str:
 
 
 def done(spec_json: str) -> str:
-    """Remove the staging directory; ``commit``: the saved state is the base of the next incremental save."""
+    """Remove the staging directory; ``commit``: the saved state is the base of the next incremental save, under
+    the token ``as`` when the host kept an earlier snapshot that holds the same."""
     spec = json.loads(spec_json)
     if spec.get("dir"):
         shutil.rmtree(spec["dir"], ignore_errors=True)
     if spec.get("commit") and _state.saved is not None and _state.saved[0] == spec.get("token"):
-        _state.token, _state.entries, _state.files = _state.saved
+        _, _state.entries, _state.files = _state.saved
+        _state.token = spec.get("as") or spec.get("token")
     _state.saved = None
     _state.pending = None
     _state.pickles = {}
