@@ -57,7 +57,9 @@ class Stream(Protocol):
     #: False when only the I/O thread may touch the stream (TLS: one SSL object, one thread).
     direct_send: bool
 
-    def read_fds(self) -> list[int]: ...
+    def read_fds(self) -> list[int]:
+        """The fds to read now: one that ended while the stream goes on (a pipe's stderr) is left out."""
+        ...
 
     def read(self, fd: int) -> tuple[bytes, bytes] | None:
         """``(stdout bytes, stderr bytes)`` from ``fd``; None at end of stream."""
@@ -483,6 +485,9 @@ class Connection:
                             ended = True
                             break
                         out, err = got
+                        if not out and not err and key.fd not in self.stream.read_fds():
+                            selector.unregister(key.fd)  # that fd ended, the stream goes on (a pipe's stderr):
+                            continue  # left registered, it would be "readable" on every select from now on
                         self._last_read = time.monotonic()
                         if err:
                             self.stderr_tail += err
