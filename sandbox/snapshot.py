@@ -60,10 +60,12 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable
@@ -442,23 +444,32 @@ class SnapshotStore:
         """Remove files a save left half-written when its process was killed (``.ID.*.tmp``, not modified
         for ``older_than`` seconds: a save in progress writes to its file all along). Returns them."""
         removed: list[Path] = []
-        if not self.root.is_dir():
-            return removed
-        cutoff = time.time() - older_than
-        for partial in self.root.glob(".*.tmp"):
-            try:
-                if partial.is_file() and not partial.is_symlink() and partial.stat().st_mtime < cutoff:
+        for partial, stale in self._partials(older_than):
+            if stale:
+                with contextlib.suppress(OSError):
                     partial.unlink()
                     removed.append(partial)
-            except OSError:
-                continue
         return removed
 
     def _saving(self) -> bool:
-        cutoff = time.time() - STALE_PARTIAL_SECONDS
-        with contextlib.suppress(OSError):
-            return any(p.stat().st_mtime >= cutoff for p in self.root.glob(".*.tmp"))
-        return True
+        """Whether a save may be in progress: a partial file modified lately, or one that could not be read."""
+        return any(stale is not True for _, stale in self._partials(STALE_PARTIAL_SECONDS))
+
+    def _partials(self, older_than: float) -> Iterator[tuple[Path, bool | None]]:
+        """The store's partial files (regular files only), each with whether it is stale (None: unreadable)."""
+        if not self.root.is_dir():
+            return
+        cutoff = time.time() - older_than
+        for partial in self.root.glob(".*.tmp"):
+            try:
+                st = partial.lstat()
+            except FileNotFoundError:
+                continue  # finished (renamed) or removed since the listing
+            except OSError:
+                yield partial, None
+                continue
+            if stat.S_ISREG(st.st_mode):
+                yield partial, st.st_mtime < cutoff
 
     def prune(self) -> list[str]:
         """Delete all but the newest ``keep`` snapshots; returns the ids deleted."""
