@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox import DockerSandbox, SnapshotError, SnapshotStore
+from sandbox._snapshot_io import DockerFiles
 from sandbox.snapshot import HELD, MAX_CHAIN, MAX_DELTA_LINKS, Snapshot
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -59,7 +61,8 @@ def rewrite(src: Path, dst: Path, **header: object) -> Path:
     return dst
 
 
-def test_a_chain_of_deltas_restores_the_live_session_and_is_compacted(tmp_path: Path) -> None:
+def test_a_chain_of_deltas_restores_the_live_session_and_is_compacted(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     store = SnapshotStore(tmp_path / "store")
     with DockerSandbox() as sb:
         ok(sb, SESSION)
@@ -75,6 +78,21 @@ def test_a_chain_of_deltas_restores_the_live_session_and_is_compacted(tmp_path: 
             assert snap.size < 1_000_000, snap.size  # the change, not the 20 MB array again
             chain.append(snap)
         live = ok(sb, CHECK)
+        # Against an older snapshot than the kernel's last (its fingerprints are of chain[-1]): what pickles
+        # to the bytes `whole` holds is still not sent again.
+        streamed: list[int] = []
+        real_stream = DockerFiles._stream
+
+        def counted(files: DockerFiles, path: str) -> Iterator[bytes]:
+            for chunk in real_stream(files, path):
+                streamed.append(len(chunk))
+                yield chunk
+
+        monkeypatch.setattr(DockerFiles, "_stream", counted)
+        older = sb.snapshot(since=whole, store=store, delta=True)
+        monkeypatch.undo()
+        assert older.base == whole.id and "big" in {v.name for v in older.manifest.saved if v.reused}
+        assert older.size < 1_000_000 and sum(streamed) < 1_000_000, (older.size, sum(streamed))
         ok(sb, "v9 = 9")
         compacted = sb.snapshot(since=chain[-1], store=store, delta=True)
         assert compacted.base is None and compacted.depth == 0 and compacted.size > 20_000_000

@@ -416,16 +416,12 @@ def _order(deps: dict[str, set[str]]) -> list[str]:
     return order
 
 
-def _write_blob(directory: str, data: bytes, blob: str | None = None) -> str:
-    """Write ``data`` as ``directory/<sha256>`` (``blob``: its sha256 when already known)."""
-    import hashlib
-
-    blob = blob or hashlib.sha256(data).hexdigest()
+def _write_blob(directory: str, data: bytes, blob: str) -> None:
+    """Write ``data`` as ``directory/<blob>`` (``blob``: its sha256)."""
     path = os.path.join(directory, blob)
     if not os.path.exists(path):
         with open(path, "wb") as f:
             f.write(data)
-    return blob
 
 
 def save(spec_json: str) -> str:
@@ -501,20 +497,27 @@ def save(spec_json: str) -> str:
         results[name].update(refs=[], reused=False)
         entries[name] = (entries[name][0], None, entries[name][2], len(data), tuple(sorted(deps[name])), True)
         deps[name] = set()
+    # A blob the earlier snapshot holds (the same sha256) is not sent again, even when no fingerprint said
+    # so (the host named an older snapshot than the one the fingerprints are of): the host has its bytes.
     # New blobs whose total is at most spec["inline"] bytes travel in the answer itself: for a small change
     # that is cheaper than the host fetching the staging directory through the engine.
+    named = {name: digests.get(name) or _sha256(data) for name, data in blobs.items()}
+    new = {name: data for name, data in blobs.items() if named[name] not in reuse}
     inline_limit = spec.get("inline") or 0
-    new_bytes = sum(len(data) for data in blobs.values())
+    send_inline = sum(len(data) for data in new.values()) <= inline_limit
     inline: dict[str, str] = {}
     for name, data in blobs.items():
-        blob = _write_blob(directory, data, digests.get(name)) if new_bytes > inline_limit else \
-            (digests.get(name) or _sha256(data))
+        blob = named[name]
         results[name].update(blob=blob, bytes=len(data), reused=blob in reuse)
         entries[name] = (entries[name][0], blob) + tuple(entries[name][2:])
-        if new_bytes <= inline_limit and blob not in reuse:
+        if name not in new:
+            continue
+        if send_inline:
             import base64
 
             inline[blob] = base64.b64encode(data).decode("ascii")
+        else:
+            _write_blob(directory, data, blob)
     for name, row in results.items():
         if row.get("saved") and name in deps:
             row["refs"] = sorted(r for r in deps[name] if r in deps)
