@@ -106,6 +106,7 @@ class SnapshotError(SandboxError):
     """A snapshot could not be made, read or restored; the message says why and what to do."""
 
 
+@functools.cache  # importlib.metadata reads the installed distributions: 4 ms of every save
 def _version() -> str:
     try:
         from importlib.metadata import version
