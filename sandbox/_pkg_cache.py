@@ -6,6 +6,8 @@ Layout under the root (default ``~/.cache/codeact/packages``)::
     unpacked/<sha256>.tar               the wheel's installed form (see _pkg_wheel)
     unpacked/<sha256>.json              {"installed_bytes": ...}
     bundles/<set hash>.tar              a set's unpacked wheels under one directory, as copied into sandboxes
+    bytecode/<set hash>.tar             that set's bytecode, compiled by the sandbox image's python (Docker);
+                                        apart from the bundle, so bundles made before it existed stay good
     resolutions/<key>.json              what a request resolved to, and when
     envs/<hash>/                        materialised environments of the local backend
     leases/<pid>-<id>.json              what a live session uses (held with an flock while it lives)
@@ -36,7 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
@@ -278,6 +280,34 @@ class PackageCache:
         self.evict()
         return path
 
+    def bytecode(self, name: str) -> Path | None:
+        """The bytecode tar of the bundle ``name`` (see ``_pkg_wheel.bytecode_tar``) if it was made; else None."""
+        path = self.root / "bytecode" / f"{name}.tar"
+        if path.is_file():
+            _touch(path)
+            return path
+        return None
+
+    def make_bytecode(self, name: str, write: Callable[[IO[bytes]], object]) -> Path:
+        """The bytecode tar of the bundle ``name``, made once by ``write`` (another process making it is waited
+        for); a ``write`` that raises leaves nothing behind."""
+        path = self._dir("bytecode") / f"{name}.tar"
+        with self.lock("bytecode-" + name):
+            if path.is_file():
+                _touch(path)
+                return path
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    write(f)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        self.evict()
+        return path
+
     # --- materialised environments of the local backend -----------------------------------------
 
     def local_env(self, env_hash: str) -> Path:
@@ -338,6 +368,9 @@ class PackageCache:
         for f in _listdir(self.root / "bundles"):
             if f.suffix == ".tar" and not f.name.startswith("."):
                 entries.append(_Entry("name", f.stem, [f]))
+        for f in _listdir(self.root / "bytecode"):
+            if f.suffix == ".tar" and not f.name.startswith("."):
+                entries.append(_Entry("bytecode", f.stem, [f]))
         for d in _listdir(self.root / "envs"):
             if d.is_dir() and not d.name.startswith("."):
                 entries.append(_Entry("env", d.name, [d]))
@@ -349,7 +382,8 @@ class PackageCache:
         return entries
 
     def size(self) -> int:
-        """Bytes the cache's wheels, unpacked wheels, bundles, environments and resolutions take."""
+        """Bytes the cache's wheels, unpacked wheels, bundles and their bytecode, environments and resolutions
+        take."""
         return sum(e.size for e in self._entries())
 
     def evict(self, *, now: float | None = None) -> list[str]:
@@ -379,7 +413,7 @@ class PackageCache:
                     continue
                 if entry.kind == "wheel" and (entry.key in wheels_held or entry.files & wheels_held):
                     continue
-                if entry.kind in ("name", "env") and entry.key in names_held:
+                if entry.kind in ("name", "bytecode", "env") and entry.key in names_held:
                     continue
                 if self._remove(entry):
                     total -= entry.size
@@ -387,8 +421,8 @@ class PackageCache:
         return removed
 
     def _remove(self, entry: _Entry) -> bool:
-        lock = {"wheel": "wheel-", "name": "bundle-", "env": "local-env-", "resolution": "resolution-"}[entry.kind] \
-            + entry.key
+        lock = {"wheel": "wheel-", "name": "bundle-", "bytecode": "bytecode-", "env": "local-env-",
+                "resolution": "resolution-"}[entry.kind] + entry.key
         with self.try_lock(lock) as free, self.try_lock("unpack-" + entry.key) as free_unpack:
             if not (free and free_unpack):
                 return False
@@ -407,7 +441,7 @@ _EVICTING = threading.Lock()
 
 @dataclass
 class _Entry:
-    kind: str  # "wheel" (keyed by sha256), "name" (a bundle), "env" (the local backend's), "resolution"
+    kind: str  # "wheel" (keyed by sha256), "name" (a bundle), "bytecode" (a bundle's), "env" (local), "resolution"
     key: str
     paths: list[Path]
     files: set[str] = field(default_factory=set)  # a wheel's file names (leases taken before its hash is known)

@@ -11,6 +11,14 @@ image, and nothing else ever reads the zip.
 Tars hold paths relative to the install directory, owner root, modes 0644
 (0755 for directories and files marked executable), a fixed mtime: the
 sandbox's user can read them and change nothing.
+
+A bundle's bytecode (:func:`bytecode_tar`) is a second tar, made from what
+the sandbox image's own ``compileall`` wrote in a helper container: only
+``.pyc`` files of the bundle's own ``.py`` files are kept, under
+``.bytecode/<bundle>/``, and each package directory gets a ``__pycache__``
+symlink to its part, after its files. Extracted into a live session, a
+directory's bytecode therefore appears whole or not at all (a half-written
+``.pyc`` that an import read would fail it, not merely slow it).
 """
 
 from __future__ import annotations
@@ -31,6 +39,14 @@ FIXED_MTIME = 1_600_000_000
 #: Bounds on one wheel: more entries or bytes than this is not a Python package.
 MAX_ENTRIES = 200_000
 MAX_UNPACKED_BYTES = 4 * 1024**3
+#: Where a bundle's bytecode lives, next to the bundles in the package directory (not importable: a dot).
+BYTECODE_DIR = ".bytecode"
+#: The largest .pyc kept: a module's bytecode is rarely over a few MB.
+MAX_PYC_BYTES = 256 * 1024**2
+#: What compileall names a module's bytecode: <stem>.<implementation>-<version>.pyc (no optimisation level).
+_PYC_NAME = re.compile(r"^(?P<stem>.+)\.(?P<tag>[a-z]+-[0-9]{2,4})\.pyc$")
+#: A tmpfs keeps every file in whole pages: what a file of n bytes takes.
+_PAGE = 4096
 
 _WHEEL_NAME = re.compile(
     r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._]*[A-Za-z0-9])?)-(?P<version>[A-Za-z0-9_.!+]+)"
@@ -177,3 +193,82 @@ def safe_filename(name: str) -> bool:
     """True for a plain file name (no directory part, nothing odd) — names pip or an index chose."""
     return bool(name) and name == os.path.basename(name) and _SAFE_PART.match(name) is not None \
         and name not in (".", "..") and len(name) <= 255
+
+
+def bundle_sources(bundle: Path, name: str) -> tuple[set[str], set[str]]:
+    """The ``.py`` files of the bundle tar ``bundle`` (paths below ``name/``) and the directories that already
+    have a ``__pycache__`` of their own (a wheel that ships bytecode keeps it)."""
+    sources: set[str] = set()
+    shipped: set[str] = set()
+    top = name + "/"
+    with tarfile.open(bundle, mode="r:") as tar:
+        for member in tar:
+            if not member.name.startswith(top):
+                continue
+            rel = member.name[len(top):]
+            parts = rel.split("/")
+            if "__pycache__" in parts:
+                shipped.add("/".join(parts[:parts.index("__pycache__")]))
+            elif member.isfile() and rel.endswith(".py"):
+                sources.add(rel)
+    return sources, shipped
+
+
+def bytecode_tar(compiled: Path, compiled_root: str, bundle: Path, name: str, out: IO[bytes]) -> int:
+    """Write the bytecode tar of the bundle ``name`` from ``compiled``; return the bytes it takes in a tmpfs.
+
+    ``compiled`` is a tar whose ``.pyc`` files sit under ``compiled_root/name/``
+    as ``compileall`` wrote them with a ``pycache_prefix``. Treated as untrusted:
+    only regular files named for a ``.py`` of ``bundle`` are taken, bounded,
+    with fresh headers (owner root, 0644, the fixed mtime); everything else
+    (links, other names, directories that ship their own bytecode) is left out.
+    The result holds ``.bytecode/name/<dir>/__pycache__/<file>.pyc`` and, last,
+    a symlink ``name/<dir>/__pycache__`` to each such directory.
+    """
+    sources, shipped = bundle_sources(bundle, name)
+    top = f"{compiled_root}/{name}/"
+    store = f"{BYTECODE_DIR}/{name}"
+    dirs: set[str] = set()
+    linked: list[str] = []
+    total = entries = 0
+    with tarfile.open(compiled, mode="r:") as src, \
+            tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member in src:
+            entries += 1
+            if entries > MAX_ENTRIES:
+                raise WheelError(f"the compiled bytecode of {name} has more than {MAX_ENTRIES:,} entries")
+            if not member.isfile() or not member.name.startswith(top):
+                continue
+            rel = member.name[len(top):]
+            directory, _, filename = rel.rpartition("/")
+            m = _PYC_NAME.match(filename)
+            if m is None or directory in shipped or f"{directory}/{m['stem']}.py".lstrip("/") not in sources:
+                continue
+            if member.size > MAX_PYC_BYTES or total + member.size > MAX_UNPACKED_BYTES:
+                raise WheelError(f"the compiled bytecode of {name} is too large")
+            cache_dir = f"{store}/{directory}/__pycache__" if directory else f"{store}/__pycache__"
+            if cache_dir not in dirs:
+                _add_dirs(tar, cache_dir + "/x", dirs)
+                total += _PAGE
+                linked.append(directory)
+            entry = tarfile.TarInfo(f"{cache_dir}/{filename}")
+            entry.size, entry.mode, entry.mtime = member.size, 0o644, FIXED_MTIME
+            tar.addfile(entry, src.extractfile(member))
+            total += -(-member.size // _PAGE) * _PAGE
+        for directory in linked:  # after every file: a directory's bytecode appears whole
+            where = f"{name}/{directory}" if directory else name
+            link = tarfile.TarInfo(f"{where}/__pycache__")
+            link.type, link.mode, link.mtime = tarfile.SYMTYPE, 0o777, FIXED_MTIME
+            up = "../" * len(where.split("/"))
+            link.linkname = f"{up}{store}/{directory}/__pycache__" if directory else f"{up}{store}/__pycache__"
+            tar.addfile(link)
+    return total
+
+
+def tar_bytes(path: Path) -> int:
+    """The bytes a tar's files take in a tmpfs (whole pages), from its headers."""
+    total = 0
+    with tarfile.open(path, mode="r:") as tar:
+        for member in tar:
+            total += -(-member.size // _PAGE) * _PAGE if member.isfile() else _PAGE if member.isdir() else 0
+    return total

@@ -100,6 +100,111 @@ def test_runtime_install_of_pure_and_compiled_packages_then_from_cache(cache_dir
         assert run_ok(sb, NO_NETWORK).strip().startswith("NETWORK: unreachable")
 
 
+BYTECODE_CHECK = """
+import importlib.util, os, subprocess, sys
+import tabulate, msgpack.fallback
+for m in (tabulate, msgpack.fallback):
+    pyc = importlib.util.cache_from_source(m.__file__)
+    real = os.path.realpath(pyc)
+    print('pyc', m.__name__, os.path.exists(pyc), m.__cached__ == pyc, os.stat(real).st_uid)
+    for where in (os.path.dirname(m.__file__), os.path.dirname(real)):
+        try:
+            open(os.path.join(where, 'evil.cpython-311.pyc'), 'wb')
+        except OSError as e:
+            print('readonly', e.errno)
+    try:
+        open(real, 'r+b')
+    except OSError as e:
+        print('readonly', e.errno)
+# A new Python process (what joblib's workers and multiprocessing start, given the kernel's path) loads the
+# bytecode, not the source.
+done = subprocess.run([sys.executable, '-v', '-c', 'import tabulate, msgpack.fallback'], capture_output=True,
+                      text=True, env={**os.environ, 'PYTHONPATH': os.pathsep.join(p for p in sys.path if p)})
+verbose = done.stderr
+print('exit', done.returncode)
+loaded = [line.split(' from ', 1)[1].strip("'") for line in verbose.splitlines()
+          if line.startswith('# code object from') and '/opt/codeact/packages/' in line]
+print('sources', sum(not p.endswith('.pyc') for p in loaded), 'bytecode',
+      sorted(p.rsplit('/', 1)[-1] for p in loaded if p.endswith('.pyc')))
+"""
+
+
+def test_runtime_install_gets_its_bytecode_compiled_once_then_from_the_cache(tmp_path: Path, cache_dir: str) -> None:
+    # The wheels fetched by the earlier tests, without the bytecode the host made of them: as a cache from
+    # before bytecode existed, whose bundles have none.
+    cache = tmp_path / "cache"
+    shutil.copytree(cache_dir, cache, ignore=shutil.ignore_patterns("bytecode", "leases", "locks"))
+
+    def check(out: str) -> None:
+        assert out.count("pyc ") == 2 and out.count(" True True 0") == 2, out
+        assert out.count("readonly 13") == 6 and "exit 0" in out and "sources 0 bytecode [" in out, out
+        assert "'fallback.cpython-311.pyc'" in out and "'__init__.cpython-311.pyc'" in out, out
+
+    with DockerSandbox(package_policy=policy(str(cache))) as sb:
+        # Hostile code cannot plant bytecode: neither where the host puts it nor next to the sources.
+        out = run_ok(sb, "install('tabulate', 'msgpack', quiet=True)\nimport os, tabulate\n"
+                         "for d in ('/opt/codeact/packages/.bytecode',\n"
+                         "          os.path.join(os.path.dirname(tabulate.__file__), '__pycache__')):\n"
+                         "    try:\n        os.mkdir(d)\n    except OSError as e: print('denied', e.errno)")
+        assert out.split() == ["denied", "13", "denied", "13"]
+        assert sb._kernel.packages.backend.settle(300), "the bytecode was not compiled in 5 minutes"
+        made = Path(cache, "bytecode", f"{sb.packages._batches[-1].name}.tar")
+        assert made.is_file()
+        check(run_ok(sb, BYTECODE_CHECK))  # the same kernel: the bytecode arrived after the install
+        sb.restart()
+        check(run_ok(sb, BYTECODE_CHECK))
+    inode = made.stat().st_ino
+    with DockerSandbox(package_policy=policy(str(cache))) as sb:
+        # A later session gets the bytecode with the install, before its first import; nothing is compiled.
+        check(run_ok(sb, "install('tabulate', 'msgpack', quiet=True)\n" + BYTECODE_CHECK))
+        assert sb._kernel.packages.backend.settle(0) and made.stat().st_ino == inode
+
+
+def test_bytecode_from_the_helper_is_checked_before_it_reaches_a_sandbox(tmp_path: Path) -> None:
+    """Only .pyc files named for the bundle's own sources are kept, with fresh headers; the links that make a
+    directory's bytecode visible come after its files and stay inside the package directory."""
+    import io
+    import tarfile
+
+    from sandbox._pkg_wheel import bytecode_tar
+
+    def add(tar: tarfile.TarFile, name: str, data: bytes = b"x", **attrs: Any) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        for key, value in attrs.items():
+            setattr(info, key, value)
+        tar.addfile(info, io.BytesIO(data) if info.isfile() else None)
+
+    bundle, compiled = tmp_path / "bundle.tar", tmp_path / "compiled.tar"
+    with tarfile.open(bundle, "w") as tar:
+        for name in ("abc/pkg/__init__.py", "abc/pkg/mod.py", "abc/top.py", "abc/own/a.py",
+                     "abc/own/__pycache__/a.cpython-311.pyc"):
+            add(tar, name)
+    root = ".pyc/opt/codeact/packages/abc"
+    with tarfile.open(compiled, "w") as tar:
+        add(tar, f"{root}/pkg/__init__.cpython-311.pyc", b"init", mode=0o4777, uid=1000)
+        add(tar, f"{root}/top.cpython-311.pyc", b"top")
+        add(tar, f"{root}/pkg/mod.cpython-311.pyc", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        add(tar, f"{root}/pkg/other.cpython-311.pyc")  # no such source
+        add(tar, f"{root}/pkg/mod.py")  # not bytecode
+        add(tar, f"{root}/../top.cpython-311.pyc")
+        add(tar, f"{root}/own/a.cpython-311.pyc")  # the wheel ships its own: kept as it is
+        add(tar, ".pyc/opt/codeact/packages/xyz/top.cpython-311.pyc")  # another bundle
+    out = io.BytesIO()
+    assert bytecode_tar(compiled, ".pyc/opt/codeact/packages", bundle, "abc", out) > 0
+    with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
+        members = tar.getmembers()
+        files = {m.name: (m.mode, m.uid, tar.extractfile(m).read()) for m in members if m.isfile()}  # type: ignore
+        links = [(m.name, m.linkname) for m in members if m.issym()]
+        assert files == {".bytecode/abc/pkg/__pycache__/__init__.cpython-311.pyc": (0o644, 0, b"init"),
+                         ".bytecode/abc/__pycache__/top.cpython-311.pyc": (0o644, 0, b"top")}
+        assert links == [("abc/pkg/__pycache__", "../../.bytecode/abc/pkg/__pycache__"),
+                         ("abc/__pycache__", "../.bytecode/abc/__pycache__")]
+        assert [m.name for m in members][-2:] == [name for name, _ in links]
+        tar.extractall(tmp_path / "packages", filter="data")  # refuses links that leave the directory
+    assert (tmp_path / "packages/abc/pkg/__pycache__/__init__.cpython-311.pyc").read_bytes() == b"init"
+
+
 def test_pip_lines_in_model_code_are_installs_and_logged(tmp_path: Path, cache_dir: str) -> None:
     model = ScriptedModel([
         py("%pip install -q tabulate\nimport tabulate\nprint('pct', tabulate.__name__)"),
