@@ -17,7 +17,12 @@ equally, each figure the median (and p95) over repetitions:
   cache: resolution and download) and from the cache (a new session);
 * a session's start with a pre-materialised package set
   (``packages=["scikit-learn"]``), next to a plain start, and the one-off
-  cost of materialising it.
+  cost of materialising it;
+* importing ``scikit-learn`` after a run-time install: the first import, a
+  fresh Python process in the sandbox, and a second kernel after
+  ``restart()``, without bytecode (as before it was delivered), with the
+  bytecode compiled in the background (a set's first session on a host) and
+  with it from the host's cache (later sessions), alternated in each round.
 
     .venv/bin/python benchmarks/packages_bench.py             # about 5 minutes on 2 cores
     .venv/bin/python benchmarks/packages_bench.py --quick     # fewer repetitions
@@ -395,6 +400,83 @@ def bench_materialised(b: Bench, image: str) -> None:
     b.guarded("materialised", "materialised", materialised)
 
 
+SKLEARN_IMPORT = (
+    "import time\n"
+    "t0 = time.perf_counter()\n"
+    "import pandas, sklearn.linear_model._logistic\n"
+    "print('ELAPSED', time.perf_counter() - t0)\n"
+)
+#: A new Python process, as joblib's workers and multiprocessing start them (with the kernel's path).
+SKLEARN_SUBPROCESS = (
+    "import os, subprocess, sys, time\n"
+    "t0 = time.perf_counter()\n"
+    "subprocess.run([sys.executable, '-c', 'import pandas, sklearn.linear_model._logistic'], check=True,\n"
+    "               env={**os.environ, 'PYTHONPATH': os.pathsep.join(p for p in sys.path if p)})\n"
+    "print('ELAPSED', time.perf_counter() - t0)\n"
+)
+
+
+def bench_bytecode(b: Bench, image: str) -> None:
+    from sandbox import DockerSandbox
+    from sandbox.packages import PackagePolicy
+
+    def session(policy: PackagePolicy, bytecode: bool) -> dict[str, float]:
+        with DockerSandbox(image=image, package_policy=policy, timeout=600) as sb:
+            sb.run("1")
+            backend = sb._kernel.packages.backend
+            backend.bytecode = bytecode  # off: delivered as before, sources only
+            t0 = time.perf_counter()
+            r = sb.run("install('scikit-learn', quiet=True)")
+            got = {"install": time.perf_counter() - t0}
+            if r.error:
+                raise RuntimeError(f"install: {r.error}")
+            got["first"] = elapsed(sb.run(SKLEARN_IMPORT).stdout)
+            t0 = time.perf_counter()
+            if not backend.settle(900):
+                raise RuntimeError("the bytecode did not arrive in 15 minutes")
+            got["landed"] = got["install"] + got["first"] + time.perf_counter() - t0
+            got["subprocess"] = elapsed(sb.run(SKLEARN_SUBPROCESS).stdout)
+            sb.restart()
+            got["second"] = elapsed(sb.run(SKLEARN_IMPORT).stdout)
+            return got
+
+    def rows() -> list[Row]:
+        cache = tempfile.mkdtemp(prefix="codeact-bench-cache-")
+        try:
+            policy = PackagePolicy(cache_dir=cache)
+            session(policy, False)  # warm-up: resolve and download once
+            kinds = {"before: no bytecode (sources only)": False,
+                     "after: bytecode compiled in the background (the set's first session)": True,
+                     "after: bytecode from the host's cache (later sessions)": True}
+            samples: dict[str, dict[str, list[float]]] = {k: {} for k in kinds}
+            for _ in range(max(3, b.args.reps // 2)):
+                for kind, bytecode in kinds.items():
+                    if "background" in kind:
+                        shutil.rmtree(Path(cache, "bytecode"), ignore_errors=True)
+                    for key, value in session(policy, bytecode).items():
+                        samples[kind].setdefault(key, []).append(value)
+            out = []
+            for kind, by in samples.items():
+                out += [
+                    row("bytecode", f"{kind}: install('scikit-learn') from the host's cache", "s", by["install"]),
+                    row("bytecode", f"{kind}: first import of pandas + sklearn, right after it", "s", by["first"]),
+                ]
+                if "background" in kind:
+                    out.append(row("bytecode", f"{kind}: bytecode in the sandbox, since the install started", "s",
+                                   by["landed"]))
+                out += [
+                    row("bytecode", f"{kind}: the same import in a new python process (after the bytecode landed)",
+                        "s", by["subprocess"]),
+                    row("bytecode", f"{kind}: the same import in a second kernel (after restart())", "s",
+                        by["second"]),
+                ]
+            return out
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+
+    b.guarded("bytecode", "bytecode", rows)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -417,7 +499,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument("--before", help="the pre-change image (default: built from the Debian-packages base)")
-    parser.add_argument("--only", default="image,cold,cpu,install,materialised")
+    parser.add_argument("--only", default="image,cold,cpu,install,materialised,bytecode")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "packages_bench.json"))
     args = parser.parse_args()
     args.reps = args.reps or (3 if args.quick else 7)
@@ -428,8 +510,10 @@ def main() -> int:
 
     client = docker_client()
     b = Bench(args)
-    lean = image_tag("lean")
-    build_image(flavor="lean", client=client)
+    explicit = os.environ.get("CODEACT_SANDBOX_IMAGE")  # an image already built: measure that one
+    lean = explicit or image_tag("lean")
+    if not explicit:
+        build_image(flavor="lean", client=client)
     images = {"lean": lean}
     try:
         images = {"before": before_image(client, args.before), "lean": lean}
@@ -448,6 +532,8 @@ def main() -> int:
         bench_install(b, lean)
     if "materialised" in only:
         bench_materialised(b, lean)
+    if "bytecode" in only:
+        bench_bytecode(b, lean)
     b.facts["load_after"] = list(os.getloadavg())
     print_table(b.rows)
     out = Path(args.out)
