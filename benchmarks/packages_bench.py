@@ -464,10 +464,11 @@ def bench_bytecode(b: Bench, image: str) -> None:
                 if "background" in kind:
                     out.append(row("bytecode", f"{kind}: bytecode in the sandbox, since the install started", "s",
                                    by["landed"]))
+                later = " (once the bytecode landed)" if "background" in kind else ""
                 out += [
-                    row("bytecode", f"{kind}: the same import in a new python process (after the bytecode landed)",
-                        "s", by["subprocess"]),
-                    row("bytecode", f"{kind}: the same import in a second kernel (after restart())", "s",
+                    row("bytecode", f"{kind}: the same import in a new python process{later}", "s",
+                        by["subprocess"]),
+                    row("bytecode", f"{kind}: the same import in a second kernel (after restart()){later}", "s",
                         by["second"]),
                 ]
             return out

@@ -205,6 +205,39 @@ def test_bytecode_from_the_helper_is_checked_before_it_reaches_a_sandbox(tmp_pat
     assert (tmp_path / "packages/abc/pkg/__pycache__/__init__.cpython-311.pyc").read_bytes() == b"init"
 
 
+def test_bytecode_in_the_cache_is_made_once_and_evicted_like_its_bundle(tmp_path: Path) -> None:
+    import time
+
+    from sandbox.packages import PackageCache
+
+    cache = PackageCache(tmp_path / "cache", max_bytes=None, max_age=3600)
+    calls: list[str] = []
+
+    def write(out: Any) -> None:
+        calls.append("compiled")
+        out.write(b"bytecode")
+
+    def fail(out: Any) -> None:
+        out.write(b"half")
+        raise RuntimeError("the helper died")
+
+    with pytest.raises(RuntimeError):
+        cache.make_bytecode("bbb", fail)
+    assert cache.bytecode("bbb") is None and not list((tmp_path / "cache" / "bytecode").iterdir())
+    for name in ("aaa", "aaa", "bbb"):
+        cache.make_bytecode(name, write)
+    assert calls == ["compiled", "compiled"] and cache.bytecode("aaa") is not None
+    old = time.time() - 7200
+    for name in ("aaa", "bbb"):
+        os.utime(tmp_path / "cache" / "bytecode" / f"{name}.tar", (old, old))
+    lease = cache.lease()
+    lease.add(names=["aaa"])  # a live session uses the set aaa: its bytecode stays
+    assert cache.evict() == ["bytecode:bbb"] and cache.bytecode("bbb") is None
+    lease.close()
+    os.utime(tmp_path / "cache" / "bytecode" / "aaa.tar", (old, old))
+    assert cache.evict() == ["bytecode:aaa"]
+
+
 def test_pip_lines_in_model_code_are_installs_and_logged(tmp_path: Path, cache_dir: str) -> None:
     model = ScriptedModel([
         py("%pip install -q tabulate\nimport tabulate\nprint('pct', tabulate.__name__)"),
