@@ -248,9 +248,9 @@ def bytecode_tar(compiled: Path, compiled_root: str, bundle: Path, name: str, ou
                 raise WheelError(f"the compiled bytecode of {name} is too large")
             cache_dir = f"{store}/{directory}/__pycache__" if directory else f"{store}/__pycache__"
             if cache_dir not in dirs:
-                _add_dirs(tar, cache_dir + "/x", dirs)
-                total += _PAGE
                 linked.append(directory)
+                total += _PAGE
+            _add_dirs(tar, f"{cache_dir}/{filename}", dirs)  # the file's directories, each once
             entry = tarfile.TarInfo(f"{cache_dir}/{filename}")
             entry.size, entry.mode, entry.mtime = member.size, 0o644, FIXED_MTIME
             tar.addfile(entry, src.extractfile(member))
