@@ -684,10 +684,12 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
             except _Unchanged:
                 assert since is not None  # raised only when compared with an earlier snapshot
                 # What the kernel just saved is what ``since`` holds: its fingerprints become since's, or every
-                # later autosave would find the same change (an equal value rebound) and save again.
-                _call(sb, "done", {"dir": io_.staging, "token": token, "commit": True, "as": since.id}, 30.0,
-                      "cleaning up")
-                committed = True
+                # later autosave would find the same change (an equal value rebound) and save again. (Should that
+                # fail, only the saving is lost: `since` is the answer all the same.)
+                with contextlib.suppress(SnapshotError):
+                    _call(sb, "done", {"dir": io_.staging, "token": token, "commit": True, "as": since.id}, 30.0,
+                          "cleaning up")
+                    committed = True
                 return since
             except TooLarge as exc:
                 raise SnapshotError(f"{exc}; delete large variables or files, or raise the limit") from None
