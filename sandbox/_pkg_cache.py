@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from . import _pkg_pip as pip
 from ._pkg_wheel import WheelError, prefixed_tar, wheel_to_tar
@@ -52,6 +52,8 @@ DEFAULT_CACHE_MAX_BYTES = 10 * 1024**3
 DEFAULT_CACHE_MAX_AGE = 30 * 24 * 3600.0
 #: Entries used this recently are never evicted.
 GRACE_SECONDS = 600.0
+
+T = TypeVar("T")
 
 
 def default_root() -> Path:
@@ -127,15 +129,21 @@ class PackageCache:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        _write_file_atomically(path, lambda f: f.write(data))
+
+    def _made_once(self, path: Path, lock: str, write: Callable[[IO[bytes]], object]) -> Path:
+        """``path``, written by ``write`` unless it exists (under the lock ``lock``: another process making it
+        is waited for); a ``write`` that raises leaves nothing behind."""
+        if path.is_file():
+            _touch(path)
+            return path
+        with self.lock(lock):
+            if path.is_file():
+                _touch(path)
+                return path
+            _write_file_atomically(path, write)
+        self.evict()
+        return path
 
     # --- resolutions -----------------------------------------------------------------------
 
@@ -246,39 +254,14 @@ class PackageCache:
         with self.lock("unpack-" + sha256):
             if tar.is_file() and meta.is_file():
                 return tar, int(json.loads(meta.read_text())["installed_bytes"])
-            fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    installed = wheel_to_tar(wheel, f)
-                os.replace(tmp, tar)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            installed = _write_file_atomically(tar, lambda f: wheel_to_tar(wheel, f))
             self._write_atomic(meta, json.dumps({"installed_bytes": installed, "wheel": wheel.name}).encode())
             return tar, installed
 
     def bundle(self, name: str, wheels: Sequence[CachedWheel]) -> Path:
         """One tar of ``wheels`` under the directory ``name`` (made once): what is copied into a sandbox."""
-        path = self._dir("bundles") / f"{name}.tar"
-        if path.is_file():
-            _touch(path)
-            return path
-        with self.lock("bundle-" + name):
-            if path.is_file():
-                _touch(path)
-                return path
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    prefixed_tar([w.tar for w in wheels], name, f)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        self.evict()
-        return path
+        return self._made_once(self._dir("bundles") / f"{name}.tar", "bundle-" + name,
+                               lambda f: prefixed_tar([w.tar for w in wheels], name, f))
 
     def bytecode(self, name: str) -> Path | None:
         """The bytecode tar of the bundle ``name`` (see ``_pkg_wheel.bytecode_tar``) if it was made; else None."""
@@ -291,22 +274,7 @@ class PackageCache:
     def make_bytecode(self, name: str, write: Callable[[IO[bytes]], object]) -> Path:
         """The bytecode tar of the bundle ``name``, made once by ``write`` (another process making it is waited
         for); a ``write`` that raises leaves nothing behind."""
-        path = self._dir("bytecode") / f"{name}.tar"
-        with self.lock("bytecode-" + name):
-            if path.is_file():
-                _touch(path)
-                return path
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    write(f)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        self.evict()
-        return path
+        return self._made_once(self._dir("bytecode") / f"{name}.tar", "bytecode-" + name, write)
 
     # --- materialised environments of the local backend -----------------------------------------
 
@@ -473,6 +441,21 @@ def _listdir(path: Path) -> list[Path]:
         return list(path.iterdir())
     except OSError:
         return []
+
+
+def _write_file_atomically(path: Path, write: Callable[[IO[bytes]], T]) -> T:
+    """``write`` into a temporary file next to ``path``, then rename it there: readers see all of it or none;
+    a ``write`` that raises leaves nothing behind. Returns what ``write`` returned."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            result = write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return result
 
 
 def _touch(path: Path) -> None:
