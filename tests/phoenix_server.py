@@ -90,8 +90,10 @@ def all_spans(base: str) -> list[Span]:
     return spans
 
 
-def trace_of(base: str, root: Callable[[Span], bool], want: int, timeout: float = 60.0) -> list[Span]:
-    """Every span of the trace of the first span ``root`` accepts, once there are ``want`` of them (or at timeout)."""
+def trace_of(base: str, root: Callable[[Span], bool], want: int, timeout: float = 60.0,
+             until: Callable[[list[Span]], bool] | None = None) -> list[Span]:
+    """Every span of the trace of the first span ``root`` accepts, once there are ``want`` of them and ``until``
+    (if given) holds of them (or at timeout): spans of several processes arrive in any order."""
     deadline = time.monotonic() + timeout
     found: list[Span] = []
     while time.monotonic() < deadline:
@@ -100,7 +102,7 @@ def trace_of(base: str, root: Callable[[Span], bool], want: int, timeout: float 
         if roots:
             trace_id = roots[0]["context"]["trace_id"]
             found = [s for s in spans if s["context"]["trace_id"] == trace_id]
-            if len(found) >= want:
+            if len(found) >= want and (until is None or until(found)):
                 return found
         time.sleep(1.0)
     return found

@@ -465,7 +465,9 @@ def test_a_traced_sweep_on_ray_is_one_trace_from_the_driver_through_the_workers(
 
     # bench.run, 2 episodes, 2 runs, their chats (2 at least), a code action and the sandbox's start
     first = episodes[0]["run_id"]
-    spans = trace_of(phoenix, lambda s: (s.get("attributes") or {}).get("codeact.run.id") == first, want=9)
+    # The driver's bench.run ends last, so it may reach Phoenix after nine of the workers' spans.
+    spans = trace_of(phoenix, lambda s: (s.get("attributes") or {}).get("codeact.run.id") == first, want=9,
+                     until=lambda found: any(s["name"] == "bench.run" for s in found))
     by_id = {s["context"]["span_id"]: s for s in spans}
     names = sorted(s["name"] for s in spans)
 
