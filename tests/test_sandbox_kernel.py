@@ -505,6 +505,19 @@ def test_subprocess_output_stays_in_its_own_run(sb):
     assert ok(sb, "print('only me')").stdout == "only me\n"
 
 
+def test_a_late_iopub_welcome_leaves_the_kernel_working(sb):
+    # ipykernel 7 sends a topicless iopub_welcome for every subscription it sees, whenever it sees it: once
+    # one came after a probe's status message and reached the host cut at the wrong frame, which broke
+    # the kernel ("no <IDS|MSG> delimiter") at start. Sent here on purpose, mid-session, twice.
+    r = ok(sb, "import time\n"
+               "iopub = get_ipython().kernel.iopub_thread\n"
+               "for _ in range(2):\n"
+               "    iopub.io_loop.add_callback(iopub._send_welcome_message, '')\n"
+               "time.sleep(0.3)\nprint('sent')")
+    assert r.stdout == "sent\n"
+    assert ok(sb, "print(6 * 7)").stdout == "42\n"
+
+
 # --- lifecycle ---------------------------------------------------------------------------------------
 
 

@@ -192,6 +192,7 @@ RECONNECT_MS = 5
 #: execute_input would echo all of the run's code back). The tail of the iopub topic names the type.
 _UNRELAYED_TOPICS = (b".execute_input",)
 _BUSY = b'"busy"'
+_DELIM = b"<IDS|MSG>"
 
 
 def ignore_signals() -> None:
@@ -237,7 +238,7 @@ def _request(msg_type: str) -> list[bytes]:
         "msg_id": os.urandom(16).hex(), "msg_type": msg_type, "username": "sandbox", "session": "supervisor",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": "5.3",
     }
-    return [b"<IDS|MSG>", b"", json.dumps(header).encode(), b"{}", b"{}", b"{}"]
+    return [_DELIM, b"", json.dumps(header).encode(), b"{}", b"{}", b"{}"]
 
 
 class KernelLink:
@@ -571,7 +572,15 @@ class Supervisor:
             while True:
                 parts = sock.recv_multipart(zmq.NOBLOCK)
                 if channel == "iopub":
-                    topic, parts = parts[0], parts[1:]
+                    if parts and parts[0] == _DELIM:
+                        # No topic: ipykernel 7's iopub_welcome, sent for each (re)subscription, at any
+                        # time. It answers no request of the host's (and cut as if it had a topic, it
+                        # would reach the host without its delimiter: a malformed message).
+                        if kernel.ready:
+                            continue
+                        topic = b""
+                    else:
+                        topic, parts = parts[0], parts[1:]
                     if kernel.ready and (topic.endswith(_UNRELAYED_TOPICS) or
                                          (topic.endswith(b".status") and parts and _BUSY in parts[-1])):
                         continue
