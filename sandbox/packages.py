@@ -372,6 +372,10 @@ class PackageInstaller:
             if rule:
                 raise PackageInstallError("policy", f"refused by the host's package policy: {rule}", [name])
         texts = tuple(text for text, _ in parsed)
+        if all(text == f"{name}=={present.get(name)}" for text, name in parsed):
+            # Exact pins, each already there (a restore's list into a session made with those packages):
+            # the answer is known without asking the resolver (a pip run of a second or more).
+            return Plan(texts, [], [(name, present[name]) for _, name in parsed], True, 0, started)
         constraints = sorted(f"{n}=={v}" for n, v in present.items())
         sources = self.policy.sources()
         key = hashlib.sha256(json.dumps([sorted(texts), constraints, self.target.key(), sources.key()])

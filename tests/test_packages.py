@@ -237,6 +237,28 @@ def test_present_packages_are_constraints_and_not_installed_again(tmp_path: Path
     assert "numpy<2" in str(info.value) and any("numpy 2.4.6 is already installed" in d for d in info.value.details)
 
 
+def test_exact_pins_already_there_need_no_resolver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What a restore asks of a session made with the snapshot's packages: every pin is there already.
+    from sandbox import _pkg_pip as pip
+
+    installer = PackageInstaller(PackagePolicy(cache_dir=str(tmp_path / "cache")), TARGET)
+    calls: list[tuple[str, ...]] = []
+    real = pip.resolve
+    monkeypatch.setattr(pip, "resolve", lambda texts, *a, **k: calls.append(tuple(texts)) or real(texts, *a, **k))
+    present = {"tabulate": "0.9.0", "six": "1.17.0"}
+    plan = installer.plan(["Tabulate==0.9.0", "six==1.17.0"], present=present)
+    assert plan.wheels == [] and sorted(plan.present) == [("six", "1.17.0"), ("tabulate", "0.9.0")]
+    assert calls == []
+    # A pin of another version, a range or a package not there still asks the resolver (and fails as it says).
+    with pytest.raises(PackageInstallError) as info:
+        installer.plan(["tabulate==0.8.10"], present=present)
+    assert info.value.kind == "conflict" and calls == [("tabulate==0.8.10",)]
+    assert installer.plan(["six>=1"], present=present).wheels == [] and calls[-1] == ("six>=1",)
+    with pytest.raises(PackageInstallError, match="refused by the host's package policy"):  # the policy first
+        PackageInstaller(PackagePolicy(deny=["six"], cache_dir=str(tmp_path / "cache")), TARGET).plan(
+            ["six==1.17.0"], present=present)
+
+
 @pytest.mark.parametrize("request_, kind, words", [
     ("docopt", "no_wheel", "only a source distribution"),
     ("codeact-no-such-package-zq81x", "not_found", "no package named"),
