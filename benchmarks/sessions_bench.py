@@ -9,6 +9,8 @@ loopback (the one the tests start; needs root):
 * ``save``: a full snapshot to a store on the host;
 * ``restore``: a new sandbox from it (container start, package re-install
   from the cache, files, variables) up to the first result;
+* ``pool restore``: the same into a warm session of a ``SandboxPool`` made for such snapshots
+  (``packages=["scikit-learn"]``): what is left once the start is off the path;
 * ``re-run cells``: the baseline, a new sandbox that runs the session's cells again;
 * ``autosave unchanged``: ``snapshot(since=previous)`` after a step that changed nothing;
 * ``autosave small change``: the same after a step that changed one small variable, as a chat's
@@ -37,7 +39,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sandbox import DockerSandbox, SnapshotStore  # noqa: E402
+from sandbox import DockerSandbox, SandboxPool, SnapshotStore  # noqa: E402
 
 CELLS = [
     "install('scikit-learn', quiet=True)",
@@ -70,8 +72,8 @@ def run_ok(sb: Any, code: str) -> str:
 
 
 def measure(engine: Any, store: SnapshotStore, reps: int) -> dict[str, Any]:
-    rows: dict[str, list[float]] = {k: [] for k in ("save", "restore", "rerun", "auto_same", "auto_small",
-                                                    "whole_small")}
+    rows: dict[str, list[float]] = {k: [] for k in ("save", "restore", "pool_restore", "rerun", "auto_same",
+                                                    "auto_small", "whole_small")}
     sizes: dict[str, int] = {}
     with DockerSandbox(engine=engine, **OPTIONS) as sb:
         for cell in CELLS:
@@ -112,6 +114,17 @@ def measure(engine: Any, store: SnapshotStore, reps: int) -> dict[str, Any]:
                 run_ok(fresh, cell)
             run_ok(fresh, CHECK)
             rows["rerun"].append(time.perf_counter() - started)
+    with SandboxPool(lambda: DockerSandbox(engine=engine, packages=["scikit-learn"], **OPTIONS), size=1) as pool:
+        for _ in range(reps):
+            deadline = time.monotonic() + 300
+            while pool.ready < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.0)  # the warm session's start has settled (it is not part of the restore)
+            started = time.perf_counter()
+            with pool.restore(snap) as restored:
+                out = run_ok(restored, CHECK)
+                rows["pool_restore"].append(time.perf_counter() - started)
+            assert out == expected, (out, expected)
     return {k: statistics.median(v) for k, v in rows.items()} | sizes
 
 
@@ -140,15 +153,16 @@ def main() -> None:
                     engine.remove()
             else:
                 print(f"(TCP+TLS engine skipped: {reason})")
-    print(f"{'engine':<14} {'save':>8} {'restore':>8} {'re-run':>8} {'auto same':>10} {'auto small':>11}"
+    print(f"{'engine':<14} {'save':>8} {'restore':>8} {'pool rest.':>10} {'re-run':>8} {'auto same':>10}"
+          f" {'auto small':>11}"
           f" {'whole small':>12} {'file MB':>8} {'delta KB':>9}")
     for name, r in results.items():
-        print(f"{name:<14} {r['save']:>7.2f}s {r['restore']:>7.2f}s {r['rerun']:>7.2f}s"
+        print(f"{name:<14} {r['save']:>7.2f}s {r['restore']:>7.2f}s {r['pool_restore']:>9.2f}s {r['rerun']:>7.2f}s"
               f" {r['auto_same'] * 1000:>8.0f}ms "
               f"{r['auto_small'] * 1000:>9.0f}ms {r['whole_small'] * 1000:>10.0f}ms {r['file_bytes'] / 1e6:>8.1f}"
               f" {r['changed_file_bytes'] / 1e3:>9.1f}")
-    print("(medians of %d, %d for auto same; restore and re-run include starting the sandbox and the check cell)"
-          % (reps, reps * AUTO_SAME_SAMPLES))
+    print("(medians of %d, %d for auto same; restore and re-run include starting the sandbox and the check cell;"
+          " pool restore starts from a warm session)" % (reps, reps * AUTO_SAME_SAMPLES))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"reps": reps, "results": results}, indent=2))
     print(f"wrote {args.json}")

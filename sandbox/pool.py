@@ -58,17 +58,56 @@ class SandboxPool:
 
     def acquire(self, timeout: float | None = None) -> KernelSandbox:
         """A started session. With no ready one: wait up to ``timeout`` s if given, else start one now."""
+        session, taken = self._take(timeout)
+        if taken:
+            self._wanted.release()
+        return session
+
+    def _take(self, timeout: float | None) -> tuple[KernelSandbox, bool]:
+        """A started session, and whether it came from the pool (then the caller lets the pool refill)."""
         try:
-            session = self._ready.get_nowait()
+            return self._ready.get_nowait(), True
         except queue.Empty:
             if timeout is None:
-                return self.factory().start()
+                return self.factory().start(), False
             try:
-                session = self._ready.get(timeout=timeout)
+                return self._ready.get(timeout=timeout), True
             except queue.Empty:
                 last = self._errors[-1] if self._errors else None
                 raise TimeoutError(f"no sandbox became ready within {timeout:g} s") from last
-        self._wanted.release()
+
+    def restore(self, snapshot: Any, *, timeout: float | None = None, wait: float | None = None) -> KernelSandbox:
+        """A started session of this pool holding ``snapshot`` (a Snapshot or a snapshot file's path).
+
+        The same as ``DockerSandbox.restore(snapshot)`` without waiting for a
+        kernel to start: the snapshot is loaded into a warm session. The
+        session keeps the pool's options (engine, limits, functions); the
+        packages the snapshot's session had installed are installed into it
+        from the host's cache, unless the pool's sessions already have them
+        (make the pool with ``packages=`` for the snapshots it restores: a
+        set mounted at start is cheaper than one copied in later). ``wait``
+        is :meth:`acquire`'s ``timeout``; ``timeout`` bounds the restore
+        itself. The session's ``restored`` says what came back; the caller
+        closes the session. A restore that fails closes the session it took.
+
+        Example::
+
+            with SandboxPool(lambda: DockerSandbox(packages=["scikit-learn"]), size=1) as pool:
+                with pool.restore(snap) as sb:
+                    print(sb.restored.describe())
+        """
+        from .snapshot import DEFAULT_SNAPSHOT_TIMEOUT, Snapshot, restore_into
+
+        # A file that is no snapshot is refused before a warm session is spent on it.
+        snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
+        session, taken = self._take(wait)
+        try:
+            # The replacement starts once the restore is through: on a small machine its start (a container
+            # and a kernel) would compete with the restore's imports for the CPU.
+            restore_into(session, snap, timeout=timeout or DEFAULT_SNAPSHOT_TIMEOUT)
+        finally:
+            if taken:
+                self._wanted.release()
         return session
 
     @property

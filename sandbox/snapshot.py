@@ -771,6 +771,19 @@ def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = 
     return sb
 
 
+def restore_into(sb: Any, snap: Snapshot | str | os.PathLike[str], *,
+                 timeout: float = DEFAULT_SNAPSHOT_TIMEOUT) -> None:
+    """Load ``snap`` into ``sb``, a started session that has run nothing yet (a pool's); sets ``sb.restored``.
+    The packages are installed at run time (the session's container exists already). Closes ``sb`` on failure."""
+    try:
+        snap = snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
+        _check_backend(sb)
+        sb.restored = _restore_into(sb, snap, timeout)
+    except BaseException:
+        sb.close()
+        raise
+
+
 def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True) -> RestoreReport:
     notices: list[str] = []
     io_ = files_of(sb)

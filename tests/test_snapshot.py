@@ -18,6 +18,7 @@ import warnings
 import zipfile
 from pathlib import Path
 
+import docker
 import pytest
 
 from sandbox import DockerSandbox, Limits, SnapshotError, SnapshotStore
@@ -215,6 +216,53 @@ def test_move_from_the_local_engine_to_a_tls_engine(tmp_path: Path) -> None:
             assert ok(sb, "print(int(df.x.sum()), open('f.txt').read())") == "10 moved\n"
     finally:
         engine.remove()
+
+
+def _started_at(sb) -> float:
+    """When the session's container started (the engine's clock, as a UNIX time)."""
+    import datetime
+
+    sb.container.reload()
+    started = sb.container.attrs["State"]["StartedAt"]  # e.g. 2026-11-26T04:05:06.123456789Z
+    return datetime.datetime.fromisoformat(started[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def test_a_pool_restores_into_its_warm_sessions_and_closes_one_that_fails(tmp_path: Path, policy) -> None:
+    from sandbox import SandboxPool
+
+    with DockerSandbox(package_policy=policy, timeout=120) as sb:
+        ok(sb, "install('tabulate', quiet=True)\nimport tabulate, numpy as np\nx = np.arange(5)\n"
+               "def f(): return int(x.sum())\nopen('kept.txt', 'w').write('k')")
+        snap = sb.snapshot(store=tmp_path / "store")
+        ok(sb, "big = np.ones(8 * 2**20, dtype=np.uint8)")
+        big = sb.snapshot(store=tmp_path / "store")
+    small_limit = Limits(max_snapshot_bytes=4 * 2**20)
+    client = docker.from_env()
+    before = {c.name for c in client.containers.list(all=True)}
+    with SandboxPool(lambda: DockerSandbox(package_policy=policy, timeout=120, limits=small_limit), size=1) as pool:
+        deadline = time.monotonic() + 120
+        while pool.ready < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.ready == 1
+        asked = time.time()
+        with pool.restore(snap) as a, pool.restore(snap.path) as b:  # the second one: started on demand
+            assert _started_at(a) < asked - 0.05  # the warm session, not one started for the restore
+            assert a.restored.failed == () and {"x", "f", "tabulate"} <= set(a.restored.restored)
+            ok(b, "x[0] = 100")  # two independent sessions
+            assert ok(a, "print(f(), tabulate.__name__, open('kept.txt').read())") == "10 tabulate k\n"
+            assert ok(b, "print(f())") == "110\n"
+        # Over the pool's sessions' limit: refused, and the session it took is closed at once (not left to the
+        # garbage collector: the error's traceback still holds it), so only the pool's refill is new.
+        with pytest.raises(SnapshotError, match="larger than this session's limit") as caught:
+            pool.restore(big, wait=120)
+        deadline = time.monotonic() + 10
+        while len({c.name for c in client.containers.list(all=True)} - before) > 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len({c.name for c in client.containers.list(all=True)} - before) <= 1, caught
+    deadline = time.monotonic() + 10
+    while {c.name for c in client.containers.list(all=True)} - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert {c.name for c in client.containers.list(all=True)} - before == set()
 
 
 def test_local_backend_saves_and_restores_and_restricted_refuses(tmp_path: Path) -> None:
