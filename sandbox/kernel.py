@@ -1209,8 +1209,10 @@ class KernelSandbox:
     def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> Any:
         """A new, started session of this backend holding ``snapshot`` (a Snapshot or a snapshot file's path).
 
-        ``options`` are the constructor's (``engine=``, ``memory=``, ...): a
-        snapshot taken on one engine restores on any other. The packages the
+        ``options`` are the constructor's (``engine=``, ``memory=``,
+        ``timeout=``, ...): a snapshot taken on one engine restores on any
+        other. ``restore_timeout=`` (default 300 s) bounds each step of
+        loading it. The packages the
         session had installed are installed again from the host's cache. The
         session's :attr:`restored` says what came back and what did not.
 

@@ -76,7 +76,8 @@ class SandboxPool:
                 last = self._errors[-1] if self._errors else None
                 raise TimeoutError(f"no sandbox became ready within {timeout:g} s") from last
 
-    def restore(self, snapshot: Any, *, timeout: float | None = None, wait: float | None = None) -> KernelSandbox:
+    def restore(self, snapshot: Any, *, restore_timeout: float | None = None,
+                wait: float | None = None) -> KernelSandbox:
         """A started session of this pool holding ``snapshot`` (a Snapshot or a snapshot file's path).
 
         The same as ``DockerSandbox.restore(snapshot)`` without waiting for a
@@ -86,9 +87,10 @@ class SandboxPool:
         from the host's cache, unless the pool's sessions already have them
         (make the pool with ``packages=`` for the snapshots it restores: a
         set mounted at start is cheaper than one copied in later). ``wait``
-        is :meth:`acquire`'s ``timeout``; ``timeout`` bounds the restore
-        itself. The session's ``restored`` says what came back; the caller
-        closes the session. A restore that fails closes the session it took.
+        is :meth:`acquire`'s ``timeout``; ``restore_timeout`` bounds each step
+        of loading the snapshot (as for ``DockerSandbox.restore``). The
+        session's ``restored`` says what came back; the caller closes the
+        session. A restore that fails closes the session it took.
 
         Example::
 
@@ -104,7 +106,7 @@ class SandboxPool:
         try:
             # The replacement starts once the restore is through: on a small machine its start (a container
             # and a kernel) would compete with the restore's imports for the CPU.
-            restore_into(session, snap, timeout=timeout or DEFAULT_SNAPSHOT_TIMEOUT)
+            restore_into(session, snap, timeout=restore_timeout or DEFAULT_SNAPSHOT_TIMEOUT)
         finally:
             if taken:
                 self._wanted.release()

@@ -753,8 +753,10 @@ def _packages(sb: Any) -> list[str]:
 
 
 def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
-            timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
-    """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`."""
+            restore_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
+    """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`. ``options`` are
+    the constructor's (``timeout=`` too: the session's time limit per run); ``restore_timeout`` bounds each
+    step of loading the snapshot."""
     snap = snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
     upfront = bool(snap.packages) and "packages" not in options
     if upfront:
@@ -764,7 +766,7 @@ def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = 
     try:
         _check_backend(sb)
         sb.start()
-        sb.restored = _restore_into(sb, snap, timeout, install=not upfront)
+        sb.restored = _restore_into(sb, snap, restore_timeout, install=not upfront)
     except BaseException:
         sb.close()
         raise

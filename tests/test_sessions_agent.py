@@ -71,6 +71,21 @@ def test_a_closed_session_resumes_with_its_conversation_and_variables(log: RunLo
     assert rows[0].runs[:2] == row.runs and len(rows[0].runs) == 3
 
 
+def test_a_resumed_session_keeps_the_agents_time_limit(log: RunLog, tmp_path: Path) -> None:
+    store = tmp_path / "snaps"
+    with agent(ScriptedModel([code("x = 5\nfinal_answer(x)")]), log, tmp_path).session(
+            save=SaveOptions(store=store)) as chat:
+        assert chat.send("set x").answer == 5
+    (row,) = log.list_snapshots()
+    # Within the agent's 3 s, not the sandbox's default 30 s: the sleep is stopped and the model told.
+    model = ScriptedModel([code("import time\ntime.sleep(12)\nfinal_answer('slept')"), code("final_answer(x)")])
+    with agent(model, log, tmp_path, execution_timeout=3).session(resume=row.id) as chat:
+        result = chat.send("sleep, then x")
+    assert result.answer == 5
+    observation = model.requests[1][-1].content
+    assert "ran longer than 3 s and was interrupted" in observation, observation
+
+
 def test_autosave_saves_only_what_changed_and_keeps_the_newest(log: RunLog, tmp_path: Path) -> None:
     store = tmp_path / "snaps"
     model = ScriptedModel([

@@ -126,6 +126,19 @@ def test_a_session_comes_back_equal_and_unsaveable_things_are_reported(tmp_path:
         assert ok(sb, CHECK) == "all equal\n"
 
 
+def test_a_restored_session_has_the_time_limit_it_was_given(tmp_path: Path) -> None:
+    # restore's options are the constructor's: timeout= is the session's limit per run (it once bounded the
+    # restore instead, and the session got the default 30 s).
+    with DockerSandbox() as sb:
+        ok(sb, "x = 1")
+        snap = sb.snapshot(store=tmp_path)
+    with DockerSandbox.restore(snap, timeout=2, restore_timeout=120) as sb:
+        started = time.monotonic()
+        r = sb.run("import time\ntime.sleep(8)")
+        assert r.error is not None and time.monotonic() - started < 6, r.error
+        assert ok(sb, "print(x)") == "1\n"
+
+
 def test_incremental_save_and_fork_diverge(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path / "store", keep=3)
     with DockerSandbox() as sb:
