@@ -52,6 +52,8 @@ DEFAULT_CACHE_MAX_BYTES = 10 * 1024**3
 DEFAULT_CACHE_MAX_AGE = 30 * 24 * 3600.0
 #: Entries used this recently are never evicted.
 GRACE_SECONDS = 600.0
+#: Seconds after which a temporary file in the cache is taken for one a killed process left.
+PARTIAL_SECONDS = 3600.0
 
 T = TypeVar("T")
 
@@ -360,9 +362,10 @@ class PackageCache:
         Best effort: a busy cache (another process evicting, a lease being
         written) is left alone until the next time.
         """
+        now = time.time() if now is None else now
+        self._remove_partials(now)
         if self.max_bytes is None and self.max_age is None:
             return []
-        now = time.time() if now is None else now
         removed: list[str] = []
         with _EVICTING, self.try_lock("evict") as mine:
             if not mine:
@@ -387,6 +390,15 @@ class PackageCache:
                     total -= entry.size
                     removed.append(f"{entry.kind}:{entry.key}")
         return removed
+
+    def _remove_partials(self, now: float) -> None:
+        """Temporary files a killed process left half written (their rename never came; a bytecode tar may be
+        tens of MB), once an hour old: a live writer writes on, and its file stays young."""
+        for pattern in (".tmp-*", "*/.tmp-*", "*/*/.tmp-*"):
+            for tmp in self.root.glob(pattern):
+                with contextlib.suppress(OSError):
+                    if tmp.is_file() and tmp.stat().st_mtime < now - PARTIAL_SECONDS:
+                        tmp.unlink()
 
     def _remove(self, entry: _Entry) -> bool:
         lock = {"wheel": "wheel-", "name": "bundle-", "bytecode": "bytecode-", "env": "local-env-",

@@ -11,6 +11,7 @@ import io
 import os
 import sys
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -471,6 +472,22 @@ def test_cache_evicts_least_recently_used_wheels_down_to_its_size(tmp_path: Path
     assert removed == [f"wheel:{shas[1]}", f"wheel:{shas[2]}"]  # least recently used first, until it fits
     assert _wheels_left(root) == sorted([shas[0], shas[3], shas[4]]) and bounded.size() <= 650_000
     assert not (root / "unpacked" / f"{shas[1]}.tar").exists()  # a wheel goes with its unpacked form
+
+
+def test_files_a_killed_writer_left_in_the_cache_are_removed_once_stale(tmp_path: Path) -> None:
+    root = tmp_path / "cache"
+    _fill_cache(root, 1)
+    (root / "bytecode").mkdir()
+    stale = [root / "bytecode" / ".tmp-half", root / "bundles" / ".tmp-half", root / ".tmp-top"]
+    fresh = root / "bytecode" / ".tmp-now"  # a writer at work
+    for path in [*stale, fresh]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * 1000)
+    for path in stale:
+        os.utime(path, (time.time() - 2 * 3600,) * 2)
+    PackageCache(root, max_bytes=None, max_age=None).evict()  # even a cache without bounds
+    assert [p for p in stale if p.exists()] == [] and fresh.exists()
+    assert _wheels_left(root)  # the entries stay
 
 
 def test_cache_evicts_by_age_and_never_what_a_live_session_holds(tmp_path: Path) -> None:
