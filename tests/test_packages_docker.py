@@ -297,6 +297,44 @@ def test_packages_up_front_are_materialised_once_and_shared(tmp_path: Path, cach
         assert mounts["/opt/codeact/env"]["Name"] == volume and mounts["/opt/codeact/env"]["RW"] is False
 
 
+def test_an_up_front_set_gets_bytecode_compiled_once_whatever_the_engine(tmp_path: Path, cache_dir: str,
+                                                                         env_volumes: set[str]) -> None:
+    from sandbox.container import docker_client
+
+    client = docker_client()
+    cache = tmp_path / "cache"  # the wheels, without any bytecode or record of a volume
+    shutil.copytree(cache_dir, cache, ignore=shutil.ignore_patterns("bytecode", "leases", "locks", "docker-envs"))
+    env_check = BYTECODE_CHECK.replace("/opt/codeact/packages/", "/opt/codeact/env/") + \
+        "print('linked', os.path.islink(os.path.join(os.path.dirname(msgpack.fallback.__file__), '__pycache__')))"
+
+    def fresh_volume_and_check(linked: bool | None) -> str:
+        with DockerSandbox(packages=["msgpack", "tabulate"], package_policy=policy(str(cache))) as sb:
+            volume = sb._kernel.packages.backend.env_volume
+            env_volumes.add(volume)
+            out = run_ok(sb, env_check)
+            assert sb._kernel.packages.backend.settle(300), "the bytecode was not compiled for the cache in 5 minutes"
+        # Compiled in place the first time; later, the cache's bytecode behind __pycache__ links.
+        assert linked is None or f"linked {linked}" in out, out
+        # The set's modules and a new process's imports load bytecode the sandbox's user cannot write.
+        assert out.count("pyc ") == 2 and out.count(" True True 0") == 2, out
+        assert "exit 0" in out and "sources 0 bytecode [" in out and "'fallback.cpython-311.pyc'" in out, out
+        assert out.count("readonly") == 6, out
+        client.volumes.get(volume).remove(force=True)  # as an engine that has not seen the set yet
+        for record in (cache / "docker-envs").glob("*.json"):
+            record.unlink()
+        return volume
+
+    first = fresh_volume_and_check(None)  # (from a volume an earlier test made of this set, maybe: removed after)
+    for made in (cache / "bytecode").glob("*.tar"):
+        made.unlink()
+    assert fresh_volume_and_check(False) == first
+    (made,) = (cache / "bytecode").glob("*.tar")
+    assert made.stem == first.removeprefix("codeact-env-")
+    inode = made.stat().st_ino
+    assert fresh_volume_and_check(True) == first
+    assert made.stat().st_ino == inode and list((cache / "bytecode").glob("*.tar")) == [made]  # not compiled again
+
+
 def test_every_refusal_arrives_as_package_install_error(cache_dir: str) -> None:
     asked: list[Any] = []
 
