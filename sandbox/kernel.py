@@ -1212,9 +1212,10 @@ class KernelSandbox:
         ``options`` are the constructor's (``engine=``, ``memory=``,
         ``timeout=``, ...): a snapshot taken on one engine restores on any
         other. ``restore_timeout=`` (default 300 s) bounds each step of
-        loading it. The packages the
-        session had installed are installed again from the host's cache. The
-        session's :attr:`restored` says what came back and what did not.
+        loading it. The packages the session had installed are installed
+        again from the host's cache. The session's :attr:`restored` says what
+        came back and what did not. ``SandboxPool.restore`` loads a snapshot
+        into a warm session instead (no start on the path).
 
         Example::
 
