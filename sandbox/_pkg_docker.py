@@ -419,14 +419,12 @@ class DockerPackageBackend:
             self.image, command, user="0:0", labels=_helper_labels("env"),
             host_config=_helper_config(self.client, [_mount(name, "/env")]))
         try:
-            with bundle.open("rb") as f:
-                if not self.client.api.put_archive(helper["Id"], "/env", f):
-                    raise PackageInstallError("internal", f"could not fill the package volume {name}")
-            if code is not None:
-                with code.open("rb") as f:  # its __pycache__ links are relative: they hold below /env too
+            # The bytecode's __pycache__ links are relative: they hold below /env as below PACKAGES_DIR.
+            for part in (bundle, code) if code is not None else (bundle,):
+                with part.open("rb") as f:
                     if not self.client.api.put_archive(helper["Id"], "/env", f):
                         raise PackageInstallError("internal", f"could not fill the package volume {name}")
-            else:
+            if code is None:
                 self.client.api.start(helper["Id"])
                 self.client.api.wait(helper["Id"], timeout=1800)  # failures to compile only cost speed later
             marker = json.dumps({"hash": env_hash, "packages": packages,

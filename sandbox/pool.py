@@ -98,10 +98,9 @@ class SandboxPool:
                 with pool.restore(snap) as sb:
                     print(sb.restored.describe())
         """
-        from .snapshot import DEFAULT_SNAPSHOT_TIMEOUT, Snapshot, restore_into
+        from .snapshot import DEFAULT_SNAPSHOT_TIMEOUT, current, restore_into
 
-        # A file that is no snapshot is refused before a warm session is spent on it.
-        snap = snapshot if isinstance(snapshot, Snapshot) else Snapshot.open(snapshot)
+        snap = current(snapshot)  # a file that is no snapshot is refused before a warm session is spent on it
         session, taken = self._take(wait)
         try:
             # The replacement starts once the restore is through: on a small machine its start (a container

@@ -752,35 +752,40 @@ def _packages(sb: Any) -> list[str]:
     return sorted(f"{name}=={version}" for name, version in added.items())
 
 
+def current(snap: Snapshot | str | os.PathLike[str]) -> Snapshot:
+    """``snap`` (a Snapshot or a snapshot file's path) opened, with its chain as the store holds it now."""
+    return snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
+
+
 def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
             restore_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
     """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`. ``options`` are
     the constructor's (``timeout=`` too: the session's time limit per run); ``restore_timeout`` bounds each
     step of loading the snapshot."""
-    snap = snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
+    snap = current(snap)
     upfront = bool(snap.packages) and "packages" not in options
     if upfront:
         # Materialised once per engine (a shared read-only volume, see sandbox.packages): later restores mount it.
         options["packages"] = list(snap.packages)
     sb = cls(functions, **options)
     try:
-        _check_backend(sb)
+        _check_backend(sb)  # before a sandbox of a backend that cannot restore is started
         sb.start()
-        sb.restored = _restore_into(sb, snap, restore_timeout, install=not upfront)
     except BaseException:
         sb.close()
         raise
+    restore_into(sb, snap, timeout=restore_timeout, install=not upfront)
     return sb
 
 
-def restore_into(sb: Any, snap: Snapshot | str | os.PathLike[str], *,
-                 timeout: float = DEFAULT_SNAPSHOT_TIMEOUT) -> None:
-    """Load ``snap`` into ``sb``, a started session that has run nothing yet (a pool's); sets ``sb.restored``.
-    The packages are installed at run time (the session's container exists already). Closes ``sb`` on failure."""
+def restore_into(sb: Any, snap: Snapshot, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
+                 install: bool = True) -> None:
+    """Load ``snap`` (see :func:`current`) into ``sb``, a started session that has run nothing yet; sets
+    ``sb.restored``. ``install``: the snapshot's packages are installed at run time (else ``sb`` was made
+    with them). Closes ``sb`` on failure."""
     try:
-        snap = snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
         _check_backend(sb)
-        sb.restored = _restore_into(sb, snap, timeout)
+        sb.restored = _restore_into(sb, snap, timeout, install)
     except BaseException:
         sb.close()
         raise
