@@ -2,10 +2,46 @@
 
 from __future__ import annotations
 
+import base64
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image that goes to the model with a message (an OpenAI ``image_url`` part, as a data URL).
+
+    ``data`` is the encoded image as it is sent (already downscaled and re-encoded by the
+    caller); ``width`` and ``height`` are its pixels, ``name`` the artifact it came from
+    (what a stand-in line names once the image leaves the prompt).
+    """
+
+    data: bytes = field(repr=False)
+    mime: str = "image/png"
+    width: int = 0
+    height: int = 0
+    name: str = ""
+
+    def data_url(self) -> str:
+        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+
+    @property
+    def tokens(self) -> int:
+        """Prompt tokens the image costs, by OpenAI's published rule for ``detail: high``.
+
+        The image is fitted within 2048x2048, then its shorter side to 768; each 512-pixel tile
+        costs 170 tokens, plus 85. Other endpoints count differently; this is the estimate used for
+        budgets and for usage when the server reports none.
+        """
+        w, h = max(self.width, 1), max(self.height, 1)
+        scale = min(1.0, 2048 / max(w, h))
+        w, h = w * scale, h * scale
+        scale = min(1.0, 768 / min(w, h))
+        w, h = w * scale, h * scale
+        return 85 + 170 * math.ceil(w / 512) * math.ceil(h / 512)
 
 
 @dataclass(frozen=True)
@@ -23,9 +59,15 @@ class Message:
     content: str = ""
     tool_calls: tuple[ToolCallRequest, ...] = ()
     tool_call_id: str | None = None  # for role="tool"
+    #: Images sent after ``content`` (user messages only: OpenAI takes image parts nowhere else).
+    images: tuple[ImagePart, ...] = ()
 
     def to_openai(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {"role": self.role, "content": self.content}
+        content: Any = self.content
+        if self.images:
+            content = [{"type": "text", "text": self.content},
+                       *({"type": "image_url", "image_url": {"url": image.data_url()}} for image in self.images)]
+        msg: dict[str, Any] = {"role": self.role, "content": content}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
