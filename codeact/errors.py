@@ -65,9 +65,18 @@ class ModelNotFoundError(ModelError):
 
 
 class ContextOverflowError(ModelError):
-    """The prompt is longer than the model's context window."""
+    """The prompt is longer than the model's context window.
+
+    ``limit`` is the window and ``requested`` the prompt's tokens as the endpoint named them,
+    when it did (None otherwise).
+    """
 
     reason = "context_overflow"
+
+    def __init__(self, message: str, *, limit: int | None = None, requested: int | None = None) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.requested = requested
 
 
 class ModelUnavailableError(ModelError):
