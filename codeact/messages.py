@@ -36,7 +36,7 @@ class ImagePart:
         costs 170 tokens, plus 85. Other endpoints count differently; this is the estimate used for
         budgets and for usage when the server reports none.
         """
-        w, h = max(self.width, 1), max(self.height, 1)
+        w, h = float(max(self.width, 1)), float(max(self.height, 1))
         scale = min(1.0, 2048 / max(w, h))
         w, h = w * scale, h * scale
         scale = min(1.0, 768 / min(w, h))
