@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Iterator, Sequence, TypeVar, overload
 
 from sandbox.functions import current_call
 
@@ -33,6 +33,10 @@ from .values import preview
 if TYPE_CHECKING:  # pragma: no cover
     from .runlog import RunLog
     from .telemetry._spans import RunTrace
+
+
+#: An answer's type (``output_type=``).
+T = TypeVar("T")
 
 
 def tools_to_add(tools: Sequence[Any], taken: Any, reserved: str) -> list[Tool[Any, Any]]:
@@ -228,9 +232,9 @@ def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Cal
     return emit
 
 
-def result_of(events: Iterator[Event]) -> RunResult:
+def result_of(events: Iterator[Event]) -> RunResult[Any]:
     """Consume a run's events; return the result its final RunFinished carries."""
-    result: RunResult | None = None
+    result: RunResult[Any] | None = None
     for event in events:
         if isinstance(event, RunFinished):
             result = event.result
@@ -244,37 +248,85 @@ class AgentRuns:
     ``files``: CodeAct copies them into the sandbox's working directory; ReAct
     describes them to the model (name, size, first line) and leaves them on
     the host, where the tools read them.
+
+    ``output_type``: the type the answer must have (:mod:`codeact.output`): a
+    BaseModel, a dataclass, a TypedDict, ``list[int]``, ``Literal[...]``, an
+    Enum... or an :class:`~codeact.output.OutputSpec` (e.g. from a JSON Schema).
+    The model is shown the type; an answer that does not fit goes back to it
+    with the problems, up to ``output_retries`` times (default: the agent's),
+    then the run ends with status ``invalid_output``. A type that cannot
+    describe an answer raises :class:`~codeact.errors.OutputTypeError` at once.
     """
 
     def session(self) -> Any:  # pragma: no cover - each agent has its own
         raise NotImplementedError
 
-    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-            cancel: threading.Event | None = None) -> RunResult:
+    @overload
+    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+            output_type: None = None, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    @overload
+    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+            output_type: type[T], output_retries: int | None = None) -> RunResult[T]: ...
+
+    @overload
+    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+            output_type: Any, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+            output_type: Any = None, output_retries: int | None = None) -> RunResult[Any]:
         """Run ``task`` to the end and return the result (never raises for model, code or tool errors)."""
-        return result_of(self.stream(task, files=files, cancel=cancel))
+        return result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type,
+                                     output_retries=output_retries))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
+               cancel: threading.Event | None = None, output_type: Any = None,
+               output_retries: int | None = None) -> Iterator[Event]:
         """Run ``task``, yielding every event as it happens; the last is :class:`RunFinished`.
 
         Closing the generator early (``break``) cancels the run; it is logged as ``cancelled``.
         """
-        with self.session() as chat:
-            yield from chat.stream(task, files=files, cancel=cancel)
+        from .output import OutputSpec
 
-    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> RunResult:
+        output = OutputSpec.of(output_type)  # a bad type fails here, before any sandbox starts
+        return self._stream(task, files, cancel, output, output_retries)
+
+    def _stream(self, task: str, files: Sequence[str | os.PathLike[str]], cancel: threading.Event | None,
+                output: Any, output_retries: int | None) -> Iterator[Event]:
+        with self.session() as chat:
+            yield from chat.stream(task, files=files, cancel=cancel, output_type=output, output_retries=output_retries)
+
+    @overload
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: None = None,
+                   output_retries: int | None = None) -> RunResult[Any]: ...
+
+    @overload
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: type[T],
+                   output_retries: int | None = None) -> RunResult[T]: ...
+
+    @overload
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: Any,
+                   output_retries: int | None = None) -> RunResult[Any]: ...
+
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: Any = None,
+                   output_retries: int | None = None) -> RunResult[Any]:
         """Async :meth:`run`; cancelling the awaiting task cancels the run."""
-        result: RunResult | None = None
-        async for event in self.astream(task, files=files):
+        result: RunResult[Any] | None = None
+        async for event in self.astream(task, files=files, output_type=output_type, output_retries=output_retries):
             if isinstance(event, RunFinished):
                 result = event.result
         assert result is not None
         return result
 
-    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> AsyncIterator[Event]:
+    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: Any = None,
+                      output_retries: int | None = None) -> AsyncIterator[Event]:
         """Async :meth:`stream`. The loop runs on a worker thread; events arrive as they happen."""
-        async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel)):
+        from .output import OutputSpec
+
+        output = OutputSpec.of(output_type)  # a bad type fails here, before any sandbox starts
+        async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel,
+                                                                   output_type=output,
+                                                                   output_retries=output_retries)):
             yield event
 
 

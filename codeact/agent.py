@@ -28,7 +28,7 @@ import uuid
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar, get_args, overload
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -65,6 +65,7 @@ from .events import (
 )
 from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
+from .output import DEFAULT_RETRIES, AnswerCheck, OutputSpec, gave_up
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
 from .prompts import Prompt, load_prompt
@@ -84,6 +85,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .privacy import PrivacyFilter
     from .runlog import RunLog
     from .skills import SkillStore
+
+#: An answer's type (``output_type=``).
+T = TypeVar("T")
 
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
@@ -223,6 +227,9 @@ class CodeActAgent(AgentRuns):
             wrote then reaches every later session of the store unseen.
         privacy: a :class:`codeact.privacy.PrivacyFilter`: values it names reach the
             model (and the run log) as placeholders such as ``<EMAIL_1>``.
+        output_retries: with ``output_type=`` (:mod:`codeact.output`), how many times an
+            answer that does not fit goes back to the model before the run ends with
+            status ``invalid_output`` (a run's own ``output_retries=`` wins).
     """
 
     def __init__(
@@ -251,6 +258,7 @@ class CodeActAgent(AgentRuns):
         skills: SkillStore | str | os.PathLike[str] | bool | None = None,
         privacy: PrivacyFilter | None = None,
         auto_approve_skills: bool = False,
+        output_retries: int = DEFAULT_RETRIES,
     ) -> None:
         self.model = model
         self.tools = ensure_tools(tools)
@@ -279,6 +287,7 @@ class CodeActAgent(AgentRuns):
         self.sandbox = sandbox
         self.sandbox_options = dict(sandbox_options or {})
         self.max_steps = max_steps
+        self.output_retries = output_retries
         self.approve = approve
         self.deps = deps
         self.output_root = Path(output_dir) if output_dir else None
@@ -597,18 +606,38 @@ class ChatSession:
 
     # --- turns ------------------------------------------------------------------------------
 
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-             cancel: threading.Event | None = None) -> RunResult:
-        """One turn to the end; returns its result."""
-        return _result_of(self.stream(task, files=files, cancel=cancel))
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: None = None, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: type[T], output_retries: int | None = None) -> RunResult[T]: ...
+
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: Any, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: Any = None, output_retries: int | None = None) -> RunResult[Any]:
+        """One turn to the end; returns its result. ``output_type``: as :meth:`CodeActAgent.run`'s."""
+        return _result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type,
+                                      output_retries=output_retries))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
-        """One turn: run ``task`` in this conversation, yielding events."""
+               cancel: threading.Event | None = None, output_type: Any = None,
+               output_retries: int | None = None) -> Iterator[Event]:
+        """One turn: run ``task`` in this conversation, yielding events.
+
+        ``output_type``: the type the answer must have (:mod:`codeact.output`); ``output_retries``: how many
+        misfits go back to the model (default: the agent's).
+        """
         if self._closed:
             # A closed session would silently open a new sandbox that nobody closes.
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         agent = self.agent
+        output = OutputSpec.of(output_type)  # raises OutputTypeError before anything starts
+        check = AnswerCheck(output, agent.output_retries if output_retries is None else output_retries)
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
         self._state = state
@@ -642,16 +671,17 @@ class ChatSession:
             announced, self._uploaded = self._uploaded, []
             announced.extend(FileDescription.of(path) for path in file_paths)
             self._files.extend(announced)
+            answer_types, answer_note = self._answer_types(output)  # the type the answer must have, if any
             if not self.messages:
                 self.messages.append(Message("system", self._system_prompt()))
-                self.messages.append(Message("user", task))
+                self.messages.append(Message("user", task + answer_note))
             else:
                 extra = ""
                 if announced:
                     extra = "\n\nNew files in the working directory:\n" + "\n".join(
                         f.render() for f in announced)
                 note, self._resume_note = self._resume_note, ""  # after a resume: what came back, what was lost
-                self.messages.append(Message("user", note + task + extra))
+                self.messages.append(Message("user", note + task + extra + answer_note))
             snapshot = self._file_snapshot() if not pending_uploads and self._opening is None else None
             budget = _ArtifactBudget(agent.limits)
             state.output_dir, state.budget, state.result = output_dir, budget, result
@@ -676,9 +706,17 @@ class ChatSession:
                         step.duration = time.perf_counter() - step_started
                         continue
                     # A reply without code is the final answer.
-                    result.answer, result.status = self._restored(step.model_output.strip()), "success"
+                    said = check.check_text(self._restored(step.model_output.strip()))
                     self.messages.append(Message("assistant", step.model_output))
                     step.duration = time.perf_counter() - step_started
+                    if not said.ok:  # it does not fit output_type: the model hears why
+                        step.error = said.feedback
+                        yield emit(ErrorEvent(run_id=run_id, step=index, message=said.feedback, kind="output"))
+                        self.messages.append(Message("user", self._redacted(said.feedback)))
+                        if check.exhausted:
+                            break
+                        continue
+                    result.answer, result.status = said.value, "success"
                     break
                 step.code = code
                 yield emit(CodeAction(run_id=run_id, step=index, code=code))
@@ -689,6 +727,9 @@ class ChatSession:
                     snapshot = self._file_snapshot()
                 exec_started = time.perf_counter()
                 exec_result: ExecutionResult | None = None
+                if answer_types:  # the answer's classes, defined before the turn's first code runs
+                    self._sandbox.run(answer_types)
+                    answer_types = ""
                 for item in self._run_code(code, state):
                     if isinstance(item, ToolCall):
                         step.tool_calls.append(item)
@@ -709,8 +750,14 @@ class ChatSession:
                     text += "\n\n" + tool_changes
                 if state.user_interrupted:  # after the cut, so the model always learns who stopped it
                     text += "\n\n" + USER_INTERRUPT_NOTE
+                verdict = check.check(self._restored(state.answer)) if state.answered else None
+                if verdict is not None and not verdict.ok:  # it does not fit output_type: the model hears why
+                    state.answered = False
+                    text += "\n\n" + self._redacted(verdict.feedback)
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
+                if verdict is not None and not verdict.ok:
+                    step.error = step.error or verdict.feedback
                 yield emit(Observation(run_id=run_id, step=index, text=text, stdout=exec_result.stdout,
                                        stderr=exec_result.stderr, error=step.error,
                                        duration=exec_result.duration,
@@ -724,12 +771,16 @@ class ChatSession:
                 step.duration = time.perf_counter() - step_started
                 state.tool_artifacts = []
                 yield from (emit(e) for e in self._autosave(state))
-                if state.answered:
-                    result.answer, result.status = self._restored(state.answer), "success"
+                if verdict is not None and verdict.ok:
+                    result.answer, result.status = verdict.value, "success"
+                    break
+                if check.exhausted:
                     break
             else:
                 result.status = "max_steps"
-                result.answer = self._restored(self._best_answer(result))
+                result.answer = self._restored(self._best_answer(result)) if output is None else check.last
+            if check.exhausted:
+                yield emit(gave_up(result, check, state.step))
         except RunCancelled as exc:
             result.status, result.error = "cancelled", str(exc)
         except (GeneratorExit, KeyboardInterrupt) as exc:
@@ -1078,6 +1129,21 @@ class ChatSession:
     def _content_filter(self) -> Callable[[str], str] | None:
         """What captured trace content passes first: the privacy filter's placeholders (host side)."""
         return self._redactor.redact if self._redactor is not None else None
+
+    def _answer_types(self, output: OutputSpec | None) -> tuple[str, str]:
+        """(kernel source defining the answer's classes, the note for the task) for ``output`` ("" and "" for none).
+
+        The classes are defined where code runs in a kernel (not on the restricted backend)."""
+        if output is None:
+            return "", ""
+        source = ""
+        if self._backend_name() != "restricted":
+            source = output.kernel_source({*getattr(self, "_tools_now", {}), FINAL_ANSWER})
+        return source, "\n\n" + output.prompt(final="final_answer(value)", constructors=bool(source))
+
+    def _redacted(self, text: str) -> str:
+        """``text`` as the model may see it: placeholders for the values the privacy filter hides."""
+        return self._redactor.redact(text) if self._redactor is not None else text
 
     def _restored(self, answer: Any) -> Any:
         """The model's answer for the caller: placeholders it wrote become the values (privacy)."""

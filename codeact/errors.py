@@ -15,6 +15,11 @@ class ConfigError(CodeActError):
     """Bad or missing configuration (an option, an environment variable, a config file)."""
 
 
+class OutputTypeError(ConfigError):
+    """An ``output_type`` or output schema that cannot describe an answer (a type pydantic cannot validate or
+    describe as JSON, a schema that is not a valid JSON Schema); raised before any sandbox starts."""
+
+
 class ToolError(CodeActError):
     """A problem with a tool definition or a tool call."""
 

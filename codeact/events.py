@@ -9,12 +9,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal
+
+from typing_extensions import TypeVar
 
 from .messages import Usage
 
 #: ``interrupted``: the process running it ended before it could (found and marked later).
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted"]
+#: ``invalid_output``: the run had an ``output_type`` and no answer fitted it (:mod:`codeact.output`).
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "invalid_output"]
+
+#: The type of a run's answer (``output_type=``); Any when the run asked for none.
+AnswerT = TypeVar("AnswerT", default=Any)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,10 +164,18 @@ class Step:
 
 
 @dataclass
-class RunResult:
+class RunResult(Generic[AnswerT]):
+    """How a run ended: ``status``, ``answer``, its steps, usage and artifacts.
+
+    ``answer`` is what ``final_answer()`` was given (or the reply's text). With
+    ``output_type=T`` it is a validated ``T`` when :attr:`ok`; at status
+    ``invalid_output`` it is the last value the model gave (not a ``T``) and
+    ``error`` says why it did not fit.
+    """
+
     run_id: str
     task: str
-    answer: Any = None
+    answer: AnswerT = None  # type: ignore[assignment]  # None until the run answers
     status: RunStatus = "running"
     steps: list[Step] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)

@@ -66,9 +66,11 @@ STATUS_STYLE = {
     "max_steps": "yellow",
     "cancelled": "yellow",
     "error": "red",
+    "invalid_output": "red",
     "running": "cyan",
 }
-STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…"}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "invalid_output": "✘",
+               "running": "…"}
 
 
 # --------------------------------------------------------------------------- small formatters
@@ -428,7 +430,8 @@ class Renderer:
             folder = Path(result.artifacts[0]).parent
             if self.output_root is not None:
                 folder = self.output_root / result.run_id
-        if result.status in ("error", "cancelled") and result.error and result.error not in self._errors_shown:
+        if result.status in ("error", "cancelled", "invalid_output") and result.error \
+                and result.error not in self._errors_shown:
             self.console.print(Text(safe(f"{result.status}: {result.error}"), style=STATUS_STYLE[result.status]))
         self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
                                              result.usage.output_tokens, result.duration, result.run_id, folder),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -34,15 +35,22 @@ from .mcp import open_mcp
 @click.argument("task", required=False)
 @agent_options
 @click.option("--json", "as_json", is_flag=True, help="Print only the final RunResult as JSON.")
+@click.option("--output-schema", "output_schema", metavar="FILE", type=click.Path(dir_okay=False),
+              help="A JSON Schema file the answer must match (the model is shown it; an answer that does not "
+                   "match goes back to it, twice at most).")
 def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
         base_url: str | None, api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float,
-        output_dir: str | None, db: str | None, no_log: bool, as_json: bool, mcp_files: tuple[str, ...] = (),
-        mcp_specs: tuple[str, ...] = (), mcp_on_error: str = "stop") -> None:
+        output_dir: str | None, db: str | None, no_log: bool, as_json: bool, output_schema: str | None = None,
+        mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = (), mcp_on_error: str = "stop") -> None:
     """Run TASK to the end and print each step as it happens.
 
     TASK is read from stdin when it is not given and stdin is not a terminal.
-    Exit status: 0 when the run succeeds; 1 on an error, at max steps or when
-    cancelled (Ctrl-C); 2 for bad options or configuration.
+    Exit status: 0 when the run succeeds; 1 on an error, at max steps, when
+    cancelled (Ctrl-C) or when no answer matched --output-schema (status
+    invalid_output); 2 for bad options or configuration (a schema file that
+    is not a valid JSON Schema, found before any sandbox starts).
+
+    With --output-schema and --json, "answer" is the validated JSON value.
 
     \b
     Examples:
@@ -51,6 +59,7 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
       codeact run "Book a table for two" --tools mytools.py:ALL --yes
       codeact run "What changed in the last 3 commits?" --mcp servers.json
       echo "2**100?" | codeact run --json --backend local
+      codeact run "Top 3 regions by growth" -f sales.csv --output-schema regions.json --json
 
     Testing and replays: with CODEACT_SCRIPTED_REPLIES=replies.json (a JSON
     list of strings) the model is not called; its replies are replayed in order.
@@ -60,6 +69,7 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
             task = sys.stdin.read().strip()
         if not task:
             raise click.UsageError("Missing argument 'TASK' (give it as an argument or on stdin).")
+    output = load_output_schema(output_schema) if output_schema is not None else None  # before any sandbox
     output_root = cfg.output_root(output_dir)
     renderer, notes = renderers(output_root, as_json)
     tools = load_tools(tool_specs)
@@ -72,7 +82,8 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     try:
         agent = make_agent(model_obj, tools + list(toolset or ()), backend, max_steps=max_steps, timeout=timeout,
                            output_root=output_root, log=log, approve=make_approver(notes, yes), stream=stream)
-        result = drive(agent.stream(task, files=list(files)), renderer, log, task, quiet_renderer=notes)
+        result = drive(agent.stream(task, files=list(files), output_type=output), renderer, log, task,
+                       quiet_renderer=notes)
     except RunCancelledByUser as exc:
         click.secho(cancelled_message(exc, log), fg="yellow", err=True)
         raise click.exceptions.Exit(1) from None
@@ -84,6 +95,32 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     if as_json:
         click.echo(result_json(result))
     raise click.exceptions.Exit(0 if result.ok else 1)
+
+
+def load_output_schema(path: str) -> Any:
+    """The :class:`~codeact.output.OutputSpec` of the JSON Schema in file ``path``.
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or is not a valid JSON Schema.
+    """
+    import json
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..output import OutputSpec
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--output-schema {path}: cannot read it ({exc})") from None
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"--output-schema {path}: not valid JSON ({exc}); give a JSON Schema file") from None
+    try:
+        return OutputSpec.from_json_schema(schema)
+    except ConfigError as exc:
+        raise ConfigError(f"--output-schema {path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- demo

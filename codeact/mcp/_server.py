@@ -463,11 +463,24 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
                      "runs Python, calling its tools) until it has an answer. `files` names files already in "
                      "/workspace that the task is about. Progress is reported as it goes. `tool_disclosure` "
                      "(all, on_demand, auto) chooses whether the agent's prompt lists every tool or a catalogue "
-                     "it searches.")
+                     "it searches. `output_schema` (a JSON Schema object) is what the answer must match: the "
+                     "agent is shown it, and `answer` is the validated value (status invalid_output when none "
+                     "matched).")
         async def run_task(task: str, ctx: Context, files: list[str] | None = None,
-                           tool_disclosure: Literal["auto", "all", "on_demand"] | None = None) -> dict[str, Any]:
+                           tool_disclosure: Literal["auto", "all", "on_demand"] | None = None,
+                           output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+            output = None
+            if output_schema is not None:  # a bad schema fails here, before the sandbox is touched
+                from ..errors import OutputTypeError
+                from ..output import OutputSpec
+
+                try:
+                    output = OutputSpec.from_json_schema(output_schema)
+                except OutputTypeError as exc:
+                    raise ToolError(f"output_schema: {exc}") from None
+
             async def work(sb: Any) -> dict[str, Any]:
-                return await _run_task(options, runs, sb, task, files or [], ctx, tool_disclosure)
+                return await _run_task(options, runs, sb, task, files or [], ctx, tool_disclosure, output)
 
             return await with_sandbox(ctx, work)
 
@@ -502,7 +515,7 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
 
 
 async def _run_task(options: ServeOptions, runs: ServedRuns, sb: Any, task: str, files: list[str], ctx: Any,
-                    tool_disclosure: str | None = None) -> dict[str, Any]:
+                    tool_disclosure: str | None = None, output: Any = None) -> dict[str, Any]:
     from mcp.server.mcpserver.exceptions import ToolError
 
     from ..agent import CodeActAgent
@@ -520,7 +533,7 @@ async def _run_task(options: ServeOptions, runs: ServedRuns, sb: Any, task: str,
 
     def work() -> None:
         try:
-            for event in agent.stream(task):
+            for event in agent.stream(task, output_type=output):
                 loop.call_soon_threadsafe(events.put_nowait, event)
         except BaseException as exc:  # surfaced below
             loop.call_soon_threadsafe(events.put_nowait, exc)

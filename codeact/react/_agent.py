@@ -7,9 +7,9 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, TypeVar, overload
 
 from .._run import (
     tools_to_add,
@@ -38,6 +38,7 @@ from ..events import (
 )
 from ..messages import Message, ModelResponse
 from ..observation import truncate_middle
+from ..output import DEFAULT_RETRIES, AnswerCheck, OutputSpec, gave_up
 from ..prompting import FileDescription
 from ..prompts import Prompt, load_prompt
 from ..tools import Tool, ensure_tools
@@ -54,6 +55,9 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The backend name ReAct runs record: tools run in this process, there is no sandbox.
 HOST = "host"
 
+#: An answer's type (``output_type=``).
+T = TypeVar("T")
+
 
 @dataclass
 class _TurnState:
@@ -65,6 +69,7 @@ class _TurnState:
     artifact_files: int = 0
     artifact_bytes: int = 0
     trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
+    check: AnswerCheck = field(default_factory=lambda: AnswerCheck(None))  # the answer against output_type
 
 
 class ReActAgent(AgentRuns):
@@ -97,6 +102,9 @@ class ReActAgent(AgentRuns):
         output_dir: where files tools save with ``RunContext.add_artifact`` go
             (``<output_dir>/<run id>/``), within ``limits``' per-run caps.
         limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply).
+        output_retries: with ``output_type=`` (:mod:`codeact.output`), how many times an
+            answer that does not fit goes back to the model before the run ends with
+            status ``invalid_output`` (a run's own ``output_retries=`` wins).
 
     Example::
 
@@ -128,6 +136,7 @@ class ReActAgent(AgentRuns):
         system_prompt: str | None = None,
         output_dir: str | os.PathLike[str] | None = None,
         limits: RunLimits | None = None,
+        output_retries: int = DEFAULT_RETRIES,
     ) -> None:
         from ..agent import RunLimits
 
@@ -142,6 +151,7 @@ class ReActAgent(AgentRuns):
         if any(t.name == FINAL_ANSWER for t in self.tools):
             raise CodeActError(f"a tool may not be named {FINAL_ANSWER!r}; the agent defines it")
         self.max_steps = max_steps
+        self.output_retries = output_retries
         self.approve = approve
         self.deps = deps
         self.stream_model = stream_model
@@ -222,19 +232,40 @@ class ReActSession:
             return ""
         return "New tools you can use from now on:\n" + self.agent.format.render_tools(new).rsplit("\n", 1)[0]
 
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-             cancel: threading.Event | None = None) -> RunResult:
-        """One turn to the end; returns its result."""
-        return result_of(self.stream(task, files=files, cancel=cancel))
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: None = None, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: type[T], output_retries: int | None = None) -> RunResult[T]: ...
+
+    @overload
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: Any, output_retries: int | None = None) -> RunResult[Any]: ...
+
+    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
+             output_type: Any = None, output_retries: int | None = None) -> RunResult[Any]:
+        """One turn to the end; returns its result. ``output_type``: as :meth:`ReActAgent.run`'s."""
+        return result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type,
+                                     output_retries=output_retries))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
-        """One turn: run ``task`` in this conversation, yielding events."""
+               cancel: threading.Event | None = None, output_type: Any = None,
+               output_retries: int | None = None) -> Iterator[Event]:
+        """One turn: run ``task`` in this conversation, yielding events.
+
+        ``output_type``: the type the answer must have (:mod:`codeact.output`); with function calling it is
+        the final_answer tool's schema. ``output_retries``: how many misfits go back to the model.
+        """
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         agent = self.agent
+        output = OutputSpec.of(output_type)  # raises OutputTypeError before anything starts
         run_id = uuid.uuid4().hex[:12]
-        state = _TurnState(run_id)
+        state = _TurnState(run_id, check=AnswerCheck(
+            output, agent.output_retries if output_retries is None else output_retries,
+            final="final_answer(answer=...)"))
         result = RunResult(run_id=run_id, task=task)
         state.result = result
         started = time.perf_counter()
@@ -250,7 +281,9 @@ class ReActSession:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
-            self._start_turn(task, file_paths)
+            note = "" if output is None else "\n\n" + output.react_prompt(
+                function_calling=agent.format.tools_param([]) is not None)
+            self._start_turn(task + note, file_paths)
             for index in range(1, agent.max_steps + 1):
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled(f"cancelled before step {index}")
@@ -263,9 +296,13 @@ class ReActSession:
                 if state.answered:
                     result.answer, result.status = state.answer, "success"
                     break
+                if state.check.exhausted:
+                    break
             else:
                 result.status = "max_steps"
-                result.answer = _best_answer(result)
+                result.answer = _best_answer(result) if output is None else state.check.last
+            if state.check.exhausted:
+                yield emit(gave_up(result, state.check, state.step))
         except RunCancelled as exc:
             result.status, result.error = "cancelled", str(exc)
         except (GeneratorExit, KeyboardInterrupt) as exc:
@@ -322,7 +359,7 @@ class ReActSession:
         fmt = agent.format
         response: ModelResponse = yield from _relay(
             model_turn(agent.model, self._context_messages(), step, run_id=state.run_id, stream=agent.stream_model,
-                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list)), emit)
+                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list, _schema(state))), emit)
         result.usage = result.usage + step.usage
         decision = fmt.parse(response)
         if decision.problem is not None:
@@ -331,7 +368,13 @@ class ReActSession:
             self.messages.extend(fmt.feedback_messages(response, decision.problem))
             return
         if decision.final:
-            state.answer, state.answered = decision.answer, True
+            said = state.check.check_text(decision.answer)
+            if not said.ok:  # it does not fit output_type: the model hears why
+                step.error = said.feedback
+                yield emit(ErrorEvent(run_id=state.run_id, step=step.index, message=said.feedback, kind="output"))
+                self.messages.extend(fmt.feedback_messages(response, said.feedback))
+                return
+            state.answer, state.answered = said.value, True
             self.messages.append(Message("assistant", response.text))
             return
         if cancel is not None and cancel.is_set():  # stopped while the model wrote it: do not run the calls
@@ -374,7 +417,10 @@ class ReActSession:
             if not ok:
                 return (yield from invalid(f"{FINAL_ANSWER} takes one argument, answer: "
                                            f"{FINAL_ANSWER}(answer=...)"))
-            state.answer, state.answered = answer, True
+            verdict = state.check.check(answer)
+            if not verdict.ok:  # it does not fit output_type: the call's result says why
+                return CallOutcome(call, verdict.feedback, failed=True)
+            state.answer, state.answered = verdict.value, True
             return CallOutcome(call, "Done.")
         tool = self._tools.get(call.name)
         if tool is None:
@@ -406,9 +452,13 @@ class ReActSession:
             yield from _flush(reported, step, emit)
             return CallOutcome(call, f"Error: {type(exc).__name__}: {exc}", failed=True)
         yield from _flush(reported, step, emit)
+        text = observation_text(value, agent.observation_limit)
         if tool.return_direct:
-            state.answer, state.answered = value, True
-        return CallOutcome(call, observation_text(value, agent.observation_limit))
+            verdict = state.check.check(value)
+            if not verdict.ok:
+                return CallOutcome(call, f"{text}\n\n{verdict.feedback}", failed=True)
+            state.answer, state.answered = verdict.value, True
+        return CallOutcome(call, text)
 
     def _run_hooks(self, state: _TurnState, tool: Tool[Any, Any], reported: list[Any]) -> RunHooks:
         """``RunContext.add_artifact`` and ``report_progress`` for one call, as CodeAct offers them."""
@@ -450,6 +500,12 @@ class ReActSession:
     def _context_messages(self) -> list[Message]:
         """The history, with older observations elided when it outgrows the token budget."""
         return elide_history(self.messages, self.agent.history_budget, _elide_observation)
+
+
+def _schema(state: _TurnState) -> dict[str, Any] | None:
+    """The JSON Schema of the turn's answer (its ``output_type``), or None."""
+    spec = state.check.spec
+    return spec.json_schema if spec is not None else None
 
 
 def observation_text(value: Any, limit: int) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import json
 import math
 import re
@@ -97,8 +98,11 @@ class ActionFormat(Protocol):
     name: str  # "function-calling", "json", "text"
     kind: str  # the agent kind: "react-fc", ...
 
-    def tools_param(self, tools: Sequence[Tool[Any, Any]]) -> list[dict[str, Any]] | None:
-        """Function schemas for the API's ``tools=`` (None: the tools are in the prompt)."""
+    def tools_param(self, tools: Sequence[Tool[Any, Any]],
+                    answer_schema: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
+        """Function schemas for the API's ``tools=`` (None: the tools are in the prompt).
+
+        ``answer_schema``: the JSON Schema final_answer's ``answer`` must match (a run's ``output_type``)."""
         ...
 
     def render_tools(self, tools: Sequence[Tool[Any, Any]]) -> str:
@@ -118,19 +122,19 @@ class ActionFormat(Protocol):
         ...
 
 
-def final_answer_schema() -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": FINAL_ANSWER,
-            "description": FINAL_ANSWER_DOC,
-            "parameters": {
-                "type": "object",
-                "properties": {"answer": {"description": "the answer: a string, a number, a list or an object"}},
-                "required": ["answer"],
-            },
-        },
-    }
+def final_answer_schema(answer_schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The final_answer function; ``answer_schema`` (a run's ``output_type``) is its ``answer``'s schema, whose
+    remaining ``$defs`` (recursive types) move to the parameters' root, where its references point."""
+    answer: dict[str, Any] = {"description": "the answer: a string, a number, a list or an object"}
+    parameters: dict[str, Any] = {"type": "object", "properties": {"answer": answer}, "required": ["answer"]}
+    if answer_schema is not None:
+        answer = copy.deepcopy(answer_schema)
+        defs = answer.pop("$defs", None)
+        parameters["properties"]["answer"] = answer
+        if defs:
+            parameters["$defs"] = defs
+    return {"type": "function", "function": {"name": FINAL_ANSWER, "description": FINAL_ANSWER_DOC,
+                                             "parameters": parameters}}
 
 
 _FINAL_TEXT = re.compile(r"^\s*(?:\*\*)?final\s+answer(?:\*\*)?\s*:\s*", re.I | re.M)
@@ -165,8 +169,9 @@ class FunctionCallingFormat:
     name = "function-calling"
     kind = "react-fc"
 
-    def tools_param(self, tools: Sequence[Tool[Any, Any]]) -> list[dict[str, Any]] | None:
-        return [t.openai_schema() for t in tools] + [final_answer_schema()]
+    def tools_param(self, tools: Sequence[Tool[Any, Any]],
+                    answer_schema: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
+        return [t.openai_schema() for t in tools] + [final_answer_schema(answer_schema)]
 
     def render_tools(self, tools: Sequence[Tool[Any, Any]]) -> str:
         return ""  # the tools travel in the API's tools parameter
@@ -232,7 +237,8 @@ class _PromptedFormat:
     kind = ""
     example = ""
 
-    def tools_param(self, tools: Sequence[Tool[Any, Any]]) -> list[dict[str, Any]] | None:
+    def tools_param(self, tools: Sequence[Tool[Any, Any]],
+                    answer_schema: dict[str, Any] | None = None) -> list[dict[str, Any]] | None:
         return None
 
     def parse(self, response: ModelResponse) -> Decision:
