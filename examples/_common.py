@@ -105,16 +105,20 @@ def print_event(event: Event) -> None:
 def answer_text(answer: Any) -> str:
     if isinstance(answer, str):
         return answer
+    if hasattr(answer, "model_dump"):  # a typed answer (output_type=, a pydantic model)
+        answer = answer.model_dump(mode="json")
     return json.dumps(answer, ensure_ascii=False, indent=2)
 
 
 def run(agent: CodeActAgent, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-        quiet: bool = False) -> RunResult:
-    """Run ``task``, printing each step unless ``quiet``; print and return the result."""
+        quiet: bool = False, output_type: Any = None) -> RunResult:
+    """Run ``task``, printing each step unless ``quiet``; print and return the result.
+
+    ``output_type``: the type the answer must have (``result.answer`` is one when the run succeeds)."""
     result: RunResult | None = None
     if not quiet:
         print(f"Task: {task}\n")
-    for event in agent.stream(task, files=files):
+    for event in agent.stream(task, files=files, output_type=output_type):
         if isinstance(event, RunFinished):
             result = event.result
         elif not quiet:

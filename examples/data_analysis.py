@@ -1,8 +1,11 @@
 """Data analysis: a CSV in; numbers, a table and a chart out.
 
 The agent gets ``data/orders.csv`` (twelve weeks of orders from three coffee
-shops) in its sandbox working directory and answers with a dict; the chart
-it saves comes back as an artifact.
+shops) in its sandbox working directory and answers with an ``OrdersSummary``
+(a pydantic model: ``output_type=OrdersSummary``). The model is shown the class
+as a stub, its answer is validated on the host (a misfit goes back to it with
+the problems by field path), and ``result.answer`` is an ``OrdersSummary``.
+The chart it saves comes back as an artifact.
 
     python examples/data_analysis.py --scripted          # no model needed
     CODEACT_MODEL=gpt-4o-mini python examples/data_analysis.py
@@ -13,9 +16,10 @@ See examples/README.md for all options.
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Literal, Sequence
 
 from _common import DATA, make_agent, parser, run
+from pydantic import BaseModel, Field
 
 from codeact.events import RunResult
 
@@ -27,9 +31,19 @@ TASK = (
     "Which three products bring in the most revenue, which weekday is busiest (by revenue), "
     "and which store grew most from the first four weeks to the last four? "
     f"Plot weekly revenue per store and save the chart as {CHART}. "
-    "Answer with a dict: top_products (name -> revenue), busiest_weekday, fastest_growing_store, "
-    "growth_pct (store -> percent), chart."
+    "Answer with the summary."
 )
+
+
+class OrdersSummary(BaseModel):
+    """What the analysis of the orders found."""
+
+    top_products: dict[str, float] = Field(description="the three products with the most revenue -> revenue")
+    busiest_weekday: Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+    fastest_growing_store: str
+    growth_pct: dict[str, float] = Field(description="store -> percent, last four weeks against the first four")
+    chart: str = Field(description="file name of the saved chart")
+
 
 # What a good model answers, step by step. The code runs for real in the sandbox.
 SCRIPTED_REPLIES = [
@@ -84,21 +98,21 @@ plt.tight_layout()
 plt.savefig("{CHART}", dpi=120)
 plt.show()
 
-final_answer({{
-    "top_products": {{name: round(float(v), 2) for name, v in top.items()}},
-    "busiest_weekday": by_weekday.index[0],
-    "fastest_growing_store": growth.index[0],
-    "growth_pct": {{store: float(v) for store, v in growth.items()}},
-    "chart": "{CHART}",
-}})
+final_answer(OrdersSummary(
+    top_products={{name: round(float(v), 2) for name, v in top.items()}},
+    busiest_weekday=by_weekday.index[0],
+    fastest_growing_store=growth.index[0],
+    growth_pct={{store: float(v) for store, v in growth.items()}},
+    chart="{CHART}",
+))
 ```""",
 ]
 
 
-def main(argv: Sequence[str] | None = None) -> RunResult:
+def main(argv: Sequence[str] | None = None) -> RunResult[OrdersSummary]:
     args = parser("Analyse coffee-shop orders from a CSV and plot weekly revenue.").parse_args(argv)
     agent = make_agent(args, SCRIPTED_REPLIES)
-    return run(agent, TASK, files=[CSV], quiet=args.quiet)
+    return run(agent, TASK, files=[CSV], quiet=args.quiet, output_type=OrdersSummary)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ def load(monkeypatch: pytest.MonkeyPatch):
         spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)  # as an import does: pydantic resolves names there
         spec.loader.exec_module(module)
         return module
 
@@ -44,12 +45,13 @@ def test_data_analysis(load, tmp_path: Path, capsys: pytest.CaptureFixture[str])
     result = example.main(common_args(tmp_path))
     assert result.status == "success", result.error
     answer = result.answer
-    assert list(answer["top_products"]) == ["latte", "americano", "flat white"]
-    assert answer["top_products"]["latte"] == 16192.0
-    assert answer["busiest_weekday"] == "Friday"
-    assert answer["fastest_growing_store"] == "Guomao"
-    assert answer["growth_pct"] == {"Guomao": 34.5, "Zhongguancun": 33.0, "Wangjing": 28.7}
-    assert answer["chart"] == "weekly_revenue.png"
+    assert type(answer).__name__ == "OrdersSummary"  # output_type: the answer is the example's pydantic model
+    assert list(answer.top_products) == ["latte", "americano", "flat white"]
+    assert answer.top_products["latte"] == 16192.0
+    assert answer.busiest_weekday == "Friday"
+    assert answer.fastest_growing_store == "Guomao"
+    assert answer.growth_pct == {"Guomao": 34.5, "Zhongguancun": 33.0, "Wangjing": 28.7}
+    assert answer.chart == "weekly_revenue.png"
     assert len(result.steps) == 3
 
     run_dir = tmp_path / "out" / result.run_id
