@@ -170,7 +170,8 @@ class RunResult(Generic[AnswerT]):
     ``answer`` is what ``final_answer()`` was given (or the reply's text). With
     ``output_type=T`` it is a validated ``T`` when :attr:`ok`; at status
     ``invalid_output`` it is the last value the model gave (not a ``T``) and
-    ``error`` says why it did not fit.
+    ``error`` says why it did not fit; at ``max_steps`` the last value tried
+    (None when there was none).
     """
 
     run_id: str

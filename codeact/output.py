@@ -91,6 +91,11 @@ class OutputSpec:
     name: str = "value"
     json_schema: dict[str, Any]
 
+    @property
+    def label(self) -> str:
+        """How messages name what the answer must be: ``the type `Report```."""
+        return f"the type `{self.name}`"
+
     @staticmethod
     def of(output_type: Any) -> OutputSpec | None:
         """The spec for ``output_type``: None for None, a spec as it is, else a Python type.
@@ -149,7 +154,7 @@ class OutputSpec:
 
     def schema_prompt(self, *, final: str = "final_answer(value)") -> str:
         """The instructions with the answer's JSON Schema (for formats whose actions are JSON)."""
-        schema = json.dumps(self.json_schema, ensure_ascii=False, indent=1)
+        schema = json.dumps(self.json_schema, ensure_ascii=False)  # one line: the fewest tokens
         return (f"The answer must be JSON data (objects, arrays, strings, numbers, true/false, null) matching this "
                 f"JSON Schema: end with `{final}` where the value fits it. It is checked, and a value that does "
                 f"not fit comes back to you with the problems.\n```json\n{schema}\n```")
@@ -158,9 +163,9 @@ class OutputSpec:
         """What a ReAct agent's model is told with the task: with function calling the final_answer tool carries
         the schema; the prompted formats get it in the text."""
         if function_calling:
-            return (f"The answer must be a `{self.name}`: call final_answer with it; its `answer` parameter has the "
-                    "answer's JSON Schema. It is checked, and a value that does not fit comes back to you with "
-                    "the problems.")
+            return (f"The answer must be of type `{self.name}`: call final_answer with it; its `answer` parameter "
+                    "has the answer's JSON Schema. It is checked, and a value that does not fit comes back to you "
+                    "with the problems.")
         return self.schema_prompt(final="final_answer(answer=...)")
 
 
@@ -201,13 +206,13 @@ class TypeOutput(OutputSpec):
             return value, [AnswerProblem("", f"{type(exc).__name__}: {exc}")]
 
     def prompt(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
-        lines = [f"The answer must be a `{self.name}`: end with `{final}` where the value fits this type. It is "
+        lines = [f"The answer must be of type `{self.name}`: end with `{final}` where the value fits this type. It is "
                  "checked, and a value that does not fit comes back to you with the problems."]
         if self.classes:
             stubs = "\n\n".join(_class_stub(tp) for tp in self.classes)
             if constructors:
                 lines.append("Pass plain data (dicts with these keys, lists, str, numbers) or build it with the "
-                             "classes below, which are defined in your session (each makes the dict): ")
+                             "classes below, which are defined in your session (each makes the dict):")
             else:
                 lines.append("Pass plain data: dicts with these keys, lists, str, numbers.")
             lines.append(f"```python\n{stubs}\n```")
@@ -258,7 +263,11 @@ class SchemaOutput(OutputSpec):
         self.schema = copy.deepcopy(schema)
         self.json_schema = copy.deepcopy(schema)
         self._validator = cls(self.schema)
-        self.name = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "value"
+        self.name = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
+
+    @property
+    def label(self) -> str:
+        return "the JSON Schema" if self.name == "JSON Schema" else f"the JSON Schema `{self.name}`"
 
     def validate(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
         from .errors import ToolArgumentError
@@ -325,12 +334,12 @@ class AnswerCheck:
             listed += f"\n- ... and {len(problems) - MAX_PROBLEMS} more"
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         head = (f"Your reply had no code or action, so its text was taken as the final answer, but the answer "
-                f"must be a `{self.spec.name}` ({count}):" if text
-                else f"The final answer does not fit the expected type `{self.spec.name}` ({count}):")
+                f"must fit {self.spec.label} ({count}):" if text
+                else f"The final answer does not fit {self.spec.label} ({count}):")
         left = self.retries - self.failures + 1
         if self.failures > self.retries:
             self.exhausted = True
-            self.error = (f"no valid answer: the answer did not fit `{self.spec.name}` after {self.failures} "
+            self.error = (f"no valid answer: the answer did not fit {self.spec.label} after {self.failures} "
                           f"tr{'ies' if self.failures != 1 else 'y'} (result.answer holds the last value): "
                           + "; ".join(str(p) for p in problems[:3]))
             tail = "The run ends here without a valid answer."

@@ -199,7 +199,7 @@ def test_codeact_answer_is_retried_once_then_typed_local(tmp_path: Path, case: s
     assert final.answer == expected and final.status == "success"
     # the task carried the type; the classes were defined in the kernel (the right answer used them)
     task = model.requests[0][1].content
-    assert task.startswith("Report it\n\nThe answer must be a ")
+    assert task.startswith("Report it\n\nThe answer must be of type ")
 
 
 def test_codeact_restricted_backend_offers_dicts_and_reads_a_text_answer(tmp_path: Path) -> None:
@@ -242,7 +242,7 @@ def test_a_chat_turn_takes_its_own_type_and_the_next_turn_none(tmp_path: Path) -
     assert (typed.status, typed.answer) == ("success", 42)
     assert (plain.status, plain.answer) == ("success", "Done, x is 41.")
     assert (text.status, text.answer) == ("success", "41")
-    assert "The answer must be a `int`" in model.requests[0][1].content
+    assert "The answer must be of type `int`" in model.requests[0][1].content
     assert "The answer must be" not in model.requests[1][-1].content
 
 
@@ -312,7 +312,7 @@ def test_react_prompted_json_format_shows_the_schema_and_ends_invalid_output(tmp
     agent = ReActAgent(model, format="json", log=False)
     result = agent.run("Weather?", output_type=Weather, output_retries=2)
     task = model.requests[0][1].content
-    assert '"temp_c": {\n   "type": "number"' in task and "final_answer(answer=...)" in task
+    assert '"temp_c": {"type": "number"}' in task and "final_answer(answer=...)" in task
     assert "temp_c: Input should be a valid number" in model.requests[1][-1].content
     assert "no code or action" in model.requests[2][-1].content
     assert result.status == "invalid_output" and result.answer == {"city": "Oslo", "temp_c": "cold"}
@@ -461,5 +461,5 @@ def test_mcp_serve_run_task_validates_against_output_schema(tmp_path: Path) -> N
 
         anyio.run(main)
         first, retry = model.chat_requests
-        assert '"growth": {\n   "type": "number"' in first.messages[1]["content"]
+        assert '"growth": {"type": "number"}' in first.messages[1]["content"]
         assert "growth: 'fast' is not of type 'number'" in retry.messages[-1]["content"]
