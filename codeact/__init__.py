@@ -40,6 +40,8 @@ __all__ = [
     "ModelError",
     "ModelResponse",
     "OpenAIModel",
+    "OutputSpec",
+    "OutputTypeError",
     "ReActAgent",
     "ReActSession",
     "RunContext",
@@ -71,6 +73,8 @@ _EXPORTS = {
     "Usage": ".messages",
     "ModelResponse": ".messages",
     "RunResult": ".events",
+    "OutputSpec": ".output",
+    "OutputTypeError": ".errors",
     "Step": ".events",
     "RunLog": ".runlog",
     "CodeActError": ".errors",
@@ -83,8 +87,9 @@ assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the 
 
 if TYPE_CHECKING:  # pragma: no cover
     from .agent import ApprovalRequest, ChatSession, CodeActAgent
-    from .errors import CodeActError, ConfigError, ModelError, ToolError
+    from .errors import CodeActError, ConfigError, ModelError, OutputTypeError, ToolError
     from .events import RunResult, Step
+    from .output import OutputSpec
     from .messages import Message, ModelResponse, Usage
     from .models import Model, OpenAIModel, ScriptedModel
     from .react import ReActAgent, ReActSession
