@@ -229,7 +229,7 @@ class TypeOutput(OutputSpec):
                 continue
             taken.add(name)
             fields = tuple(str(f) for f, _, _ in structured_fields(tp))
-            doc = (_docstring(tp) or f"Part of the answer ({name}).").replace("\\", "\\\\").replace('"""', "'''")
+            doc = _quoted(_docstring(tp) or f"Part of the answer ({name}).")
             defined.append(f'class {name}(_CodeActAnswer):\n    """{doc}"""\n    _fields = {fields!r}\n')
         if not defined:
             return ""
@@ -458,6 +458,12 @@ def _docstring(tp: type) -> str:
     return inspect.cleandoc(doc)
 
 
+def _quoted(doc: str) -> str:
+    """``doc`` made safe between triple double quotes."""
+    doc = doc.replace("\\", "\\\\").replace('"""', "'''")
+    return doc + " " if doc.endswith('"') else doc
+
+
 def _class_stub(tp: type) -> str:
     """``class Report:`` with its docstring and annotated fields (descriptions as comments)."""
     import pydantic
@@ -472,7 +478,7 @@ def _class_stub(tp: type) -> str:
     lines = [f"class {tp.__name__}:"]
     doc = _docstring(tp)
     if doc:
-        doc = doc.replace("\\", "\\\\").replace('"""', "'''")
+        doc = _quoted(doc)
         lines.append(f'    """{doc}"""' if "\n" not in doc else f'    """{indent(doc, "    ").lstrip()}\n    """')
     fields = structured_fields(tp)
     for name, annotation, default in fields:
