@@ -309,28 +309,3 @@ async def stream_async(start: Callable[[threading.Event], Iterator[Event]]) -> A
     finally:
         cancel.set()
         await asyncio.to_thread(worker.join)
-
-
-def elide_history(messages: Sequence[Message], budget_tokens: int,
-                  elide: Callable[[Message], Message | None]) -> list[Message]:
-    """The history, with older observations elided when it outgrows ``budget_tokens`` (4 characters a token).
-
-    ``elide(message)`` returns the short stand-in for an observation message,
-    or None for a message that is not one. The system prompt, the first task
-    and the last two exchanges are always kept whole.
-    """
-    budget_chars = budget_tokens * 4
-    out = list(messages)
-    total = sum(len(m.content) for m in out)
-    protected = {0, 1, *range(max(len(out) - 4, 0), len(out))}
-    for i, m in enumerate(out):
-        if total <= budget_chars:
-            break
-        if i in protected:
-            continue
-        short = elide(m)
-        if short is None:
-            continue
-        total -= len(m.content) - len(short.content)
-        out[i] = short
-    return out

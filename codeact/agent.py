@@ -28,7 +28,7 @@ import uuid
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, get_args
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -41,7 +41,6 @@ from ._run import (
     ApprovalRequest,
     Approvals,
     Approver,
-    elide_history,
     ainvoke_tool,
     invoke_tool,
     model_turn,
@@ -49,6 +48,8 @@ from ._run import (
     recorder,
 )
 from ._run import result_of as _result_of
+from .compaction import Compactor, Condenser, compacted_call, compaction_events
+from .compaction import check_options as check_compaction
 from .errors import CodeActError, ModelError, RunCancelled, SavedSessionError
 from .events import (
     CodeAction,
@@ -194,7 +195,12 @@ class CodeActAgent(AgentRuns):
         output_dir: where artifacts go (``<output_dir>/<run id>/``).
         stream_model: ask the model for streamed output (``TextDelta`` events).
         observation_limit: characters of one observation the model sees (head and tail kept).
-        history_budget: approximate tokens of history; beyond it older observations are elided.
+        history_budget: tokens the prompt may take before compaction folds old steps (None: no budget of
+            its own). With a known context window the budget is the smaller of this and 75% of the window
+            (less the reply's ``max_tokens``); see :mod:`codeact.compaction`.
+        condenser: how old turns are folded: ``"fold"`` (a "session so far" block with the user's
+            messages, the answers, the workspace's files and the kernel's variables) or ``"summary"``
+            (the same, plus a summary the model writes; its calls count in the run's usage).
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
         limits: artifact caps per step and per run (:class:`RunLimits`).
@@ -239,7 +245,8 @@ class CodeActAgent(AgentRuns):
         output_dir: str | os.PathLike[str] | None = None,
         stream_model: bool = False,
         observation_limit: int = 8000,
-        history_budget: int = 60_000,
+        history_budget: int | None = 60_000,
+        condenser: Condenser = "fold",
         system_prompt: str | None = None,
         execution_timeout: float = 60.0,
         limits: RunLimits | None = None,
@@ -284,7 +291,9 @@ class CodeActAgent(AgentRuns):
         self.output_root = Path(output_dir) if output_dir else None
         self.stream_model = stream_model
         self.observation_limit = observation_limit
+        check_compaction(condenser, history_budget=history_budget)
         self.history_budget = history_budget
+        self.condenser: Condenser = condenser
         self.system_prompt = system_prompt
         #: The system prompt's recorded name and version (codeact.prompts).
         self.prompt = load_prompt("codeact") if system_prompt is None else Prompt.custom(system_prompt)
@@ -396,6 +405,9 @@ class ChatSession:
         self._opening: _Opening | None = None
         self._opening_lock = threading.Lock()
         self._state: _RunState | None = None
+        #: Index in ``messages`` of each turn's task, and the compaction of this history (made when first needed).
+        self._turn_starts: list[int] = []
+        self._compactor: Compactor | None = None
         self._files: list[FileDescription] = []
         self._uploaded: list[FileDescription] = []  # put in by upload(); the next task names them
         self._closed = False
@@ -472,6 +484,7 @@ class ChatSession:
         saver.point = (record.run_id, record.step)
         self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
         self.messages = [Message("system", self._system_prompt()), *conv.messages]
+        self._turn_starts = [1 + i for i in conv.turn_starts]
         if self.restored is not None:
             self._resume_note = resume_note(record, conv, self.restored)
 
@@ -652,6 +665,7 @@ class ChatSession:
                         f.render() for f in announced)
                 note, self._resume_note = self._resume_note, ""  # after a resume: what came back, what was lost
                 self.messages.append(Message("user", note + task + extra))
+            self._turn_starts.append(len(self.messages) - 1)  # where each turn starts: compaction folds turns
             snapshot = self._file_snapshot() if not pending_uploads and self._opening is None else None
             budget = _ArtifactBudget(agent.limits)
             state.output_dir, state.budget, state.result = output_dir, budget, result
@@ -1138,12 +1152,41 @@ class ChatSession:
         yield outcome["result"]
 
     def _model_turn(self, step: Step, cancel: threading.Event | None, state: _RunState) -> Iterator[Event]:
-        yield from model_turn(self.agent.model, self._context_messages(), step, run_id=state.run_id,
+        """One model call on the history as compaction folds it (:mod:`codeact.compaction`)."""
+        self._before_model_call()
+
+        def call(messages: list[Message]) -> Generator[Event, None, Any]:
+            return model_turn(self.agent.model, self._redacted(messages), step, run_id=state.run_id,
                               stream=self.agent.stream_model, cancel=cancel, trace=state.trace)
 
+        yield from compaction_events(compacted_call(self._compaction(), self.messages, self._turn_starts, call,
+                                                    run_id=state.run_id, step=step.index), step, state.trace)
+
+    def _before_model_call(self) -> None:
+        """A hook for subclasses: change the history before the model sees it (the web UI adds its notes)."""
+
+    def _compaction(self) -> Compactor:
+        if self._compactor is None:
+            agent = self.agent
+            self._compactor = Compactor(
+                agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
+                elide_observation=_elide_observation, namespace=self._namespace, files=self.list_files,
+                redact=self._redactor.redact if self._redactor is not None else None)
+        return self._compactor
+
+    def _namespace(self) -> Any:
+        """The kernel's variables now (for the "session so far" block), read as the web UI's panel reads them."""
+        from ._namespace import VariableListing, read_namespace
+
+        if self._opening is not None or self._sandbox is None:
+            return VariableListing(error="the sandbox is not running")
+        return read_namespace(self._sandbox)
+
     def _context_messages(self) -> list[Message]:
-        """The history, with older observations elided when it outgrows the token budget."""
-        messages = elide_history(self.messages, self.agent.history_budget, _elide_observation)
+        """The history as the model sees it now: what compaction folded so far, with the privacy placeholders."""
+        return self._redacted(self._compaction().view(self.messages, self._turn_starts))
+
+    def _redacted(self, messages: list[Message]) -> list[Message]:
         redactor = self._redactor
         if redactor is None:
             return messages

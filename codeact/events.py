@@ -141,6 +141,30 @@ class ErrorEvent(Event):
     fatal: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class Compacted(Event):
+    """The history was folded to fit the model's context window (:mod:`codeact.compaction`).
+
+    ``reason``: ``"budget"`` (the prompt would pass its share of the window) or ``"overflow"``
+    (the endpoint refused a prompt as too long; the call is retried). The counts are what this
+    compaction folded; ``turns_folded_total`` how many turns the "session so far" block holds.
+    ``usage`` is the summary call's (``condenser="summary"``), counted in the run's usage.
+    """
+
+    reason: str = "budget"
+    observations_masked: int = 0
+    actions_shortened: int = 0
+    turns_folded: int = 0
+    turns_folded_total: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    budget: int = 0
+    window: int | None = None
+    seconds: float = 0.0
+    summary: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
 @dataclass
 class Step:
     """One model turn and the action it took."""

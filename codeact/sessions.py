@@ -228,6 +228,8 @@ class Conversation:
     notes: list[str] = field(default_factory=list)
     #: The task of the run the snapshot was saved in.
     task: str = ""
+    #: Index in ``messages`` of each turn's user message (compaction folds whole turns).
+    turn_starts: list[int] = field(default_factory=list)
 
 
 def open_saved(log: Any, key: str) -> tuple[Any, Any]:
@@ -292,6 +294,7 @@ def conversation(log: Any, record: Any) -> Conversation:
         if notes:
             task = _notes_text(notes) + task
             notes = []
+        out.turn_starts.append(len(out.messages))
         out.messages.append(Message("user", task))
         pending: str | None = None
         code_seen = False

@@ -16,13 +16,14 @@ from .._run import (
     AgentRuns,
     Approvals,
     Approver,
-    elide_history,
     invoke_tool,
     model_turn,
     open_log,
     recorder,
     result_of,
 )
+from ..compaction import Compactor, Condenser, compacted_call, compaction_events
+from ..compaction import check_options as check_compaction
 from ..errors import CodeActError, ConfigError, ModelError, RunCancelled, ToolArgumentError
 from ..events import (
     ErrorEvent,
@@ -92,7 +93,10 @@ class ReActAgent(AgentRuns):
             default database, or ``None``/``False`` to keep no log.
         stream_model: ask the model for streamed output (``TextDelta`` events).
         observation_limit: characters of one tool result the model sees (head and tail kept).
-        history_budget: approximate tokens of history; beyond it older observations are elided.
+        history_budget: tokens the prompt may take before compaction folds old steps (None: no budget of
+            its own); with a known context window, the smaller of this and 75% of the window
+            (see :mod:`codeact.compaction`).
+        condenser: ``"fold"`` or ``"summary"`` (as for :class:`~codeact.agent.CodeActAgent`).
         system_prompt: a template overriding the format's prompt (``$tools``, ``$files``).
         output_dir: where files tools save with ``RunContext.add_artifact`` go
             (``<output_dir>/<run id>/``), within ``limits``' per-run caps.
@@ -124,7 +128,8 @@ class ReActAgent(AgentRuns):
         log: RunLog | str | os.PathLike[str] | bool | None = True,
         stream_model: bool = False,
         observation_limit: int = 8000,
-        history_budget: int = 60_000,
+        history_budget: int | None = 60_000,
+        condenser: Condenser = "fold",
         system_prompt: str | None = None,
         output_dir: str | os.PathLike[str] | None = None,
         limits: RunLimits | None = None,
@@ -146,7 +151,9 @@ class ReActAgent(AgentRuns):
         self.deps = deps
         self.stream_model = stream_model
         self.observation_limit = observation_limit
+        check_compaction(condenser, history_budget=history_budget)
         self.history_budget = history_budget
+        self.condenser: Condenser = condenser
         self.system_prompt = system_prompt
         #: The system prompt's recorded name and version (codeact.prompts).
         self.prompt = load_prompt(self.kind) if system_prompt is None else Prompt.custom(system_prompt)
@@ -188,6 +195,10 @@ class ReActSession:
     def __init__(self, agent: ReActAgent) -> None:
         self.agent = agent
         self.messages: list[Message] = []
+        #: Index in ``messages`` of each turn's task (compaction folds whole turns); no kernel to list.
+        self._turn_starts: list[int] = []
+        self._compactor = Compactor(agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
+                                    elide_observation=_elide_observation, files=lambda: self._files)
         self._files: list[FileDescription] = []
         self._approvals = Approvals(agent.approve)
         self._tools = {t.name: t for t in agent.tools}
@@ -299,11 +310,12 @@ class ReActSession:
         if not self.messages:
             self.messages.append(Message("system", self._system_prompt()))
             self.messages.append(Message("user", task))
-            return
-        extra = ""
-        if new_files:
-            extra = "\n\nNew files given with this task:\n" + "\n".join(f.render() for f in new_files)
-        self.messages.append(Message("user", task + extra))
+        else:
+            extra = ""
+            if new_files:
+                extra = "\n\nNew files given with this task:\n" + "\n".join(f.render() for f in new_files)
+            self.messages.append(Message("user", task + extra))
+        self._turn_starts.append(len(self.messages) - 1)
 
     def _system_prompt(self) -> str:
         import string
@@ -320,9 +332,14 @@ class ReActSession:
               cancel: threading.Event | None) -> Iterator[Event]:
         agent = self.agent
         fmt = agent.format
-        response: ModelResponse = yield from _relay(
-            model_turn(agent.model, self._context_messages(), step, run_id=state.run_id, stream=agent.stream_model,
-                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list)), emit)
+
+        def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
+            return model_turn(agent.model, messages, step, run_id=state.run_id, stream=agent.stream_model,
+                              cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list))
+
+        response: ModelResponse = yield from _relay(compaction_events(compacted_call(
+            self._compactor, self.messages, self._turn_starts, ask, run_id=state.run_id, step=step.index),
+            step, state.trace), emit)
         result.usage = result.usage + step.usage
         decision = fmt.parse(response)
         if decision.problem is not None:
@@ -448,8 +465,8 @@ class ReActSession:
         return f"there is no tool named {name!r}.{hint} The tools are: {', '.join(names)}."
 
     def _context_messages(self) -> list[Message]:
-        """The history, with older observations elided when it outgrows the token budget."""
-        return elide_history(self.messages, self.agent.history_budget, _elide_observation)
+        """The history as the model sees it now (what compaction folded so far applied)."""
+        return self._compactor.view(self.messages, self._turn_starts)
 
 
 def observation_text(value: Any, limit: int) -> str:
