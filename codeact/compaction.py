@@ -422,6 +422,38 @@ def compaction_events(events: Generator[Event, None, Any], step: Any, trace: Any
         yield event
 
 
+def compacted_text(event: Compacted) -> str:
+    """The line a :class:`~codeact.events.Compacted` event shows as (terminal, ``logs show``, web UI)."""
+    parts = []
+    if event.turns_folded:
+        parts.append(f"{event.turns_folded} turn{'s' if event.turns_folded != 1 else ''} folded")
+    if event.actions_shortened:
+        parts.append(f"{event.actions_shortened} code action{'s' if event.actions_shortened != 1 else ''} shortened")
+    if event.observations_masked:
+        parts.append(f"{event.observations_masked} observation{'s' if event.observations_masked != 1 else ''} "
+                     "masked")
+    why = " after the model refused a long prompt" if event.reason == "overflow" else ""
+    return (f"earlier turns condensed{why}: {', '.join(parts) or 'nothing more to fold'} "
+            f"({event.tokens_before:,} → {event.tokens_after:,} tokens)")
+
+
+def compacted_from(payload: Any, *, run_id: str = "", step: int = 0) -> Compacted | None:
+    """A :class:`~codeact.events.Compacted` event back from its run-log payload (None when it is not one)."""
+    if not isinstance(payload, dict):
+        return None
+    fields = {"reason": str, "observations_masked": int, "actions_shortened": int, "turns_folded": int,
+              "turns_folded_total": int, "tokens_before": int, "tokens_after": int, "budget": int}
+    values: dict[str, Any] = {}
+    for name, kind in fields.items():
+        value = payload.get(name)
+        if isinstance(value, kind) and not isinstance(value, bool):
+            values[name] = value
+    seconds = payload.get("seconds")
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+        values["seconds"] = float(seconds)
+    return Compacted(run_id=run_id, step=step, **values)
+
+
 def check_options(condenser: str, share: float = DEFAULT_SHARE, history_budget: int | None = None) -> None:
     """ConfigError for a condenser, share or budget compaction cannot use."""
     if condenser not in CONDENSERS:
@@ -533,5 +565,5 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:max(0, limit - 1)] + "…"
 
 
-__all__ = ["Compactor", "ContextTooLarge", "compacted_call", "compaction_events", "check_options", "DEFAULT_SHARE",
-           "CONDENSERS", "Condenser"]
+__all__ = ["Compactor", "ContextTooLarge", "compacted_call", "compaction_events", "compacted_text", "compacted_from",
+           "check_options", "DEFAULT_SHARE", "CONDENSERS", "Condenser"]

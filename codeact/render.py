@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich import box
@@ -38,6 +38,7 @@ from .values import show
 from .events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -348,6 +349,12 @@ class Renderer:
         self.console.print(Text.assemble((f"⚠ step {e.step} ({e.kind}): ", "bold yellow"), (safe(e.message), "yellow")))
         self.wait(f"step {e.step + 1}: waiting for the model")
 
+    def _on_Compacted(self, e: Compacted) -> None:
+        from .compaction import compacted_text
+
+        self.pause()
+        self.compacted(compacted_text(e))
+
     def _on_FinalAnswer(self, e: FinalAnswer) -> None:
         self.pause()
         self.answer(e.answer, e.status)
@@ -478,9 +485,25 @@ class Renderer:
             table.add_row(*[row[i] for i in keep], short(r.task, width))
         self.console.print(table)
 
-    def run_record(self, record: Any) -> None:
-        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live."""
+    def compacted(self, text: str) -> None:
+        """A compaction of the history (:mod:`codeact.compaction`): one dim line."""
+        self.console.print(Text(safe("⇣ " + text), style="dim italic"), soft_wrap=True)
+
+    def run_record(self, record: Any, events: Sequence[Any] = ()) -> None:
+        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live.
+
+        ``events``: the run's raw events (``RunLog.get_events``); its compactions are shown at their steps.
+        """
+        from .compaction import compacted_from, compacted_text
         from .observation import NOTHING_PRINTED
+
+        compactions: dict[int, list[str]] = {}
+        for raw in events:
+            if isinstance(raw, dict) and raw.get("type") == "Compacted":
+                event = compacted_from(raw.get("payload"))
+                if event is not None:
+                    step = raw.get("step")
+                    compactions.setdefault(step if isinstance(step, int) else 0, []).append(compacted_text(event))
 
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
@@ -500,6 +523,8 @@ class Renderer:
         for err in record.errors:
             errors_by_step.setdefault(err.step, []).append(err)
         for s in record.steps:
+            for line in compactions.pop(s.step, []):
+                self.compacted(line)
             # The same measure as the live header (ModelOutput.duration): the model's time, next to its
             # tokens; the code's time is on the observation, as it is live.
             self.step_header(s.step, s.model_time, s.usage.total_tokens)

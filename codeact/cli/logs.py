@@ -109,11 +109,12 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None) -> None:
                 raise UserError(f"the run log {log.path} is empty; run something first (try `codeact demo`)")
         else:
             record = log.get_run(run_id)
+        events = log.get_events(record.id)  # what the steps table does not hold: compactions of the history
     finally:
         log.close()
     from ..render import Renderer
 
-    Renderer(live=False).run_record(record)
+    Renderer(live=False).run_record(record, events)
 
 
 @logs.command("export", context_settings=CONTEXT_SETTINGS)

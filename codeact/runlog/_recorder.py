@@ -5,7 +5,8 @@ Each handler runs inside the write transaction :meth:`RunLog.record` opens.
 and ``Observation`` fill in their step; ``FinalAnswer`` sets the answer and
 status; ``ErrorEvent`` marks its step (or the run when fatal); ``RunFinished``
 finalises the run from its :class:`RunResult`. ``CodeOutput`` keeps a step's
-live output until its observation arrives; ``TextDelta`` is not stored.
+live output until its observation arrives; ``Compacted`` adds a summary call's
+usage to the run's; ``TextDelta`` is not stored.
 Every other event (and an event type this version does not know) goes to
 the raw ``events`` table only.
 
@@ -27,6 +28,7 @@ from typing import Any
 from ..events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -179,6 +181,17 @@ def _error_event(conn: sqlite3.Connection, event: ErrorEvent) -> None:
         conn.execute("UPDATE runs SET error = COALESCE(error, ?) WHERE id = ?", (clean(event.message), event.run_id))
 
 
+def _compacted(conn: sqlite3.Connection, event: Compacted) -> None:
+    # A summary's model call (condenser="summary") counts in the run's usage; the event itself is in `events`.
+    u = event.usage
+    if u.requests or u.total_tokens:
+        conn.execute(
+            """UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+                 requests = requests + ? WHERE id = ?""",
+            (u.input_tokens, u.output_tokens, u.requests, event.run_id),
+        )
+
+
 def _run_finished(conn: sqlite3.Connection, event: RunFinished) -> None:
     result: RunResult = event.result
     run_id = event.run_id
@@ -250,6 +263,7 @@ HANDLERS: dict[str, Handler] = {
     "Observation": _observation,
     "FinalAnswer": _final_answer,
     "ErrorEvent": _error_event,
+    "Compacted": _compacted,
     "RunFinished": _run_finished,
 }
 

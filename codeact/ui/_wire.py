@@ -21,6 +21,7 @@ from sandbox.result import strip_ansi
 from ..events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -31,6 +32,7 @@ from ..events import (
     TextDelta,
     ToolCall,
 )
+from ..compaction import compacted_text
 from ..parsing import parse_reply
 from ..values import preview, show
 
@@ -140,6 +142,9 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
         out.update(status=event.status, answer=answer_wire(event.answer))
     elif isinstance(event, ErrorEvent):
         out.update(message=event.message, kind=event.kind, fatal=event.fatal)
+    elif isinstance(event, Compacted):
+        out.update(text=compacted_text(event), reason=event.reason, tokens_before=event.tokens_before,
+                   tokens_after=event.tokens_after, turns_folded=event.turns_folded)
     elif isinstance(event, RunFinished):
         r = event.result
         out.update(status=r.status, error=r.error, duration=r.duration, steps=len(r.steps),

@@ -552,6 +552,11 @@
       target.appendChild(box);
     }
 
+    onCompacted(ev) {
+      const target = this.turn(ev.run_id).el;
+      target.appendChild(el('div', 'compacted', ev.text || 'earlier turns condensed'));
+    }
+
     onRunFinished(ev) {
       const t = this.turn(ev.run_id);
       for (const s of t.steps.values()) if (s.code) s.code.classList.remove('running');
