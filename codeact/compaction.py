@@ -68,10 +68,12 @@ TASK_CHARS = 300
 ANSWER_CHARS = 300
 PROSE_CHARS = 400
 #: Turns the block lists one by one (older ones are counted); variables and files it lists.
-BLOCK_TURNS = 40
+BLOCK_TURNS = 100
 BLOCK_VARIABLES = 60
 BLOCK_FILES = 40
 REPR_CHARS = 80
+#: Share of the budget the "session so far" block may take.
+BLOCK_SHARE = 0.25
 #: Characters of folded transcript a summary call reads.
 SUMMARY_INPUT_CHARS = 24_000
 SUMMARY_CHARS = 2_000
@@ -202,7 +204,9 @@ class Compactor:
         before = count_tokens(self.model, view)
         if before <= budget:
             return view, None
-        return self._compact(messages, turn_starts, before, int(budget * AFTER_SHARE), "budget", run_id, step)
+        new, event = self._compact(messages, turn_starts, before, int(budget * AFTER_SHARE), "budget", run_id, step)
+        # Nothing left to fold: send what there is (the endpoint may still take it; if not, overflow() decides).
+        return (new, event) if event.tokens_after < before else (view, None)
 
     def overflow(self, exc: ContextOverflowError, messages: Sequence[Message], turn_starts: Sequence[int], *,
                  run_id: str = "", step: int = 0) -> tuple[list[Message], Compacted]:
@@ -322,23 +326,32 @@ class Compactor:
         return usage if usage.requests else replace(usage, requests=1)
 
     def _block(self, turns: Sequence[Sequence[Message]]) -> str:
-        lines = [BLOCK_HEADER, f"{len(turns)} earlier turn(s) were folded to fit the context window."]
+        # The block is bounded by a share of the budget (a small window must still fit it and the current
+        # step): the newest turns, files and variables first; what does not fit is counted.
+        limit = max(1500, int((self.budget or 20_000) * BLOCK_SHARE * 3))
+        head = [BLOCK_HEADER, f"{len(turns)} earlier turn(s) were folded to fit the context window."]
         if self._state.summary:
-            lines += ["", "Summary of them:", self._state.summary]
-        lines += ["", "What the user asked, and the answers:"]
-        shown = turns[-BLOCK_TURNS:]
-        if len(turns) > len(shown):
-            lines.append(f"- ({len(turns) - len(shown)} older turns not listed)")
-        for number, turn in enumerate(shown, start=len(turns) - len(shown) + 1):
-            task = turn[0].content if turn else ""
-            lines.append(f"- turn {number}: {one_line(task, TASK_CHARS)}")
+            head += ["", "Summary of them:", self._state.summary]
+        turn_lines: list[str] = []
+        used, shown = 0, 0
+        for number in range(len(turns), 0, -1):
+            turn = turns[number - 1]
+            entry = [f"- turn {number}: {one_line(turn[0].content if turn else '', TASK_CHARS)}"]
             answer = answer_of(turn)
             if answer:
-                lines.append(f"  answer: {one_line(answer, ANSWER_CHARS)}")
+                entry.append(f"  answer: {one_line(answer, ANSWER_CHARS)}")
+            size = sum(len(line) + 1 for line in entry)
+            if shown >= BLOCK_TURNS or used + size > limit * 0.45:
+                break
+            turn_lines[:0] = entry
+            used, shown = used + size, shown + 1
+        if shown < len(turns):
+            turn_lines.insert(0, f"- ({len(turns) - shown} older turns not listed)")
+        lines = [*head, "", "What the user asked, and the answers:", *turn_lines]
         if self.files is not None:
-            lines += ["", *self._files_lines()]
+            lines += ["", *cut_lines(self._files_lines(), int(limit * 0.1), "files")]
         if self.namespace is not None:
-            lines += ["", *self._namespace_lines()]
+            lines += ["", *cut_lines(self._namespace_lines(), int(limit * 0.45), "variables (list them with dir())")]
             lines += ["", "The kernel still holds everything these turns defined: print any variable you need "
                           "rather than recomputing it."]
         text = "\n".join(lines)
@@ -553,6 +566,18 @@ def answer_of(turn: Sequence[Message]) -> str:
         calls = [ln.strip() for ln in parsed.code.splitlines() if "final_answer(" in ln]
         return calls[-1] if calls else ""
     return ""
+
+
+def cut_lines(lines: list[str], limit: int, what: str) -> list[str]:
+    """``lines`` up to ``limit`` characters (the first line always), the rest counted."""
+    out, used = [], 0
+    for i, line in enumerate(lines):
+        if i and used + len(line) + 1 > limit:
+            out.append(f"- ... {len(lines) - i} more {what}")
+            break
+        out.append(line)
+        used += len(line) + 1
+    return out
 
 
 def one_line(text: str, limit: int) -> str:
