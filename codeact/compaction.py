@@ -514,6 +514,8 @@ def stand_in(message: Message) -> Message:
         names = assigned_names(parsed.code)
         said = f"; it assigned {', '.join(names[:12])}" + (", ..." if len(names) > 12 else "") if names else ""
         text = f"[an earlier step ran {lines} line(s) of code{said}; shortened to fit the context]"
+        if len(text) >= len(message.content):
+            return message
     elif len(message.content) > PROSE_CHARS:
         text = shorten(message.content, PROSE_CHARS)
     else:
