@@ -288,7 +288,7 @@ def test_forty_turns_against_an_enforced_unannounced_window(openai_server: Any, 
             results.append(finished.result)
     assert [r.status for r in results] == ["success"] * 40, [(r.status, r.error) for r in results if r.error]
     last_obs = [e for e in events if isinstance(e, Observation)][-1]
-    assert "x1 sum 61250" in last_obs.text  # x1 = [1 * i ...]: turn 40 used turn 1's variable
+    assert "x1 sum 1225" in last_obs.text  # x1 = [1 * i ...]: turn 40 used turn 1's variable
     need = sum(len(json.dumps(m.to_openai())) for m in chat.messages) // 4
     assert need > 8 * window
     compactions = [e for e in events if isinstance(e, Compacted)]
