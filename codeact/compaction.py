@@ -95,8 +95,8 @@ class ContextTooLarge(ContextOverflowError):
 class _Folded:
     """What is folded so far; it only grows (the prefix the model sees stays stable)."""
 
-    masked: set[int] = field(default_factory=set)
-    shortened: set[int] = field(default_factory=set)
+    #: Index in the history -> its stand-in (a masked observation, a shortened action).
+    replaced: dict[int, Message] = field(default_factory=dict)
     turns: int = 0  # turns folded into the block, counted from the first
     block: str = ""
     summary: str = ""
@@ -187,10 +187,8 @@ class Compactor:
                 m = replace(m, content=m.content + "\n\n" + state.block)
             elif first is not None and 0 < i < first:
                 continue  # folded into the block
-            elif i in state.masked:
-                m = self.elide_observation(m) or m
-            elif i in state.shortened:
-                m = stand_in(m)
+            elif i in state.replaced:
+                m = state.replaced[i]
             out.append(m)
         return out
 
@@ -258,28 +256,36 @@ class Compactor:
         tail = max(current + 1, len(messages) - 2 * state.keep_steps)
         first_kept = turn_starts[state.turns] if state.turns < len(turn_starts) else current
 
-        def fits() -> bool:
-            return count_tokens(self.model, self.view(messages, turn_starts)) <= target
+        # Counted once, then by difference (the count of a list is the sum of its messages' counts).
+        total = count_tokens(self.model, self.view(messages, turn_starts))
+
+        def replace_with(i: int, new: Message) -> None:
+            nonlocal total
+            total -= count_tokens(self.model, [messages[i]]) - count_tokens(self.model, [new])
+            state.replaced[i] = new
 
         masked = shortened = 0
         # 1. old observations
         for i in range(first_kept, tail):
-            if fits():
+            if total <= target:
                 break
-            if i not in state.masked and i not in turn_starts and self.elide_observation(messages[i]) is not None:
-                state.masked.add(i)
+            short = self.elide_observation(messages[i]) if i not in state.replaced and i not in turn_starts else None
+            if short is not None:
+                replace_with(i, short)
                 masked += 1
         # 2. old actions
         for i in range(first_kept, tail):
-            if fits():
+            if total <= target:
                 break
             m = messages[i]
-            if m.role == "assistant" and i not in state.shortened and stand_in(m) != m:
-                state.shortened.add(i)
-                shortened += 1
+            if m.role == "assistant" and i not in state.replaced:
+                short = stand_in(m)
+                if short != m:
+                    replace_with(i, short)
+                    shortened += 1
         # 3. whole old turns (never the current one)
         turns, usage = 0, Usage()
-        if not fits():
+        if total > target:
             end = state.turns
             while end < len(turn_starts) - 1:
                 end += 1
@@ -305,8 +311,7 @@ class Compactor:
         state.turns = end
         folded = [messages[turn_starts[k]:turn_starts[k + 1]] for k in range(end)]
         state.block = self._block(folded)
-        state.masked = {i for i in state.masked if i >= turn_starts[end]}
-        state.shortened = {i for i in state.shortened if i >= turn_starts[end]}
+        state.replaced = {i: m for i, m in state.replaced.items() if i >= turn_starts[end]}
         return usage
 
     def _summarise(self, folded: Sequence[Message]) -> Usage:
