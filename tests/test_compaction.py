@@ -363,3 +363,91 @@ def test_a_resumed_session_compacts_the_same_way(tmp_path: Path) -> None:
         assert sent[-1].content.endswith("turn 7: show x1")
     finally:
         log.close()
+
+
+# --------------------------------------------------------------------------- seen: stream, log, CLI, web, traces
+
+
+def chat_of(tmp_path: Path, turns: int, **options: Any) -> tuple[list[Any], Path]:
+    """A CodeAct chat on the restricted backend whose model has a 2,500-token window; its events and log."""
+    replies: list[str] = []
+    for t in range(1, turns + 1):
+        replies += [code(f"x{t} = {t}\nprint('{'w' * 1500}')"), f"Turn {t} done."]
+    model = windowed(ScriptedModel(replies), 2_500)
+    db = tmp_path / "runs.db"
+    agent = CodeActAgent(model, sandbox="restricted", log=db, output_dir=tmp_path / "out", **options)
+    with pytest.warns(Warning), agent.session() as chat:
+        events = [e for t in range(1, turns + 1) for e in chat.stream(f"turn {t}: make x{t}")]
+    return events, db
+
+
+def test_a_react_session_compacts_the_same_way(tmp_path: Path) -> None:
+    from codeact import ReActAgent, tool
+
+    @tool
+    def page(n: int) -> str:
+        """A long page."""
+        return f"page {n} " + "p" * 1500
+
+    replies: list[Any] = []
+    for t in range(1, 31):
+        replies += [ScriptedModel.tool_calls(("page", {"n": t})), f"Turn {t} done."]
+    model = windowed(ScriptedModel(replies), 2_500)
+    agent = ReActAgent(model, [page], log=False)
+    with agent.session() as chat:
+        events = [e for t in range(1, 31) for e in chat.stream(f"turn {t}: read page {t}")]
+    finished = [e.result for e in events if isinstance(e, RunFinished)]
+    assert [r.status for r in finished] == ["success"] * 30
+    folded = [e for e in events if isinstance(e, Compacted) and e.turns_folded]
+    assert folded and all(e.budget == 1_875 for e in folded)
+    last = model.requests[-1]
+    assert BLOCK_HEADER in last[0].content and "- turn 27: turn 27: read page 27" in last[0].content
+    assert "Variables in the kernel" not in last[0].content  # no kernel in ReAct
+    # Tool results stay paired with their calls in what is kept.
+    ids = {c.id for m in last for c in m.tool_calls}
+    assert all(m.tool_call_id in ids for m in last if m.role == "tool")
+    assert count_tokens(model, last) <= 2_500
+
+
+def test_compactions_are_logged_shown_by_logs_show_rendered_and_sent_to_the_page(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import sys
+
+    from rich.console import Console
+
+    from codeact.render import Renderer
+    from codeact.ui._wire import event_wire
+
+    events, db = chat_of(tmp_path, 6)
+    compactions = [e for e in events if isinstance(e, Compacted)]
+    assert compactions
+    event = compactions[-1]
+    # The terminal renderer, live.
+    out = io.StringIO()
+    renderer = Renderer(console=Console(file=out, width=200), live=False)
+    renderer.event(event)
+    assert "earlier turns condensed" in out.getvalue() and f"{event.tokens_before:,}" in out.getvalue()
+    # The page's wire format.
+    wire = event_wire(event, lambda mime, data: "")
+    assert wire["type"] == "Compacted" and wire["text"].startswith("earlier turns condensed")
+    assert wire["tokens_after"] == event.tokens_after
+    # `codeact logs show` of that run.
+    shown = subprocess.run([sys.executable, "-m", "codeact.cli", "logs", "show", event.run_id, "--db", str(db)],
+                           capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                              "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "earlier turns condensed" in shown.stdout and f"{event.tokens_after:,} tokens" in shown.stdout
+
+
+def test_a_compaction_is_a_span(spans: Any, tmp_path: Path) -> None:
+    events, _ = chat_of(tmp_path, 5)
+    compactions = [e for e in events if isinstance(e, Compacted)]
+    assert compactions
+    found = [s for s in spans.get_finished_spans() if s.name == "compact_history"]
+    assert len(found) == len(compactions)
+    attributes = found[-1].attributes
+    assert attributes["codeact.compaction.tokens_before"] == compactions[-1].tokens_before
+    assert attributes["codeact.compaction.turns_folded"] == compactions[-1].turns_folded
+    runs = {s.context.span_id: s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")}
+    assert found[-1].parent.span_id in runs
