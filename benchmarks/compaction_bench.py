@@ -77,7 +77,7 @@ def run(turns: int, backend: str, window: int | None) -> dict[str, Any]:
                     })
         total = time.perf_counter() - started
     costs = [t["compaction_seconds"] for t in per_turn]
-    compacting = [c for c, t in zip(costs, per_turn) if t["compactions"]]
+    compacting = [c for c, t in zip(costs, per_turn, strict=True) if t["compactions"]]
     return {
         "window": window,
         "budget": int(window * 0.75) if window else None,
@@ -103,9 +103,9 @@ def main() -> None:
     with_ = run(args.turns, args.backend, args.window)
     print(f"{args.turns}-turn chat on the {args.backend} backend; window {args.window:,} tokens "
           f"(budget {with_['budget']:,}); prompt tokens of each turn's first request (estimate)\n")
-    print(f"| turn | without compaction | with compaction | compactions (turns folded) |")
+    print("| turn | without compaction | with compaction | compactions (turns folded) |")
     print("|---:|---:|---:|---:|")
-    for a, b in zip(without["turns"], with_["turns"]):
+    for a, b in zip(without["turns"], with_["turns"], strict=True):
         if a["turn"] % 10 == 0 or a["turn"] == 1:
             print(f"| {a['turn']} | {a['prompt_tokens']:,} | {b['prompt_tokens']:,} | "
                   f"{b['compactions']} ({b['turns_folded']}) |")
