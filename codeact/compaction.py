@@ -264,7 +264,8 @@ class Compactor:
             total -= count_tokens(self.model, [messages[i]]) - count_tokens(self.model, [new])
             state.replaced[i] = new
 
-        masked = shortened = 0
+        masked: list[int] = []
+        shortened: list[int] = []
         # 1. old observations
         for i in range(first_kept, tail):
             if total <= target:
@@ -272,7 +273,7 @@ class Compactor:
             short = self.elide_observation(messages[i]) if i not in state.replaced and i not in turn_starts else None
             if short is not None:
                 replace_with(i, short)
-                masked += 1
+                masked.append(i)
         # 2. old actions
         for i in range(first_kept, tail):
             if total <= target:
@@ -282,7 +283,7 @@ class Compactor:
                 short = stand_in(m)
                 if short != m:
                     replace_with(i, short)
-                    shortened += 1
+                    shortened.append(i)
         # 3. whole old turns (never the current one)
         turns, usage = 0, Usage()
         if total > target:
@@ -294,7 +295,9 @@ class Compactor:
             if end > state.turns:
                 turns = end - state.turns
                 usage = self._fold_turns(messages, turn_starts, end)
-        return _Fold(masked, shortened, turns, usage)
+        # What a folded turn held is counted as the turn, not again as masked or shortened.
+        kept = turn_starts[state.turns] if state.turns < len(turn_starts) else len(messages)
+        return _Fold(sum(i >= kept for i in masked), sum(i >= kept for i in shortened), turns, usage)
 
     def _fits_without(self, messages: Sequence[Message], turn_starts: Sequence[int], turns: int,
                       target: int) -> bool:
