@@ -1197,8 +1197,8 @@ class ChatSession:
         """
         parts = ObservationParts()
         # Raster images the code showed (PNG figures, display(Image(...)) of a JPEG...), in order.
-        shown = [(mime, data) for out in exec_result.outputs if out.is_image
-                 for mime, data in list(out.data.items())[:1] if isinstance(data, bytes) and is_image_mime(mime)]
+        shown = [raster[0] for out in exec_result.outputs
+                 if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
         images = [data for _, data in shown]
         if images or exec_result.files:
             output_dir.mkdir(parents=True, exist_ok=True)

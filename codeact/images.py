@@ -62,6 +62,8 @@ MAX_PIXELS = 36_000_000
 MAX_ENCODED_BYTES = 2 * 1024 * 1024
 #: A PNG with more bytes than this per pixel after downscaling is photographic: JPEG is sent instead.
 _PHOTO_BYTES_PER_PIXEL = 0.75
+#: ... and bigger than this: small images stay PNG whatever they show.
+_SMALL_PNG = 64 * 1024
 _JPEG_QUALITY = 85
 #: The decoders Pillow may use: nothing exotic (each format plugin is attack surface).
 _FORMATS = ("PNG", "JPEG", "GIF", "WEBP")
@@ -179,7 +181,7 @@ def _encoded(im: Any, *, photo: bool) -> tuple[bytes, str]:
         out = io.BytesIO()
         im.save(out, format="PNG", compress_level=6)
         png = out.getvalue()
-        if len(png) <= _PHOTO_BYTES_PER_PIXEL * im.size[0] * im.size[1]:
+        if len(png) <= max(_PHOTO_BYTES_PER_PIXEL * im.size[0] * im.size[1], _SMALL_PNG):
             return png, "image/png"
     if im.mode in ("RGBA", "LA"):  # JPEG has no alpha: put the picture on white
         from PIL import Image

@@ -36,7 +36,7 @@ from codeact.images import (
     step_images,
     strip_old_images,
 )
-from codeact.messages import ImagePart, Message
+from codeact.messages import Message
 from codeact.models import OpenAIModel
 from tests.mcp_servers.helpers import PYTHON, TOOLBOX, assert_no_leftovers
 from tests.openai_server import OPENAI_NO_IMAGES, OpenAITestServer, Reply
@@ -268,7 +268,7 @@ print("plotted")
 @pytest.mark.docker
 def test_codeact_plot_reaches_the_model_and_older_images_leave(tmp_path: Path, openai_server: OpenAITestServer) -> None:
     openai_server.plan_text(py(PLOT))
-    openai_server.plan_text(py("print('next')"))
+    openai_server.plan_text(py("plt.plot([5, 6], [6, 5])\nplt.show()"))
     openai_server.plan_text(py("final_answer('done')"))
     agent = CodeActAgent(openai_model(openai_server), sandbox="docker", log=tmp_path / "runs.db",
                          output_dir=tmp_path / "out")
@@ -281,13 +281,13 @@ def test_codeact_plot_reaches_the_model_and_older_images_leave(tmp_path: Path, o
     last_user = second.messages[-1]
     assert last_user["role"] == "user" and isinstance(last_user["content"], list)
     figure, big = [decoded(url) for url in second.last_user_images]
-    assert max(figure.size) <= 1024 and big.size == (1024, 768)
+    assert max(figure.size) <= 1024 and big.width == 1024 and 760 < big.height <= 768
     text = last_user["content"][0]["text"]
     assert (f"[images attached below, in this order: step1_figure1.png ({figure.width}x{figure.height}), "
-            "big.png (1024x768)]") in text
-    # the next request: the old images are named, not sent
-    assert not third.image_urls
-    assert "[image big.png (1024x768) was shown here; no longer in the prompt]" in json.dumps(third.messages)
+            f"big.png ({big.width}x{big.height})]") in text
+    # the next request: the images of the step before are named, not sent; only the newest step's go
+    assert len(third.image_urls) == 1 and "step2_figure1.png" in third.last_user_text
+    assert f"[image big.png (1024x{big.height}) was shown here; no longer in the prompt]" in json.dumps(third.messages)
     # the run log keeps the figure once (raw PNG in its images table) and never a data URL of what was sent
     db = b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*"))
     assert b"data:image" not in db
