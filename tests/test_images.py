@@ -385,19 +385,39 @@ def test_react_without_vision_gets_no_image(tmp_path: Path, toolbox: Any) -> Non
 # --------------------------------------------------------------------------- the CLI
 
 
-def test_cli_no_images_sends_none(tmp_path: Path, openai_server: OpenAITestServer) -> None:
-    write = f"open('chart.png', 'wb').write({png(64, 48)!r})\nprint('saved')"
-    for flag in ((), ("--no-images",)):
-        openai_server.clear()
-        openai_server.plan_text(py(write))
-        openai_server.plan_text(py("final_answer('ok')"))
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_BASE_URL": openai_server.base_url,
-               "OPENAI_API_KEY": "k", "CODEACT_MODEL": "test-model"}
+def _cli_run(server: OpenAITestServer, tmp_path: Path, *options: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_BASE_URL": server.base_url,
+           "OPENAI_API_KEY": "k", "CODEACT_MODEL": "test-model", **env_vars}
+    env.pop("CODEACT_SCRIPTED_REPLIES", None)
+    if "CODEACT_IMAGES" not in env_vars:
         env.pop("CODEACT_IMAGES", None)
-        env.pop("CODEACT_SCRIPTED_REPLIES", None)
-        proc = subprocess.run([sys.executable, "-m", "codeact.cli", "run", "Save a chart", "--backend", "local",
-                               "--no-log", "-o", str(tmp_path), *flag],
-                              capture_output=True, text=True, env=env, timeout=240)
-        assert proc.returncode == 0, proc.stderr
-        sent = [len(r.image_urls) for r in openai_server.chat_requests]
-        assert sent == ([0, 1] if not flag else [0, 0]), (flag, sent)
+    return subprocess.run([sys.executable, "-m", "codeact.cli", "run", "Save charts", "--backend", "local",
+                           "--no-log", "-o", str(tmp_path), *options],
+                          capture_output=True, text=True, env=env, timeout=240)
+
+
+@pytest.mark.parametrize("options, env, expected", [
+    ((), {}, [0, 1, 1]),
+    (("--no-images",), {}, [0, 0, 0]),
+    ((), {"CODEACT_IMAGES": "0"}, [0, 0, 0]),
+])
+def test_cli_sends_images_unless_told_not_to(tmp_path: Path, openai_server: OpenAITestServer, options: tuple[str, ...],
+                                             env: dict[str, str], expected: list[int]) -> None:
+    for name in ("a", "b"):
+        openai_server.plan_text(py(f"open('{name}.png', 'wb').write({png(64, 48)!r})\nprint('saved')"))
+    openai_server.plan_text(py("final_answer('ok')"))
+    proc = _cli_run(openai_server, tmp_path, *options, **env)
+    assert proc.returncode == 0, proc.stderr
+    assert [len(r.image_urls) for r in openai_server.chat_requests] == expected
+
+
+def test_cli_warns_once_when_the_endpoint_rejects_images(tmp_path: Path, openai_server: OpenAITestServer) -> None:
+    openai_server.reject_images = OPENAI_NO_IMAGES
+    for name in ("a", "b"):
+        openai_server.plan_text(py(f"open('{name}.png', 'wb').write({png(64, 48)!r})\nprint('saved')"))
+    openai_server.plan_text(py("final_answer('ok')"))
+    proc = _cli_run(openai_server, tmp_path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["answer"] == "ok"
+    assert proc.stderr.count("does not take images") == 1, proc.stderr
+    assert [len(r.image_urls) for r in openai_server.chat_requests] == [0, 1, 0, 0]
