@@ -83,9 +83,9 @@ def main() -> int:
             })
     header = ("image", "max_side", "sent", "mime", "sent_bytes", "openai_tokens", "qwen_vl_tokens", "prepare_ms")
     widths = [max(len(h), *(len(str(r[h])) for r in rows)) for h in header]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
     for r in rows:
-        print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths)))
+        print("  ".join(str(r[h]).ljust(w) for h, w in zip(header, widths, strict=True)))
     default = [r for r in rows if r["max_side"] == 1024]
     print("\nA step at the defaults (max_side 1024, at most 4 images): "
           + "; ".join(f"{r['image']}: {r['openai_tokens']} tokens" for r in default)

@@ -1199,8 +1199,8 @@ class ChatSession:
         # Raster images the code showed (PNG figures, display(Image(...)) of a JPEG...), in order.
         shown = [raster[0] for out in exec_result.outputs
                  if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
-        images = [data for _, data in shown]
-        if images or exec_result.files:
+        images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
+        if shown or exec_result.files:
             output_dir.mkdir(parents=True, exist_ok=True)
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.

@@ -187,15 +187,19 @@ def _with_image() -> list[Message]:
     return [Message("user", "Look:", images=(prepare_image(png(640, 480), "step1_figure1.png"),))]
 
 
-@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("how", ["complete", "stream", "acomplete"])
 def test_a_rejecting_endpoint_gets_the_call_again_text_only_and_no_images_later(
-        openai_server: OpenAITestServer, streaming: bool) -> None:
+        openai_server: OpenAITestServer, how: str) -> None:
+    import asyncio
+
     openai_server.reject_images = OPENAI_NO_IMAGES
     model = openai_model(openai_server)
 
     def ask() -> str:
-        if not streaming:
+        if how == "complete":
             return model.complete(_with_image()).text
+        if how == "acomplete":
+            return asyncio.run(model.acomplete(_with_image())).text
         return "".join(p for p in model.stream(_with_image()) if isinstance(p, str))
 
     with warnings.catch_warnings(record=True) as caught:
@@ -316,7 +320,11 @@ def test_a_rejecting_endpoint_does_not_fail_a_codeact_run(tmp_path: Path) -> Non
 
 @pytest.mark.docker
 def test_hostile_image_files_become_text_and_the_run_goes_on(tmp_path: Path) -> None:
+    photo = io.BytesIO()
+    Image.new("RGB", (120, 90), "teal").save(photo, "JPEG")
     code = f"""
+    from IPython.display import Image, display
+    display(Image(data={photo.getvalue()!r}))
     open("bomb.png", "wb").write({BOMB!r})
     open("junk.jpg", "wb").write(b"\\xff\\xd8\\xff" + b"junk" * 1000)
     open("fine.png", "wb").write({png(300, 200)!r})
@@ -331,7 +339,9 @@ def test_hostile_image_files_become_text_and_the_run_goes_on(tmp_path: Path) -> 
     assert "[image bomb.png not shown to you: too many pixels" in obs.text
     assert "[image junk.jpg not shown to you: not a PNG, JPEG, GIF or WebP image]" in obs.text
     sent = model.requests[1][-1]
-    assert [p.name for p in sent.images] == ["fine.png"] and sent.images[0].width == 300
+    assert [p.name for p in sent.images] == ["step1_figure1.jpg", "fine.png"]
+    assert sent.images[0].mime == "image/jpeg" and sent.images[1].width == 300
+    assert (tmp_path / result.run_id / "step1_figure1.jpg").read_bytes() == photo.getvalue()
 
 
 # --------------------------------------------------------------------------- MCP tool images
