@@ -204,7 +204,9 @@ class CodeActAgent(AgentRuns):
         history_budget: approximate tokens of history; beyond it older observations are elided.
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
-        limits: artifact caps per step and per run (:class:`RunLimits`).
+        limits: artifact caps per step and per run, and the images per step the model gets and their
+            size (:class:`RunLimits`; images go to the model unless ``model.vision`` is false, see
+            :mod:`codeact.images`).
         packages: Python packages to install before the first step (e.g.
             ``["scikit-learn", "seaborn>=0.13"]``): resolved and fetched by the
             host, materialised once and shared read-only (docker and local

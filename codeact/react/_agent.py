@@ -99,7 +99,8 @@ class ReActAgent(AgentRuns):
         system_prompt: a template overriding the format's prompt (``$tools``, ``$files``).
         output_dir: where files tools save with ``RunContext.add_artifact`` go
             (``<output_dir>/<run id>/``), within ``limits``' per-run caps.
-        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply).
+        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply, and its image
+            limits: images tools save go to the model after the step's tool results, see :mod:`codeact.images`).
 
     Example::
 
