@@ -216,12 +216,14 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
     """The images of one step, from ``(name, bytes)`` candidates in the order the model should see them.
 
     The same bytes under two names are sent once; after ``max_images`` decoded images the rest are
-    only named. Never raises for bad image bytes (each becomes a line of the note).
+    only named, and so are all after ``2 * max_images`` attempts (bad images cost decoding time too).
+    Never raises for bad image bytes (each becomes a line of the note).
     """
     parts: list[ImagePart] = []
     over: list[str] = []
     failed: list[str] = []
     seen: set[bytes] = set()
+    attempts = 0
     for name, data in candidates:
         if not isinstance(data, (bytes, bytearray)):
             continue
@@ -229,9 +231,10 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
         if digest in seen:
             continue
         seen.add(digest)
-        if len(parts) >= max_images:
+        if len(parts) >= max_images or attempts >= 2 * max_images:
             over.append(_shown_name(name))
             continue
+        attempts += 1
         try:
             parts.append(prepare_image(bytes(data), _shown_name(name), max_side=max_side))
         except ImageError as exc:
@@ -244,7 +247,7 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
     if over:
         listed = ", ".join(over[:_NAMES_LISTED])
         more = f" and {len(over) - _NAMES_LISTED} more" if len(over) > _NAMES_LISTED else ""
-        lines.append(f"[not shown to you (over {max_images} images per step), saved as: {listed}{more}]")
+        lines.append(f"[not shown to you (at most {max_images} images a step), saved as: {listed}{more}]")
     return StepImages(tuple(parts), "\n".join(lines))
 
 

@@ -137,8 +137,13 @@ def test_at_most_n_images_a_step_the_rest_named_repeats_sent_once() -> None:
     shown = step_images(candidates, max_images=4)
     assert [p.name for p in shown.parts] == ["f0.png", "f1.png", "f2.png", "f3.png"]
     assert "[images attached below, in this order: f0.png (10x10), f1.png (11x10)" in shown.note
-    assert "over 4 images per step), saved as: f4.png, f5.png]" in shown.note
+    assert "at most 4 images a step), saved as: f4.png, f5.png]" in shown.note
     assert "again.png" not in shown.note  # the same bytes as f0.png
+    # bad images use up attempts too: after 2 * max_images tries the rest are only named
+    tried = step_images([(f"bad{i}.png", b"junk%d" % i) for i in range(5)] + [("good.png", png(9, 9))],
+                        max_images=2)
+    assert not tried.parts and tried.note.count("not shown to you: not a PNG") == 4
+    assert "saved as: bad4.png, good.png]" in tried.note
     # a name from the sandbox cannot put control characters into the prompt
     odd = step_images([("a\nb\x1b.png", png(5, 5))])
     assert odd.parts[0].name == "a\\nb\\x1b.png"
