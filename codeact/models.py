@@ -225,6 +225,11 @@ def _rejects_images(detail: str) -> bool:
     return any(w in text for w in _IMAGE_WORDS) and any(w in text for w in _REFUSAL_WORDS)
 
 
+def _has_image_parts(body: dict[str, Any]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+               for m in body.get("messages", ()))
+
+
 def _is_context_overflow(code: str | None, detail: str) -> bool:
     if code in ("context_length_exceeded", "string_above_max_length"):
         return True
@@ -473,13 +478,14 @@ class OpenAIModel:
 
         return without_images(messages)
 
-    def _images_rejected(self, exc: BaseException, messages: Sequence[Message]) -> bool:
-        """True when ``exc`` is the endpoint refusing the image parts of ``messages``: vision is then off for
-        this instance (every later request is text only) and one warning says so."""
+    def _images_rejected(self, exc: BaseException, body: dict[str, Any]) -> bool:
+        """True when ``exc`` is the endpoint refusing the image parts of the request ``body``: vision is then
+        off for this instance (every later request is text only) and one warning says so. A request without
+        image parts is never retried for this (no loop)."""
         import openai
 
-        if not (self.vision and isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 415, 422, 500)
-                and any(m.images for m in messages) and _rejects_images(_error_detail(exc))):
+        if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 415, 422, 500)
+                and _has_image_parts(body) and _rejects_images(_error_detail(exc))):
             return False
         with self._lock:
             first, self.vision = self.vision, False
@@ -659,7 +665,7 @@ class OpenAIModel:
                 raw = client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
-                if self._images_rejected(exc, messages):
+                if self._images_rejected(exc, body):
                     body = self._request(messages, tools, stream=False)  # again, text only
                     continue
                 time.sleep(attempts.delay_after(exc))
@@ -682,7 +688,7 @@ class OpenAIModel:
                 raw = await client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
-                if self._images_rejected(exc, messages):
+                if self._images_rejected(exc, body):
                     body = self._request(messages, tools, stream=False)  # again, text only
                     continue
                 await asyncio.sleep(attempts.delay_after(exc))
@@ -711,8 +717,9 @@ class OpenAIModel:
         attempts = _Attempts(self)
         while True:
             state = _StreamState()
+            body = self._request(messages, tools, stream=True)
             try:
-                chunks = client.chat.completions.create(**self._request(messages, tools, stream=True))
+                chunks = client.chat.completions.create(**body)
                 try:
                     for chunk in chunks:
                         delta = state.add(chunk)
@@ -735,7 +742,7 @@ class OpenAIModel:
                 if self._rejects_stream_options(exc):
                     self._stream_usage = False
                     continue  # the server's fault, not a failed attempt: ask again without it
-                if self._images_rejected(exc, messages):
+                if self._images_rejected(exc, body):
                     continue  # again, text only
                 time.sleep(attempts.delay_after(exc))
         message = state.message()

@@ -228,6 +228,11 @@ def test_other_400s_with_images_are_still_errors(openai_server: OpenAITestServer
     with pytest.raises(ModelError, match="foo"):
         model.complete(_with_image())
     assert model.vision is True and len(openai_server.chat_requests) == 1
+    # the refusal words, but the request had no image parts: an error, not a text-only retry (no loop)
+    openai_server.plan_error(400, OPENAI_NO_IMAGES)
+    with pytest.raises(ModelError, match="image_url is only supported"):
+        model.complete([Message("user", "no images here")])
+    assert model.vision is True and len(openai_server.chat_requests) == 2
 
 
 @pytest.mark.parametrize("message", [
