@@ -64,6 +64,7 @@ from .events import (
     Step,
     ToolCall,
 )
+from .images import StepImages, image_suffix, is_image_mime, is_image_name, step_images, wants_images
 from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .parsing import parse_reply
@@ -108,6 +109,10 @@ class RunLimits:
     max_artifact_bytes_per_step: int = 50 * 1024 * 1024
     max_artifact_files_per_run: int = 200
     max_artifact_bytes_per_run: int = 200 * 1024 * 1024
+    #: Images (figures, image files, tool images) sent to the model with one observation; the rest are named.
+    max_images_per_step: int = 4
+    #: Longest side, in pixels, of an image sent to the model (it is downscaled and re-encoded).
+    max_image_side: int = 1024
 
 
 #: Characters of text (HTML, SVG, Markdown...) the rich outputs of one Observation event carry;
@@ -159,6 +164,8 @@ class _RunState:
     result: Any = None
     #: Names of the artifacts tools saved during the current step (for its Observation).
     tool_artifacts: list[str] = field(default_factory=list)
+    #: (name, bytes) of the images among them, for the model (codeact.images).
+    tool_images: list[tuple[str, bytes]] = field(default_factory=list)
     #: A code action is running in the sandbox now (set by ``_run_code``).
     running_code: bool = False
     #: The user interrupted the running code action (:meth:`ChatSession.interrupt`).
@@ -203,7 +210,9 @@ class CodeActAgent(AgentRuns):
             (the same, plus a summary the model writes; its calls count in the run's usage).
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
-        limits: artifact caps per step and per run (:class:`RunLimits`).
+        limits: artifact caps per step and per run, and the images per step the model gets and their
+            size (:class:`RunLimits`; images go to the model unless ``model.vision`` is false, see
+            :mod:`codeact.images`).
         packages: Python packages to install before the first step (e.g.
             ``["scikit-learn", "seaborn>=0.13"]``): resolved and fetched by the
             host, materialised once and shared read-only (docker and local
@@ -723,6 +732,9 @@ class ChatSession:
                     text += "\n\n" + tool_changes
                 if state.user_interrupted:  # after the cut, so the model always learns who stopped it
                     text += "\n\n" + USER_INTERRUPT_NOTE
+                shown = self._step_images(parts.images + state.tool_images)
+                if shown.note:
+                    text += "\n\n" + shown.note
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
                 yield emit(Observation(run_id=run_id, step=index, text=text, stdout=exec_result.stdout,
@@ -734,9 +746,9 @@ class ChatSession:
                                            + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
-                self.messages.append(Message("user", f"Observation:\n{text}"))
+                self.messages.append(Message("user", f"Observation:\n{text}", images=shown.parts))
                 step.duration = time.perf_counter() - step_started
-                state.tool_artifacts = []
+                state.tool_artifacts, state.tool_images = [], []
                 yield from (emit(e) for e in self._autosave(state))
                 if state.answered:
                     result.answer, result.status = self._restored(state.answer), "success"
@@ -982,6 +994,8 @@ class ChatSession:
                 state.output_dir.mkdir(parents=True, exist_ok=True)
                 path = write_confined(state.output_dir, name, bytes(data))
                 state.tool_artifacts.append(name)
+                if is_image_mime(mime):
+                    state.tool_images.append((name, bytes(data)))
                 state.result.artifacts.append(path)
             return name
 
@@ -1162,6 +1176,13 @@ class ChatSession:
         yield from compaction_events(compacted_call(self._compaction(), self.messages, self._turn_starts, call,
                                                     run_id=state.run_id, step=step.index), step, state.trace)
 
+    def _step_images(self, candidates: list[tuple[str, bytes]]) -> StepImages:
+        """The step's images as the model gets them (none when the model takes none)."""
+        if not candidates or not wants_images(self.agent.model):
+            return StepImages()
+        limits = self.agent.limits
+        return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
+
     def _before_model_call(self) -> None:
         """A hook for subclasses: change the history before the model sees it (the web UI adds its notes)."""
 
@@ -1220,12 +1241,16 @@ class ChatSession:
         copied, and the observation says what was left out.
         """
         parts = ObservationParts()
-        images = exec_result.images
-        if images or exec_result.files:
+        # Raster images the code showed (PNG figures, display(Image(...)) of a JPEG...), in order.
+        shown = [raster[0] for out in exec_result.outputs
+                 if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
+        images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
+        if shown or exec_result.files:
             output_dir.mkdir(parents=True, exist_ok=True)
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.
         kept: dict[bytes, str] = {}
+        image_files: list[tuple[str, bytes]] = []
         current = ({f.path: (f.size, f.mtime) for f in exec_result.files} if exec_result.files is not None
                    else self._file_snapshot())
         for rel, (size, mtime) in sorted(current.items()):
@@ -1252,19 +1277,25 @@ class ChatSession:
             if target not in result.artifacts:
                 result.artifacts.append(target)
             kept.setdefault(hashlib.sha256(data).digest(), rel)
-        for k, png in enumerate(images, 1):
+            if is_image_name(rel):
+                image_files.append((rel, data))
+        for k, (mime, png) in enumerate(shown, 1):
             digest = hashlib.sha256(png).digest()
             if digest in kept:  # the same picture is already kept (a saved file, or shown twice)
                 parts.artifacts.append(kept[digest])
+                parts.images.append((kept[digest], png))
                 continue
-            name = f"step{step}_figure{k}.png"
+            name = f"step{step}_figure{k}{image_suffix(mime)}"
             if not budget.take(len(png), step):
                 parts.skipped.append((name, budget.reason(len(png))))
                 continue
             path = write_confined(output_dir, name, png)
             parts.artifacts.append(name)
+            parts.images.append((name, png))
             result.artifacts.append(path)
             kept[digest] = name
+        # For the model: what the code showed first, then the image files it wrote (step_images drops repeats).
+        parts.images.extend(image_files)
         snapshot.clear()
         snapshot.update(current)
         return parts, images

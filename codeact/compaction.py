@@ -53,6 +53,7 @@ from typing import Any, Literal
 from .context_window import context_window, count_tokens
 from .errors import ConfigError, ContextOverflowError
 from .events import Compacted, Event
+from .images import strip_old_images
 from .messages import Message, Usage
 
 #: Share of the context window a prompt may take before compaction starts.
@@ -190,7 +191,7 @@ class Compactor:
             elif i in state.replaced:
                 m = state.replaced[i]
             out.append(m)
-        return out
+        return strip_old_images(out)  # images only on the newest message that has any (codeact.images)
 
     def prepare(self, messages: Sequence[Message], turn_starts: Sequence[int], *, run_id: str = "",
                 step: int = 0) -> tuple[list[Message], Compacted | None]:

@@ -90,6 +90,13 @@ def estimate_tokens(chars: int) -> int:
     return (max(chars, 0) + 3) // 4
 
 
+def _prompt_tokens(messages: Sequence[Message]) -> int:
+    """An estimate of the prompt tokens of ``messages``: the text (4 characters a token) and the images."""
+    from .images import image_tokens
+
+    return estimate_tokens(_message_chars(messages)) + image_tokens(messages)
+
+
 def _message_chars(messages: Iterable[Message]) -> int:
     total = 0
     for m in messages:
@@ -204,6 +211,25 @@ def _optional_module(name: str) -> Any:
     return sys.modules.get(name)
 
 
+#: Words of an error that says the endpoint takes no image parts (OpenAI "Invalid content type. image_url is
+#: only supported by certain models.", vLLM "... is not a multimodal model", llama.cpp "image input is not
+#: supported", LiteLLM/Ollama "... does not support vision/images", TGI "unknown variant `image_url`").
+_IMAGE_WORDS = ("image", "vision", "multimodal", "multi-modal")
+_REFUSAL_WORDS = ("not support", "only supported", "unsupported", "not a multimodal", "invalid content type",
+                  "unknown variant", "not enabled", "not allowed", "does not accept", "doesn't support",
+                  "cannot", "can't", "no vision", "not multimodal", "must be a string")
+
+
+def _rejects_images(detail: str) -> bool:
+    text = detail.lower()
+    return any(w in text for w in _IMAGE_WORDS) and any(w in text for w in _REFUSAL_WORDS)
+
+
+def _has_image_parts(body: dict[str, Any]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+               for m in body.get("messages", ()))
+
+
 def _is_context_overflow(code: str | None, detail: str) -> bool:
     if code in ("context_length_exceeded", "string_above_max_length"):
         return True
@@ -314,6 +340,10 @@ class OpenAIModel:
             jitter, capped at ``max_backoff``; a server's ``Retry-After`` /
             ``retry-after-ms`` wins (also capped).
         extra_body: extra JSON fields for the request body (e.g. ``{"top_k": 20}``).
+        vision: send the images of messages (plots, tool images) as image parts; default on, unless
+            ``CODEACT_IMAGES=0``. An endpoint that answers 400 "this model takes no images" gets that
+            request again text only (each image named in a line), no images for the rest of this
+            instance's life, and one warning.
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -344,6 +374,7 @@ class OpenAIModel:
         backoff: float = 1.0,
         max_backoff: float = 30,
         extra_body: dict[str, Any] | None = None,
+        vision: bool | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -386,6 +417,12 @@ class OpenAIModel:
         self._aclient_loop: object | None = None
         # Some older servers reject stream_options; we drop it for this instance once they do.
         self._stream_usage = True
+        if vision is None:
+            from .config import images_enabled
+
+            vision = images_enabled()
+        #: Send images (Message.images) as image parts. Turned off for good when the endpoint rejects them.
+        self.vision = bool(vision)
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
@@ -433,8 +470,35 @@ class OpenAIModel:
 
     # -- request / response
 
+    def _sent(self, messages: Sequence[Message]) -> Sequence[Message]:
+        """The messages as they go out: without image parts (each named in a line) when vision is off."""
+        if self.vision or not any(m.images for m in messages):
+            return messages
+        from .images import without_images
+
+        return without_images(messages)
+
+    def _images_rejected(self, exc: BaseException, body: dict[str, Any]) -> bool:
+        """True when ``exc`` is the endpoint refusing the image parts of the request ``body``: vision is then
+        off for this instance (every later request is text only) and one warning says so. A request without
+        image parts is never retried for this (no loop)."""
+        import openai
+
+        if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 415, 422, 500)
+                and _has_image_parts(body) and _rejects_images(_error_detail(exc))):
+            return False
+        with self._lock:
+            first, self.vision = self.vision, False
+        if first:
+            import warnings
+
+            warnings.warn(f"{self.base_url} (model {self.name!r}) does not take images ({_error_detail(exc)}); "
+                          "sending text only from now on (vision=False, --no-images or CODEACT_IMAGES=0 skip "
+                          "images from the start)", stacklevel=3)
+        return True
+
     def _request(self, messages: Sequence[Message], tools: Sequence[dict] | None, *, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in messages]}
+        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in self._sent(messages)]}
         if tools:
             body["tools"] = list(tools)
         if self.temperature is not None:
@@ -455,7 +519,7 @@ class OpenAIModel:
         prompt = getattr(raw, "prompt_tokens", None) if raw is not None else None
         if prompt is None:
             # The server did not report usage (common for local servers): estimate quietly.
-            return Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+            return Usage(_prompt_tokens(self._sent(messages)), estimate_tokens(_reply_chars(reply)), 1)
         completion = getattr(raw, "completion_tokens", None) or 0
         return Usage(int(prompt), int(completion), 1)
 
@@ -601,6 +665,9 @@ class OpenAIModel:
                 raw = client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
+                if self._images_rejected(exc, body):
+                    body = self._request(messages, tools, stream=False)  # again, text only
+                    continue
                 time.sleep(attempts.delay_after(exc))
 
     async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
@@ -621,6 +688,9 @@ class OpenAIModel:
                 raw = await client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
+                if self._images_rejected(exc, body):
+                    body = self._request(messages, tools, stream=False)  # again, text only
+                    continue
                 await asyncio.sleep(attempts.delay_after(exc))
 
     def stream(
@@ -647,8 +717,9 @@ class OpenAIModel:
         attempts = _Attempts(self)
         while True:
             state = _StreamState()
+            body = self._request(messages, tools, stream=True)
             try:
-                chunks = client.chat.completions.create(**self._request(messages, tools, stream=True))
+                chunks = client.chat.completions.create(**body)
                 try:
                     for chunk in chunks:
                         delta = state.add(chunk)
@@ -671,6 +742,8 @@ class OpenAIModel:
                 if self._rejects_stream_options(exc):
                     self._stream_usage = False
                     continue  # the server's fault, not a failed attempt: ask again without it
+                if self._images_rejected(exc, body):
+                    continue  # again, text only
                 time.sleep(attempts.delay_after(exc))
         message = state.message()
         yield ModelResponse(
@@ -710,7 +783,7 @@ class ScriptedModel:
     callable ``(messages) -> str | Message`` that can react to the conversation
     so far (e.g. to the last observation). Every call's messages are recorded in
     ``.requests`` and its ``tools`` in ``.tool_schemas``. Usage is estimated as
-    characters / 4.
+    characters / 4, plus each image's tokens (:attr:`ImagePart.tokens`).
 
     Example::
 
@@ -725,8 +798,14 @@ class ScriptedModel:
         ModelOutputError: when asked for more replies than were given.
     """
 
-    def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted") -> None:
+    def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted", vision: bool | None = None) -> None:
         self.name = name
+        if vision is None:
+            from .config import images_enabled
+
+            vision = images_enabled()
+        #: Whether the agents attach images to observations for this model (as OpenAIModel's ``vision``).
+        self.vision = bool(vision)
         self._replies: list[ScriptedReply] = list(replies)
         self._next = 0
         self.requests: list[list[Message]] = []
@@ -780,7 +859,7 @@ class ScriptedModel:
         raise TypeError(f"scripted reply #{self._next} must be str or Message, got {type(reply).__name__}")
 
     def _response(self, messages: Sequence[Message], reply: Message) -> ModelResponse:
-        usage = Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+        usage = Usage(_prompt_tokens(messages), estimate_tokens(_reply_chars(reply)), 1)
         finish = "tool_calls" if reply.tool_calls else "stop"
         return ModelResponse(message=reply, usage=usage, duration=0.0, model=self.name, finish_reason=finish)
 

@@ -28,6 +28,7 @@ class ObservationParts:
     artifacts: list[str] = field(default_factory=list)  # saved image/file names, for the summary
     changed_files: list[tuple[str, int]] = field(default_factory=list)  # files the code wrote
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why) not copied to the host
+    images: list[tuple[str, bytes]] = field(default_factory=list)  # (artifact name, bytes) of the step's images
 
 
 def _size(n: int) -> str:

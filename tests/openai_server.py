@@ -166,6 +166,19 @@ class RecordedRequest:
         return isinstance(self.body, dict) and bool(self.body.get("stream"))
 
     @property
+    def image_urls(self) -> list[str]:
+        """The ``image_url`` URLs of every message's content parts, in order."""
+        return [url for m in self.messages for url in _image_urls(m)]
+
+    @property
+    def last_user_images(self) -> list[str]:
+        """The ``image_url`` URLs of the last user message ([] when it has none)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                return _image_urls(m)
+        return []
+
+    @property
     def last_user_text(self) -> str:
         """Content of the last user message (handy in ``default_reply`` callables)."""
         for m in reversed(self.messages):
@@ -173,6 +186,18 @@ class RecordedRequest:
                 c = m.get("content")
                 return c if isinstance(c, str) else json.dumps(c)
         return ""
+
+
+def _image_urls(message: Any) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [str((part.get("image_url") or {}).get("url", "")) for part in content
+            if isinstance(part, dict) and part.get("type") == "image_url"]
+
+
+#: What OpenAI answers (HTTP 400) when a model without vision gets an image part.
+OPENAI_NO_IMAGES = "Invalid content type. image_url is only supported by certain models."
 
 
 # --------------------------------------------------------------------------- the server
@@ -210,6 +235,9 @@ class OpenAITestServer:
         default_reply: answer when the plan queue is empty: a string, or a
             callable ``(RecordedRequest) -> str | Reply | Fault``.
         models: ids listed by ``GET /v1/models``.
+        reject_images: an error message: every chat request with an image part
+            is answered HTTP 400 with it (a model without vision), whatever is
+            planned; the plan is not consumed. E.g. :data:`OPENAI_NO_IMAGES`.
 
     Attributes:
         base_url: ``http://127.0.0.1:PORT/v1`` (pass it as ``base_url=``).
@@ -217,8 +245,10 @@ class OpenAITestServer:
         chat_requests: the ``/chat/completions`` requests only.
     """
 
-    def __init__(self, *, default_reply: DefaultReply = "OK", models: Sequence[str] = ("test-model",)) -> None:
+    def __init__(self, *, default_reply: DefaultReply = "OK", models: Sequence[str] = ("test-model",),
+                 reject_images: str | None = None) -> None:
         self.default_reply: DefaultReply = default_reply
+        self.reject_images = reject_images
         self.models = list(models)
         self._plan: deque[PlanItem] = deque()
         self._requests: list[RecordedRequest] = []
@@ -442,6 +472,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if not isinstance(req.body, dict):
             error = _error_body("Request body is not a JSON object", type="invalid_request_error", code=None)
+            self._send_json(400, error)
+            return
+        if self.owner.reject_images and req.image_urls:
+            error = _error_body(self.owner.reject_images, type="invalid_request_error", code=None, param="messages")
             self._send_json(400, error)
             return
         item = self.owner._next_item(req)

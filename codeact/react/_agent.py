@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence
 
@@ -37,6 +37,7 @@ from ..events import (
     ToolCall,
     ToolProgress,
 )
+from ..images import StepImages, attach_images, is_image_mime, step_images, wants_images
 from ..messages import Message, ModelResponse
 from ..observation import truncate_middle
 from ..prompting import FileDescription
@@ -65,6 +66,8 @@ class _TurnState:
     result: RunResult | None = None
     artifact_files: int = 0
     artifact_bytes: int = 0
+    #: (name, bytes) of the images tools saved during the current step, for the model (codeact.images).
+    images: list[tuple[str, bytes]] = field(default_factory=list)
     trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
 
 
@@ -100,7 +103,8 @@ class ReActAgent(AgentRuns):
         system_prompt: a template overriding the format's prompt (``$tools``, ``$files``).
         output_dir: where files tools save with ``RunContext.add_artifact`` go
             (``<output_dir>/<run id>/``), within ``limits``' per-run caps.
-        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply).
+        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply, and its image
+            limits: images tools save go to the model after the step's tool results, see :mod:`codeact.images`).
 
     Example::
 
@@ -365,11 +369,14 @@ class ReActSession:
         text = outcomes[0].text if len(outcomes) == 1 else "\n".join(f"[{o.call.name}] {o.text}" for o in outcomes)
         if decision.note:
             text += "\n" + decision.note
+        shown = self._step_images(state)
+        if shown.note:
+            text += "\n" + shown.note
         step.observation = text
         step.error = errors[-1] if errors else None
         yield emit(Observation(run_id=state.run_id, step=step.index, text=text, error=step.error,
                                duration=time.perf_counter() - calls_started))
-        self.messages.extend(fmt.turn_messages(response, outcomes, decision.note))
+        self.messages.extend(attach_images(fmt.turn_messages(response, outcomes, decision.note), shown))
 
     def _call(self, call: ActionCall, step: Step, state: _TurnState,
               emit: Callable[[Event], Event]) -> Generator[Event, None, CallOutcome]:
@@ -447,6 +454,8 @@ class ReActSession:
             path = write_confined(directory, name, bytes(data))
             state.artifact_files += 1
             state.artifact_bytes += len(data)
+            if is_image_mime(mime):
+                state.images.append((name, bytes(data)))
             if state.result is not None:
                 state.result.artifacts.append(path)
             return name
@@ -463,6 +472,14 @@ class ReActSession:
         close = difflib.get_close_matches(name, names, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"there is no tool named {name!r}.{hint} The tools are: {', '.join(names)}."
+
+    def _step_images(self, state: _TurnState) -> StepImages:
+        """The images the step's tools saved, as the model gets them (none when the model takes none)."""
+        candidates, state.images = state.images, []
+        if not candidates or not wants_images(self.agent.model):
+            return StepImages()
+        limits = self.agent.limits
+        return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
 
     def _context_messages(self) -> list[Message]:
         """The history as the model sees it now (what compaction folded so far applied)."""
