@@ -728,8 +728,7 @@ class ChatSession:
                                        duration=exec_result.duration,
                                        truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
                                        artifacts=list(dict.fromkeys(  # a figure saved as a file: named once
-                                           parts.artifacts + [p for p, _ in parts.changed_files]
-                                           + state.tool_artifacts)),
+                                           parts.artifacts + parts.saved_files() + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
                 self.messages.append(Message("user", f"Observation:\n{text}", images=shown.parts))
@@ -1203,7 +1202,10 @@ class ChatSession:
                  if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
         images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
         if shown or exec_result.files:
-            output_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                output_dir.mkdir(parents=True, exist_ok=True)
+            except OSError:  # a full or read-only disk: each file below says it was not saved
+                pass
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.
         kept: dict[bytes, str] = {}
@@ -1246,7 +1248,11 @@ class ChatSession:
             if not budget.take(len(png), step):
                 parts.skipped.append((name, budget.reason(len(png))))
                 continue
-            path = write_confined(output_dir, name, png)
+            try:
+                path = write_confined(output_dir, name, png)
+            except Exception as exc:  # a full disk: say so, keep the step
+                parts.skipped.append((name, f"not saved: {exc}"))
+                continue
             parts.artifacts.append(name)
             parts.images.append((name, png))
             result.artifacts.append(path)

@@ -1,0 +1,104 @@
+"""Reliability as faults, from outside: a full disk, an engine that dies, many writers, many clients.
+
+Each test is the fault itself against the real parts: a small real file
+system (tmpfs) filled up, a second real Docker engine killed with SIGKILL and
+started again (``tests/docker_engines.py``; the machine's engine is never
+touched), real ``codeact`` processes writing one run log, real MCP clients
+over HTTP. Only the model's text is scripted. The checks are what a user sees
+afterwards: files on disk, the run log, the terminal, the containers left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CODEACT_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "CODEACT_DEBUG")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def codeact(*args: str, env: dict[str, str], timeout: float = 300, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "codeact.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, input=stdin)
+
+
+def replies(path: Path, texts: list[str]) -> str:
+    path.write_text(json.dumps(texts), encoding="utf-8")
+    return str(path)
+
+
+@contextlib.contextmanager
+def small_filesystem(size: str = "4m") -> Iterator[Path]:
+    """A real file system of ``size`` of our own (tmpfs), unmounted afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    where = Path(tempfile.mkdtemp(prefix="codeact-full-"))
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        os.rmdir(where)
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(where)
+
+
+def partial_files(root: Path) -> list[str]:
+    """Temporary files a write left behind (``.name.xxxx.part``, ``*.tmp``)."""
+    return [str(p) for p in root.rglob("*") if p.name.endswith((".part", ".tmp")) or ".tmp-" in p.name]
+
+
+# --- a full disk ---------------------------------------------------------------------------------------------
+
+BIG_AND_SMALL = """```python
+import os
+open('big.png', 'wb').write(os.urandom(5_700_000))
+open('small.csv', 'w').write('a,b\\n1,2\\n')
+print('wrote both')
+final_answer('done')
+```"""
+
+
+@pytest.mark.docker
+def test_full_output_disk_keeps_what_fits_and_says_what_did_not(tmp_path: Path) -> None:
+    """big.png (5.7 MB) cannot fit in 4 MB, small.csv (8 B) can: it is kept, and nobody claims big.png was saved."""
+    with small_filesystem("4m") as disk:
+        out = disk / "out"
+        env = _env(CODEACT_DB=str(tmp_path / "runs.db"), CODEACT_OUTPUT_DIR=str(out),
+                   CODEACT_SCRIPTED_REPLIES=replies(tmp_path / "r.json", [BIG_AND_SMALL]), COLUMNS="200")
+        done = codeact("run", "write two files", "--backend", "docker", env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (run_dir,) = list(out.iterdir())
+        assert sorted(p.name for p in run_dir.iterdir()) == ["small.csv"]
+        assert (run_dir / "small.csv").read_text() == "a,b\n1,2\n"
+        assert partial_files(disk) == []
+        terminal = done.stdout
+        assert "file saved" in terminal and "small.csv" in terminal, terminal
+        saved_lines = [line for line in terminal.splitlines() if "saved:" in line and "not saved" not in line]
+        assert not any("big.png" in line for line in saved_lines), terminal
+        # The run log says the same: one artifact, small.csv; the model was told big.png was not saved.
+        from codeact.runlog import RunLog
+
+        with RunLog(tmp_path / "runs.db") as log:
+            record = log.last_run()
+        assert record is not None
+        assert [Path(a.path).name for a in record.artifacts] == ["small.csv"], record.artifacts
+        observation = record.steps[0].observation or ""
+        assert "big.png" in observation and "disk is full" in observation, observation
