@@ -418,6 +418,8 @@ class ChatSession:
         self._saver = Saver(None, save_options(save))
         self._restore_from: Any = None
         self._resume_note = ""
+        #: (snapshot, why): the sandbox went away and is to be restored from that save (_recover_lost_sandbox).
+        self._lost: tuple[Any, str] | None = None
         #: What a resume brought back (a :class:`sandbox.snapshot.RestoreReport`), else None.
         self.restored: Any = None
         if self._saver.options is not None or resume is not None:
@@ -483,6 +485,37 @@ class ChatSession:
         self.messages = [Message("system", self._system_prompt()), *conv.messages]
         if self.restored is not None:
             self._resume_note = resume_note(record, conv, self.restored)
+
+    def _recover_lost_sandbox(self) -> None:
+        """The session's sandbox went away since the last turn (its engine restarted, its container was removed)
+        and the session was saved: open a new sandbox restored from the newest save, and tell the model with the
+        next message what came back and what was lost. Without a save, the sandbox starts afresh and says so.
+
+        Raises what the restore raises (the engine is still away): the next turn tries again.
+        """
+        from .sessions import recovery_note
+
+        if self._lost is None:
+            sb = self._sandbox
+            why = getattr(sb, "environment_lost", None) if sb is not None and self._opening is None else None
+            if not why or not self._owned or self._saver.last is None:
+                return
+            self._lost = (self._saver.last, str(why))
+            listeners = getattr(getattr(sb, "packages", None), "listeners", None)
+            if listeners is not None and self._on_install in listeners:
+                listeners.remove(self._on_install)
+            with contextlib.suppress(Exception):  # gone already: closing only forgets it
+                sb.close()
+            self._sandbox = None
+        snap, why = self._lost
+        self._restore_from = snap
+        try:
+            self._ensure_sandbox()
+        finally:
+            self._restore_from = None
+        self._lost = None
+        self.restored = getattr(self._sandbox, "restored", None)
+        self._resume_note = recovery_note(snap, why, self.restored) + self._resume_note
 
     def _autosave(self, state: _RunState) -> Iterator[Event]:
         """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""
@@ -643,6 +676,7 @@ class ChatSession:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
+            self._recover_lost_sandbox()  # its engine restarted since the last turn: back from the last save
             # A new sandbox starts while the model writes its first reply; the first code action waits for it.
             self._ensure_sandbox(background=True)
             pending_uploads.extend(file_paths)

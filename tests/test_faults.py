@@ -102,3 +102,62 @@ def test_full_output_disk_keeps_what_fits_and_says_what_did_not(tmp_path: Path) 
         assert [Path(a.path).name for a in record.artifacts] == ["small.csv"], record.artifacts
         observation = record.steps[0].observation or ""
         assert "big.png" in observation and "disk is full" in observation, observation
+
+
+# --- the engine dies ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def second(docker_ready: None) -> Iterator[object]:
+    """A second, real Docker engine of the tests' own (the machine's engine is never touched)."""
+    from tests.docker_engines import SecondEngine, can_start_engines
+
+    reason = can_start_engines()
+    if reason is not None:
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail(f"the engine-fault tests must run in CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    engine = SecondEngine(name="faulty")
+    try:
+        engine.start()
+        yield engine
+    finally:
+        engine.remove()
+
+
+def _ours_on(engine: object) -> list[dict]:
+    from sandbox._labels import LABEL
+
+    if getattr(engine, "proc", None) is None:
+        return []
+    return engine.client().api.containers(all=True, filters={"label": LABEL})  # type: ignore[attr-defined]
+
+
+@pytest.mark.docker
+def test_engine_restarted_between_turns_the_chat_goes_on_from_its_autosave(second, tmp_path: Path) -> None:
+    """The engine dies (SIGKILL) and comes back between two turns: the next turn runs in a new sandbox restored
+    from the last autosave (the variable is there), and the model is told that the session was lost."""
+    from codeact import CodeActAgent
+    from codeact.models import ScriptedModel
+    from codeact.sessions import SaveOptions
+
+    model = ScriptedModel([
+        "```python\nkept = 41 + 1\nopen('notes.txt', 'w').write('on disk')\nprint(kept)\n```",
+        "```python\nfinal_answer(kept)\n```",
+        "```python\nprint(kept, open('notes.txt').read())\n```",
+        "```python\nfinal_answer(kept + 1)\n```",
+    ])
+    agent = CodeActAgent(model, sandbox="docker", sandbox_options={"engine": second.engine},
+                         log=str(tmp_path / "runs.db"), output_dir=tmp_path / "out")
+    with agent.session(save=SaveOptions(autosave=True, store=tmp_path / "snaps")) as chat:
+        first = chat.send("set kept")
+        assert first.status == "success" and first.answer == 42, first
+        second.kill()
+        second.start()
+        again = chat.send("print kept")
+        assert again.status == "success", again
+        assert again.answer == 43
+        assert again.steps[0].observation is not None and "42 on disk" in again.steps[0].observation
+        told = [m.content for m in chat.messages if m.role == "user" and "print kept" in str(m.content)][0]
+        assert "the Python session was lost" in str(told) and "kept" in str(told), told
+    assert _ours_on(second) == []
