@@ -125,6 +125,16 @@ def second(docker_ready: None) -> Iterator[object]:
         engine.remove()
 
 
+def _left_on(engine: object, timeout: float = 60) -> list[dict]:
+    """Our containers on ``engine`` once it settled (a restarted engine removes what died with it, soon after)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _ours_on(engine) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [{"name": c["Names"][0], "state": c["State"]} for c in _ours_on(engine)]
+
+
 def _ours_on(engine: object) -> list[dict]:
     from sandbox._labels import LABEL
 
@@ -160,4 +170,67 @@ def test_engine_restarted_between_turns_the_chat_goes_on_from_its_autosave(secon
         assert again.steps[0].observation is not None and "42 on disk" in again.steps[0].observation
         told = [m.content for m in chat.messages if m.role == "user" and "print kept" in str(m.content)][0]
         assert "the Python session was lost" in str(told) and "kept" in str(told), told
-    assert _ours_on(second) == []
+    assert _left_on(second) == []
+
+
+@pytest.mark.docker
+def test_engine_killed_during_a_code_action_ends_it_with_an_error_naming_the_engine(second, tmp_path: Path) -> None:
+    """``time.sleep(60)`` runs when the (TLS, remote) engine dies: the action ends well within its limit, its
+    error names the engine, the run ends; back up, the engine holds nothing of ours (nothing for ``reap``)."""
+    import threading
+    import time
+
+    from codeact import CodeActAgent
+    from codeact.events import Observation
+    from codeact.models import ScriptedModel
+
+    model = ScriptedModel(["```python\nimport time\nprint('sleeping', flush=True)\ntime.sleep(60)\n```",
+                           "The sandbox's engine went away; I stop here."])
+    agent = CodeActAgent(model, sandbox="docker", sandbox_options={"engine": second.engine},
+                         execution_timeout=50, log=str(tmp_path / "runs.db"), output_dir=tmp_path / "out")
+    killer: threading.Timer | None = None
+    observations: list[Observation] = []
+    started = time.monotonic()
+    for event in agent.stream("sleep"):
+        if type(event).__name__ == "CodeOutput" and killer is None:
+            killer = threading.Timer(1.0, second.kill)
+            killer.start()
+        if isinstance(event, Observation):
+            observations.append(event)
+            ended = time.monotonic()
+    assert killer is not None
+    killer.join()
+    (observation,) = observations
+    assert ended - started < 50, "the action waited past its own time limit"  # bound, not a speed claim
+    assert observation.error is not None
+    assert f"faulty ({second.url})" in observation.error, observation.error
+    second.start()
+    assert _left_on(second) == []
+
+
+@pytest.mark.docker
+def test_a_pool_refills_once_its_engine_is_back(second) -> None:
+    """Warm sessions die with their engine: the pool never hands one out, and refills once the engine is back."""
+    import time
+
+    from sandbox import DockerSandbox, SandboxPool
+
+    with SandboxPool(lambda: DockerSandbox(engine=second.engine, timeout=60), size=2) as pool:
+        deadline = time.monotonic() + 120
+        while pool.ready < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pool.ready == 2
+        before = {c["Names"][0] for c in _ours_on(second)}
+        second.kill()
+        second.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            now = {c["Names"][0] for c in _ours_on(second) if c["State"] == "running"}
+            if pool.ready == 2 and len(now) == 2 and not now & before:
+                break
+            time.sleep(0.2)
+        assert pool.ready == 2 and not now & before, (before, now)
+        with pool.acquire() as sb:
+            result = sb.run("print(6 * 7)")
+            assert result.stdout == "42\n" and not result.restarts, result
+    assert _left_on(second) == [], before
