@@ -234,3 +234,126 @@ def test_a_pool_refills_once_its_engine_is_back(second) -> None:
             result = sb.run("print(6 * 7)")
             assert result.stdout == "42\n" and not result.restarts, result
     assert _left_on(second) == [], before
+
+
+# --- many writers ---------------------------------------------------------------------------------------------
+
+
+def _start_ui(env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], str, list[str]]:
+    """``codeact ui`` in a process of its own; (process, url with the token, its stderr lines)."""
+    import re
+    import threading
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "codeact.cli", "ui", "--no-browser", "--port", "0", *args],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True).start()  # type: ignore[union-attr]
+    deadline = time.monotonic() + 120
+    url = None
+    while url is None and time.monotonic() < deadline and proc.poll() is None:
+        url = next((m.group(0) for line in list(lines) if (m := re.search(r"http://\S+\?token=\S+", line))), None)
+        time.sleep(0.1)
+    assert url, "".join(lines)
+    return proc, url, lines
+
+
+class UIClient:
+    """The web UI's HTTP API, as its page uses it (the token header, the Host it was started for)."""
+
+    def __init__(self, url: str) -> None:
+        import re
+
+        m = re.match(r"http://([\d.]+):(\d+)/\?token=(\S+)", url)
+        assert m, url
+        self.host, self.port, self.token = m.group(1), int(m.group(2)), m.group(3)
+
+    def call(self, method: str, path: str, body: object = None) -> tuple[int, object]:
+        import http.client
+
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            conn.request(method, path, body=None if body is None else json.dumps(body).encode(),
+                         headers={"Host": f"{self.host}:{self.port}", "X-CodeAct-Token": self.token,
+                                  "Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        return resp.status, (json.loads(data) if data else None)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_eight_processes_write_one_run_log(tmp_path: Path) -> None:
+    """``run`` x4, ``chat`` x2 (stdin), ``ui`` (two chats over HTTP) and ``bench`` write one run log at once:
+    no "database is locked", every run recorded, the file intact."""
+    import sqlite3
+    import time
+
+    out = tmp_path / "bench"
+    db = out / "runs.db"  # bench keeps its runs in <out>/runs.db: everyone else writes there too
+    reply = "```python\nx = sum(range(10))\nprint(x)\nfinal_answer(x)\n```"
+    env = _env(CODEACT_DB=str(db), CODEACT_OUTPUT_DIR=str(tmp_path / "out"),
+               CODEACT_SCRIPTED_REPLIES=replies(tmp_path / "r.json", [reply] * 40),
+               CODEACT_SNAPSHOT_DIR=str(tmp_path / "snaps"))
+    py = [sys.executable, "-m", "codeact.cli"]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    ui, url, ui_lines = _start_ui(env, "--backend", "restricted")
+    procs: list[tuple[str, subprocess.Popen[str]]] = []
+    try:
+        client = UIClient(url)
+        sessions = [client.call("POST", "/api/sessions")[1]["id"] for _ in range(2)]  # type: ignore[index]
+        procs += [("run", subprocess.Popen(py + ["run", f"run {i}", "--backend", "restricted"], **pipe))
+                  for i in range(4)]
+        for i in range(2):
+            chat = subprocess.Popen(py + ["chat", "--backend", "restricted"], stdin=subprocess.PIPE, **pipe)
+            chat.stdin.write(f"chat {i} turn 1\nchat {i} turn 2\n")  # type: ignore[union-attr]
+            chat.stdin.close()  # type: ignore[union-attr]
+            chat.stdin = None
+            procs.append(("chat", chat))
+        bench_env = {k: v for k, v in env.items() if k != "CODEACT_SCRIPTED_REPLIES"}
+        procs.append(("bench", subprocess.Popen(
+            py + ["bench", "run", "--suite", "tool-chains", "--model", "oracle", "--agents", "codeact,react-json",
+                  "--backend", "restricted", "--task", "shop-cheapest-lamp-in-stock", "--task",
+                  "shop-audio-average-stars", "--concurrency", "2", "--out", str(out), "--no-plots"],
+            **{**pipe, "env": bench_env})))
+        for i, sid in enumerate(sessions):
+            assert client.call("POST", f"/api/sessions/{sid}/messages", {"text": f"ui {i}"})[0] == 202
+        outputs = []
+        for name, proc in procs:
+            stdout, stderr = proc.communicate(timeout=300)
+            outputs.append(stdout + stderr)
+            assert proc.returncode == 0, (name, stderr[-2000:])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = client.call("GET", "/api/runs")[1]["runs"]  # type: ignore[index]
+            if sum(1 for r in runs if r["task"].startswith("ui ") and r["status"] == "success") == 2:
+                break
+            time.sleep(0.2)
+    finally:
+        _stop(ui)
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for text in outputs + ["".join(ui_lines)]:
+        assert "locked" not in text.lower() and "Traceback" not in text, text[-2000:]
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows = conn.execute("SELECT task, status FROM runs").fetchall()
+    tasks = sorted(t for t, _ in rows)
+    assert [t for t in tasks if t.startswith(("run ", "chat ", "ui "))] == sorted(
+        [f"run {i}" for i in range(4)] + [f"chat {i} turn {j}" for i in range(2) for j in (1, 2)]
+        + ["ui 0", "ui 1"]), tasks
+    assert len(rows) == 14, tasks  # and the bench's four episodes
+    assert {s for _, s in rows} == {"success"}, rows
