@@ -357,3 +357,141 @@ def test_eight_processes_write_one_run_log(tmp_path: Path) -> None:
         + ["ui 0", "ui 1"]), tasks
     assert len(rows) == 14, tasks  # and the bench's four episodes
     assert {s for _, s in rows} == {"success"}, rows
+
+
+# --- load -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_sixteen_mcp_clients_keep_their_own_state_and_leave_nothing(tmp_path: Path) -> None:
+    """16 SDK clients over streamable HTTP, 20 calls each (set, read back, write a file, list files): no error,
+    no cross-talk, every container gone once they leave; 8 clients SIGKILLed mid-call leave nothing either
+    (their sandboxes go with the idle timeout: a killed client cannot say goodbye)."""
+    from tests.mcp_load import kill_mid_call, mcp_server, run_load, summary, wait_no_containers
+
+    with mcp_server(max_sessions=24, idle_timeout=15, timeout=30,
+                    env={"CODEACT_OUTPUT_DIR": str(tmp_path / "out")}) as (url, server):
+        result = run_load(url, clients=16, calls=20)
+        figures = summary(result)
+        assert result.errors == [] and result.crosstalk == [], figures
+        assert result.calls == 16 * 20, figures
+        left, _ = wait_no_containers(server.pid, timeout=60)
+        assert left == [], f"containers left after the clients closed: {left}"
+        assert kill_mid_call(url, clients=8) == 8
+        left, _ = wait_no_containers(server.pid, timeout=120)
+        log = Path(server.log_path).read_text(errors="replace")[-3000:]  # type: ignore[attr-defined]
+        assert left == [], f"containers left after 8 clients were killed mid-call: {left}\n{log}"
+        assert server.poll() is None  # the server is still up, and serves
+        again = run_load(url, clients=1, calls=4)
+        assert again.errors == [] and again.crosstalk == [], summary(again)
+        left, _ = wait_no_containers(server.pid, timeout=60)
+        assert left == []
+
+
+def test_eight_ui_chats_at_once_finish_without_cross_talk(tmp_path: Path) -> None:
+    """``codeact ui`` with 8 chats sent at once over its HTTP API: all finish, each kernel holds only its own value."""
+    import time
+
+    # One reply per chat, each a different value: whichever chat gets which, no two may end up sharing one.
+    texts = [f"```python\nmine = 'value {k}'\nfinal_answer(mine)\n```" for k in range(8)]
+    env = _env(CODEACT_DB=str(tmp_path / "runs.db"), CODEACT_OUTPUT_DIR=str(tmp_path / "out"),
+               CODEACT_SCRIPTED_REPLIES=replies(tmp_path / "r.json", texts),
+               CODEACT_SNAPSHOT_DIR=str(tmp_path / "snaps"))
+    ui, url, lines = _start_ui(env, "--backend", "local", "--max-sessions", "8")
+    try:
+        client = UIClient(url)
+        sessions = []
+        for _ in range(8):
+            status, body = client.call("POST", "/api/sessions")
+            assert status == 201, body
+            sessions.append(body["id"])  # type: ignore[index]
+        for i, sid in enumerate(sessions):
+            assert client.call("POST", f"/api/sessions/{sid}/messages", {"text": f"chat {i}"})[0] == 202
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            runs = client.call("GET", "/api/runs")[1]["runs"]  # type: ignore[index]
+            if sum(r["status"] != "running" for r in runs if r["task"].startswith("chat ")) == 8:
+                break
+            time.sleep(0.2)
+        assert sorted(r["task"] for r in runs) == [f"chat {i}" for i in range(8)], runs
+        assert all(r["status"] == "success" for r in runs), runs
+        held = []
+        for sid in sessions:
+            status, body = client.call("GET", f"/api/sessions/{sid}/variables")
+            assert status == 200, body
+            values = [json.dumps(v) for v in body["variables"] if v.get("name") == "mine"]  # type: ignore[index]
+            assert len(values) == 1, body
+            held.append(next(f"value {k}" for k in range(8) if f"value {k}" in values[0]))
+        assert sorted(held) == [f"value {k}" for k in range(8)], held  # eight kernels, eight values
+    finally:
+        _stop(ui)
+    assert "Traceback" not in "".join(lines), "".join(lines)[-3000:]
+
+
+def _fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte with one file (removed by the caller to free it again)."""
+    filler = disk / "filler"
+    with open(filler, "wb") as f:
+        chunk = b"\0" * 65536
+        try:
+            while True:
+                f.write(chunk)
+                f.flush()
+        except OSError:
+            pass
+        try:  # the last partial chunk
+            while True:
+                f.write(b"\0" * 512)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+@pytest.mark.docker
+def test_full_data_directory_the_chat_answers_and_loses_nothing_it_had(tmp_path: Path) -> None:
+    """Run log, snapshots and artifacts on one small file system, filled up between two turns: the turn still
+    answers; the log warns once per run at most and stays intact; the failed save is an error event and leaves
+    no half-written file; the previous snapshot still restores."""
+    import sqlite3
+    import warnings
+
+    from codeact import CodeActAgent
+    from codeact.events import ErrorEvent
+    from codeact.models import ScriptedModel
+    from codeact.sessions import SaveOptions
+    from sandbox import DockerSandbox
+    from sandbox.snapshot import Snapshot
+
+    model = ScriptedModel([
+        "```python\nkept = 21\nprint(kept)\n```", "```python\nfinal_answer(kept)\n```",
+        "```python\nbig = 'x' * 3_000_000\nopen('out.txt', 'w').write(big)\nprint(kept * 2)\n```",
+        "```python\nfinal_answer(kept * 2)\n```",
+    ])
+    with small_filesystem("16m") as disk:
+        snaps = disk / "snaps"
+        agent = CodeActAgent(model, sandbox="docker", log=str(disk / "runs.db"), output_dir=disk / "out")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with agent.session(save=SaveOptions(autosave=True, store=snaps, on_close=False)) as chat:
+                first = chat.send("set kept")
+                assert first.answer == 21
+                before = sorted(p.name for p in snaps.iterdir())
+                assert before, "the first turn was saved"
+                filler = _fill(disk)
+                events = list(chat.stream("double it"))
+            log_warnings = [w for w in caught if "run log" in str(w.message)]
+        finished = events[-1].result  # type: ignore[attr-defined]
+        assert finished.status == "success" and finished.answer == 42, finished
+        assert len(log_warnings) <= 1, [str(w.message) for w in log_warnings]
+        saves = [e for e in events if isinstance(e, ErrorEvent) and e.kind == "session"]
+        assert saves and all("could not be saved" in e.message for e in saves), saves
+        assert not (disk / "out").exists() or partial_files(disk / "out") == []
+        assert partial_files(disk) == [], partial_files(disk)
+        filler.unlink()
+        with contextlib.closing(sqlite3.connect(disk / "runs.db")) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            assert conn.execute("SELECT count(*) FROM runs WHERE task = 'set kept'").fetchone() == (1,)
+        newest = max((snaps / name for name in before if name.endswith(".snap")), key=lambda p: p.stat().st_mtime)
+        with DockerSandbox.restore(Snapshot.open(newest)) as sb:
+            assert sb.run("print(kept)").stdout == "21\n"
