@@ -431,20 +431,16 @@ def test_eight_ui_chats_at_once_finish_without_cross_talk(tmp_path: Path) -> Non
 def _fill(disk: Path) -> Path:
     """Fill ``disk`` to the last byte with one file (removed by the caller to free it again)."""
     filler = disk / "filler"
-    with open(filler, "wb") as f:
-        chunk = b"\0" * 65536
-        try:
-            while True:
-                f.write(chunk)
-                f.flush()
-        except OSError:
-            pass
-        try:  # the last partial chunk
-            while True:
-                f.write(b"\0" * 512)
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for size in (1 << 20, 1 << 16, 4096, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
     return filler
 
 
