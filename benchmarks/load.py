@@ -44,20 +44,19 @@ from tests.mcp_load import (  # noqa: E402 - after the path is set
 
 
 def mcp_rows(clients: int, calls: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        with mcp_server(max_sessions=clients + 8, idle_timeout=15, timeout=30,
-                        env={"CODEACT_OUTPUT_DIR": str(Path(tmp) / "out")}) as (url, server):
-            with MemorySampler(server.pid) as mem:
-                result = run_load(url, clients, calls)
-            left, gone_after = wait_no_containers(server.pid, timeout=120)
-            load = {**summary(result), "server_peak_rss_mb": round(mem.server_peak_mb, 1),
-                    "host_used_peak_over_start_mb": round(mem.host_used_peak_mb - mem.host_used_start_mb, 1),
-                    "containers_left": len(left), "containers_gone_after_s": round(gone_after, 1)}
-            reached = kill_mid_call(url, clients=8)
-            left_killed, killed_gone_after = wait_no_containers(server.pid, timeout=180)
-            killed = {"clients": 8, "mid_call": reached, "containers_left": len(left_killed),
-                      "containers_gone_after_s": round(killed_gone_after, 1), "idle_timeout_s": 15,
-                      "server_alive": server.poll() is None}
+    with tempfile.TemporaryDirectory() as tmp, mcp_server(max_sessions=clients + 8, idle_timeout=15, timeout=30,
+                    env={"CODEACT_OUTPUT_DIR": str(Path(tmp) / "out")}) as (url, server):
+        with MemorySampler(server.pid) as mem:
+            result = run_load(url, clients, calls)
+        left, gone_after = wait_no_containers(server.pid, timeout=120)
+        load = {**summary(result), "server_peak_rss_mb": round(mem.server_peak_mb, 1),
+                "host_used_peak_over_start_mb": round(mem.host_used_peak_mb - mem.host_used_start_mb, 1),
+                "containers_left": len(left), "containers_gone_after_s": round(gone_after, 1)}
+        reached = kill_mid_call(url, clients=8)
+        left_killed, killed_gone_after = wait_no_containers(server.pid, timeout=180)
+        killed = {"clients": 8, "mid_call": reached, "containers_left": len(left_killed),
+                  "containers_gone_after_s": round(killed_gone_after, 1), "idle_timeout_s": 15,
+                  "server_alive": server.poll() is None}
     return {"mcp": load, "killed": killed}
 
 

@@ -1236,10 +1236,9 @@ class ChatSession:
                  if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
         images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
         if shown or exec_result.files:
-            try:
+            with contextlib.suppress(OSError):  # a full or read-only disk: each file below says it was not saved
                 output_dir.mkdir(parents=True, exist_ok=True)
-            except OSError:  # a full or read-only disk: each file below says it was not saved
-                pass
+                output_dir.mkdir(parents=True, exist_ok=True)
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.
         kept: dict[bytes, str] = {}

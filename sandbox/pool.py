@@ -9,6 +9,7 @@ closed and replaced (the pool refills once the engine is back), never handed out
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -81,10 +82,8 @@ class SandboxPool:
             self._ready.put(session)
 
     def _discard(self, session: KernelSandbox) -> None:
-        try:
+        with contextlib.suppress(Exception):  # gone with its engine: there is nothing left to close
             session.close()
-        except Exception:  # gone with its engine: there is nothing left to close
-            pass
         self._wanted.release()
 
     def acquire(self, timeout: float | None = None) -> KernelSandbox:

@@ -32,7 +32,8 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def codeact(*args: str, env: dict[str, str], timeout: float = 300, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def codeact(*args: str, env: dict[str, str], timeout: float = 300,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "codeact.cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, input=stdin)
 
