@@ -216,13 +216,25 @@ def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Cal
     """``emit(event) -> event``: record the event in ``log`` (if any); the log never breaks a run.
 
     ``transform`` changes what is recorded (not what ``emit`` returns): the
-    privacy filter records a copy with placeholders for hidden values.
+    privacy filter records a copy with placeholders for hidden values. When
+    the log cannot be written (a full disk, a broken file), the run goes on
+    and one :class:`RuntimeWarning` per run says so, with the first error.
     """
+    failed = False
 
     def emit(event: Event) -> Event:
+        nonlocal failed
         if log is not None:
-            with contextlib.suppress(Exception):  # the log must never break a run
+            try:
                 log.record(transform(event) if transform is not None else event)
+            except Exception as exc:  # the log must never break a run: say so once, go on
+                if not failed:
+                    failed = True
+                    import warnings
+
+                    warnings.warn(f"the run log {getattr(log, 'path', '')} could not record this run "
+                                  f"({type(exc).__name__}: {exc}); the run goes on, its record may be "
+                                  "incomplete", RuntimeWarning, stacklevel=2)
         return event
 
     return emit

@@ -430,6 +430,8 @@ class ChatSession:
         self._saver = Saver(None, save_options(save))
         self._restore_from: Any = None
         self._resume_note = ""
+        #: (snapshot, why): the sandbox went away and is to be restored from that save (_recover_lost_sandbox).
+        self._lost: tuple[Any, str] | None = None
         #: What a resume brought back (a :class:`sandbox.snapshot.RestoreReport`), else None.
         self.restored: Any = None
         if self._saver.options is not None or resume is not None:
@@ -496,6 +498,37 @@ class ChatSession:
         self._turn_starts = [1 + i for i in conv.turn_starts]
         if self.restored is not None:
             self._resume_note = resume_note(record, conv, self.restored)
+
+    def _recover_lost_sandbox(self) -> None:
+        """The session's sandbox went away since the last turn (its engine restarted, its container was removed)
+        and the session was saved: open a new sandbox restored from the newest save, and tell the model with the
+        next message what came back and what was lost. Without a save, the sandbox starts afresh and says so.
+
+        Raises what the restore raises (the engine is still away): the next turn tries again.
+        """
+        from .sessions import recovery_note
+
+        if self._lost is None:
+            sb = self._sandbox
+            why = getattr(sb, "environment_lost", None) if sb is not None and self._opening is None else None
+            if not why or not self._owned or self._saver.last is None:
+                return
+            self._lost = (self._saver.last, str(why))
+            listeners = getattr(getattr(sb, "packages", None), "listeners", None)
+            if listeners is not None and self._on_install in listeners:
+                listeners.remove(self._on_install)
+            with contextlib.suppress(Exception):  # gone already: closing only forgets it
+                sb.close()
+            self._sandbox = None
+        snap, why = self._lost
+        self._restore_from = snap
+        try:
+            self._ensure_sandbox()
+        finally:
+            self._restore_from = None
+        self._lost = None
+        self.restored = getattr(self._sandbox, "restored", None)
+        self._resume_note = recovery_note(snap, why, self.restored) + self._resume_note
 
     def _autosave(self, state: _RunState) -> Iterator[Event]:
         """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""
@@ -656,6 +689,7 @@ class ChatSession:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
+            self._recover_lost_sandbox()  # its engine restarted since the last turn: back from the last save
             # A new sandbox starts while the model writes its first reply; the first code action waits for it.
             self._ensure_sandbox(background=True)
             pending_uploads.extend(file_paths)
@@ -742,8 +776,7 @@ class ChatSession:
                                        duration=exec_result.duration,
                                        truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
                                        artifacts=list(dict.fromkeys(  # a figure saved as a file: named once
-                                           parts.artifacts + [p for p, _ in parts.changed_files]
-                                           + state.tool_artifacts)),
+                                           parts.artifacts + parts.saved_files() + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
                 self.messages.append(Message("user", f"Observation:\n{text}", images=shown.parts))
@@ -1246,7 +1279,9 @@ class ChatSession:
                  if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
         images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
         if shown or exec_result.files:
-            output_dir.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):  # a full or read-only disk: each file below says it was not saved
+                output_dir.mkdir(parents=True, exist_ok=True)
+                output_dir.mkdir(parents=True, exist_ok=True)
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.
         kept: dict[bytes, str] = {}
@@ -1289,7 +1324,11 @@ class ChatSession:
             if not budget.take(len(png), step):
                 parts.skipped.append((name, budget.reason(len(png))))
                 continue
-            path = write_confined(output_dir, name, png)
+            try:
+                path = write_confined(output_dir, name, png)
+            except Exception as exc:  # a full disk: say so, keep the step
+                parts.skipped.append((name, f"not saved: {exc}"))
+                continue
             parts.artifacts.append(name)
             parts.images.append((name, png))
             result.artifacts.append(path)

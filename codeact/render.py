@@ -404,6 +404,10 @@ class Renderer:
         for name in names:
             path = (self.output_root / run_id / name) if self.output_root else Path(name)
             kind = "image" if name.lower().endswith((".png", ".jpg", ".jpeg", ".svg", ".gif")) else "file"
+            if self.output_root and not path.is_file():  # never claim a file the host could not keep
+                self.console.print(Text.assemble((f"  ↳ {kind} not saved: ", "yellow"), (safe(path), "yellow")),
+                                   soft_wrap=True)
+                continue
             self.console.print(Text.assemble((f"  ↳ {kind} saved: ", "cyan"), (safe(path), "cyan underline")),
                                soft_wrap=True)
 
