@@ -165,6 +165,7 @@ _OVERFLOW_PHRASES = (
     "input is too long",
     "cannot truncate prompt",  # llama.cpp / LM Studio: "Cannot truncate prompt with n_keep (N) >= n_ctx (M)"
     "exceeds the maximum number of tokens",  # Gemini
+    "reduce the length of the messages",  # OpenAI's advice, also alone (Cerebras, Groq)
     "`inputs` tokens + `max_new_tokens`",  # text-generation-inference
 )
 _OVERFLOW_CODES = ("context_length_exceeded", "string_above_max_length", "exceed_context_size_error")
