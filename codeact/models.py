@@ -167,6 +167,8 @@ def _error_detail(exc: Any) -> str:
         detail = body.get("message") or body.get("detail") or body.get("error")
         if isinstance(detail, dict):  # {"error": {"message": ...}} arriving unwrapped
             detail = detail.get("message") or detail
+    elif isinstance(body, str) and body.strip():  # {"error": "..."} (Ollama): the client keeps only the string
+        detail = body
     if not detail:
         detail = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(detail).split())
@@ -207,7 +209,17 @@ def _optional_module(name: str) -> Any:
 def _is_context_overflow(code: str | None, detail: str, exc: Any = None) -> bool:
     from .context_window import is_context_overflow
 
-    return is_context_overflow(code, detail, getattr(exc, "type", None), getattr(exc, "body", None))
+    return is_context_overflow(code, _whole_error_text(exc, detail), getattr(exc, "type", None),
+                               getattr(exc, "body", None))
+
+
+def _whole_error_text(exc: Any, detail: str) -> str:
+    """The server's error message not cut short (:func:`_error_detail` keeps 300 characters for messages)."""
+    body = getattr(exc, "body", None)
+    message = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(message, str) or not message:
+        message = getattr(exc, "message", None)
+    return message if isinstance(message, str) and len(message) > len(detail) else detail
 
 
 _MALFORMED_HINT = "check that base_url points at an OpenAI-compatible API root (often ending in /v1)"
@@ -508,7 +520,7 @@ class OpenAIModel:
         """The error for a context-length refusal, with the numbers it named; the window is remembered."""
         from .context_window import overflow_numbers
 
-        limit, requested = overflow_numbers(detail, getattr(exc, "body", None))
+        limit, requested = overflow_numbers(_whole_error_text(exc, detail), getattr(exc, "body", None))
         if limit is not None:
             self._learned_window = limit
         numbers = [f"{limit} tokens"] if limit else []

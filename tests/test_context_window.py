@@ -32,7 +32,7 @@ from codeact.context_window import (
 from codeact.errors import ConfigError, ContextOverflowError, ModelError
 from codeact.messages import ImagePart, Message, ModelResponse, ToolCallRequest
 from codeact.models import OpenAIModel, ScriptedModel
-from tests.openai_server import OpenAITestServer, free_port, prompt_tokens
+from tests.openai_server import Fault, OpenAITestServer, free_port, prompt_tokens
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -274,8 +274,6 @@ def test_each_endpoint_refusal_is_an_overflow_with_its_numbers(
     requested: int | None,
 ) -> None:
     error: dict[str, Any] = {"message": message, "type": error_type, "param": None, "code": 400, **fields}
-    from tests.openai_server import Fault
-
     openai_server.plan(Fault("error", status=400, body={"error": error}))
     model = make_model(openai_server)
     with pytest.raises(ContextOverflowError) as info:
@@ -284,6 +282,27 @@ def test_each_endpoint_refusal_is_an_overflow_with_its_numbers(
     assert (info.value.limit, info.value.requested) == (limit, requested)
     assert model.context_window == limit
     assert overflow_numbers(message, fields) == (limit, requested)
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_ollamas_bare_error_string_is_an_overflow(openai_server: OpenAITestServer, status: int) -> None:
+    openai_server.plan(Fault("error", status=status, body={"error": "the input length exceeds the context length"}))
+    with pytest.raises(ContextOverflowError) as info:
+        make_model(openai_server).complete(SHORT)
+    assert (info.value.limit, info.value.requested) == (None, None)
+    assert len(openai_server.chat_requests) == 1
+
+
+def test_numbers_past_the_first_300_characters_are_read(openai_server: OpenAITestServer) -> None:
+    wrapped = ("litellm.ContextWindowExceededError: litellm.BadRequestError: OpenAIException - " * 4
+               + "This model's maximum context length is 16384 tokens. However, your messages resulted in 17000 "
+               "tokens. Please reduce the length of the messages.")
+    openai_server.plan_error(400, wrapped)
+    model = make_model(openai_server)
+    with pytest.raises(ContextOverflowError) as info:
+        model.complete(SHORT)
+    assert (info.value.limit, info.value.requested) == (16384, 17000)
+    assert model.context_window == 16384
 
 
 def test_a_context_size_error_from_a_500_is_an_overflow_too(openai_server: OpenAITestServer) -> None:
