@@ -344,15 +344,23 @@ class _MessageTokens:
 _MESSAGE_TOKENS = {name: _MessageTokens(count) for name, count in _COUNTERS.items()}
 
 
-def count_tokens(model: Any, messages: Sequence[Message]) -> int:
+def count_tokens(model: Any, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
     """Prompt tokens ``messages`` take for ``model``: exact where :func:`tokenizer_name` knows the
     tokenizer, an estimate that errs high otherwise.
 
     Each message costs :data:`MESSAGE_OVERHEAD` plus its text, each tool call
     :data:`TOOL_CALL_OVERHEAD` plus its name and arguments, each image its
-    :attr:`~codeact.messages.ImagePart.tokens`. The count is additive over messages (the few
-    tokens that prime the reply belong to the reply's room). Messages are counted once while
-    they live, so counting a growing history every step costs only its new messages.
+    :attr:`~codeact.messages.ImagePart.tokens`; ``tools`` (function schemas sent with the
+    request, as ReAct's function calling does) the tokens of their JSON. The count is additive
+    over messages (the few tokens that prime the reply belong to the reply's room). Messages are
+    counted once while they live, so counting a growing history every step costs only its new
+    messages.
     """
-    counter = _MESSAGE_TOKENS[tokenizer_name(model)]
-    return sum(counter(m) for m in messages)
+    kind = tokenizer_name(model)
+    counter = _MESSAGE_TOKENS[kind]
+    total = sum(counter(m) for m in messages)
+    if tools:
+        import json
+
+        total += _COUNTERS[kind](json.dumps(list(tools)))
+    return total

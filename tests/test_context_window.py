@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import json
 import pickle
+import struct
 from typing import Any
 
 import pytest
@@ -404,18 +405,34 @@ def test_counts_are_additive_and_stable_over_a_growing_history() -> None:
     assert count_tokens(model, []) == 0
 
 
-def test_the_estimate_never_undercounts_what_the_window_enforces(openai_server: OpenAITestServer) -> None:
-    # What the compaction counts (the estimate) against what the test server enforces (cl100k):
-    # a history the estimate says fits always fits.
+def _png(width: int, height: int) -> bytes:
+    """The head of a PNG (signature and IHDR): enough for the test server to read its size."""
+    return b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\x0dIHDR" + struct.pack(">II", width, height) + b"\x08\x02\x00\x00\x00"
+
+
+TOOLS = [{"type": "function", "function": {"name": "search", "description": "Search the web.", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}}, "required": ["q"]}}}]
+
+
+@pytest.mark.parametrize("name", ["gpt-4-turbo", "test-model"])
+def test_counts_against_what_the_window_enforces(name: str) -> None:
+    # What the compaction counts against what the test server enforces (cl100k): exact for a GPT-4
+    # name, never below for the estimate, so a history that the count says fits always fits.
     call = ToolCallRequest("call_1", "search", json.dumps({"q": "context windows", "n": 10}))
-    image = ImagePart(b"png", width=600, height=400)
+    image = ImagePart(_png(600, 400), width=600, height=400)
     messages = [Message("system", CORPUS["code"][:2000]), Message("user", CORPUS["chinese"][:300], images=(image,)),
                 Message("assistant", "", tool_calls=(call,)), Message("tool", CORPUS["table"][:1500],
                                                                       tool_call_id="call_1"),
                 Message("user", CORPUS["json"][:1500])]
-    model = make_model(openai_server)
-    model.complete(messages)
-    assert count_tokens(model, messages) >= prompt_tokens(openai_server.chat_requests[-1].body)
+    with OpenAITestServer(models=[name]) as server:
+        model = OpenAIModel(name, base_url=server.base_url, api_key="x", timeout=5)
+        model.complete(messages, tools=TOOLS)
+        enforced = prompt_tokens(server.chat_requests[-1].body)
+    counted = count_tokens(model, messages, tools=TOOLS)
+    if name == "test-model":
+        assert counted >= enforced
+    else:
+        assert counted == enforced
 
 
 # --------------------------------------------------------------------------- the test server's window
