@@ -10,7 +10,9 @@ The compaction of long sessions (:mod:`codeact.compaction`) asks two things:
   tokenizer where one is known, a conservative estimate otherwise; images count by
   :attr:`codeact.messages.ImagePart.tokens`.
 
-Which tokenizer (:func:`tokenizer_name`): ``cl100k_base`` for OpenAI's GPT-3.5 and GPT-4 names
+Which tokenizer (:func:`tokenizer_name`): the one the model was given
+(``OpenAIModel(tokenizer=...)``: ``"cl100k_base"``, ``"estimate"`` or a function that counts a
+text's tokens, e.g. a Hugging Face tokenizer's); else ``cl100k_base`` for OpenAI's GPT-3.5 and GPT-4 names
 (bundled with codeact, counted exactly). Every other model gets ``"estimate"``: the larger of the
 ``cl100k_base`` count and a character rule (ASCII characters other than digits / 3, each digit
 one token, each non-ASCII character one token). The character rule covers tokenizers that are
@@ -264,7 +266,13 @@ _CL100K_NAMES = re.compile(r"^(?:gpt-3\.5|gpt-35|gpt-4(?![o.\d])|text-embedding-
 
 
 def tokenizer_name(model: Any) -> str:
-    """``"cl100k_base"`` when the model's real tokenizer is known and bundled, else ``"estimate"``."""
+    """``"cl100k_base"`` when the model's real tokenizer is known and bundled, else ``"estimate"``;
+    ``"custom"`` for a model given its own (``OpenAIModel(tokenizer=...)``)."""
+    chosen = getattr(model, "tokenizer", None)
+    if callable(chosen):
+        return "custom"
+    if chosen in _COUNTERS and (chosen != "cl100k_base" or _cl100k() is not None):
+        return str(chosen)
     name = str(getattr(model, "name", "") or "").lower().rsplit("/", 1)[-1]
     if _CL100K_NAMES.match(name) and _cl100k() is not None:
         return "cl100k_base"
@@ -317,7 +325,7 @@ class _MessageTokens:
     """
 
     def __init__(self, count_text: Callable[[str], int]) -> None:
-        self._count_text = count_text
+        self.count_text = count_text
         self._cache: weakref.WeakKeyDictionary[Message, int] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -335,13 +343,31 @@ class _MessageTokens:
         return tokens
 
     def _count(self, m: Message) -> int:
-        tokens = MESSAGE_OVERHEAD + (self._count_text(m.content) if m.content else 0)
+        tokens = MESSAGE_OVERHEAD + (self.count_text(m.content) if m.content else 0)
         for call in m.tool_calls:
-            tokens += TOOL_CALL_OVERHEAD + self._count_text(call.name) + self._count_text(call.arguments)
+            tokens += TOOL_CALL_OVERHEAD + self.count_text(call.name) + self.count_text(call.arguments)
         return tokens + sum(image.tokens for image in m.images)
 
 
 _MESSAGE_TOKENS = {name: _MessageTokens(count) for name, count in _COUNTERS.items()}
+#: Counters for the tokenizers models were given, per model while the model lives (keyed by the
+#: model, not the tokenizer: the counter holds the tokenizer, and a key its value holds never dies).
+_CUSTOM_TOKENS: weakref.WeakKeyDictionary[Any, _MessageTokens] = weakref.WeakKeyDictionary()
+
+
+def _counters(model: Any) -> tuple[Callable[[Message], int], Callable[[str], int]]:
+    """Count a message, count a text: for the model's tokenizer."""
+    kind = tokenizer_name(model)
+    if kind != "custom":
+        return _MESSAGE_TOKENS[kind], _COUNTERS[kind]
+    count_text: Callable[[str], int] = model.tokenizer
+    try:
+        counter = _CUSTOM_TOKENS.get(model)
+        if counter is None or counter.count_text is not count_text:
+            counter = _CUSTOM_TOKENS[model] = _MessageTokens(count_text)
+    except TypeError:  # a model that cannot be weakly referenced or hashed: no cache
+        counter = _MessageTokens(count_text)
+    return counter, count_text
 
 
 def count_tokens(model: Any, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
@@ -356,11 +382,10 @@ def count_tokens(model: Any, messages: Sequence[Message], *, tools: Sequence[Map
     counted once while they live, so counting a growing history every step costs only its new
     messages.
     """
-    kind = tokenizer_name(model)
-    counter = _MESSAGE_TOKENS[kind]
-    total = sum(counter(m) for m in messages)
+    count_message, count_text = _counters(model)
+    total = sum(count_message(m) for m in messages)
     if tools:
         import json
 
-        total += _COUNTERS[kind](json.dumps(list(tools)))
+        total += count_text(json.dumps(list(tools)))
     return total

@@ -325,6 +325,10 @@ class OpenAIModel:
         context_window: the model's context window in tokens, when you know it (it wins over
             anything the endpoint says). Otherwise :meth:`discover_context_window` reads it from
             the endpoint's model list on first need, and a context-length error teaches it.
+        tokenizer: how :func:`codeact.context_window.count_tokens` counts this model's prompts:
+            ``"cl100k_base"``, ``"estimate"``, or a function that returns a text's tokens (e.g.
+            ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``); default:
+            by the model's name (``cl100k_base`` for GPT-3.5/4, the estimate otherwise).
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -356,6 +360,7 @@ class OpenAIModel:
         max_backoff: float = 30,
         extra_body: dict[str, Any] | None = None,
         context_window: int | None = None,
+        tokenizer: str | Callable[[str], int] | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -399,6 +404,10 @@ class OpenAIModel:
         # Some older servers reject stream_options; we drop it for this instance once they do.
         self._stream_usage = True
         self._init_window(context_window)
+        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
+            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
+                              f"{tokenizer!r}")
+        self.tokenizer = tokenizer
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"

@@ -366,6 +366,20 @@ def test_other_names_get_the_estimate(name: str) -> None:
     assert tokenizer_name(ScriptedModel([], name=name)) == "estimate"
 
 
+def test_a_given_tokenizer_counts(openai_server: OpenAITestServer) -> None:
+    messages = [Message("user", "one two three four"), Message("assistant", "five six")]
+    words = make_model(openai_server, tokenizer=lambda text: len(text.split()))
+    assert tokenizer_name(words) == "custom"
+    assert count_tokens(words, messages) == 2 * MESSAGE_OVERHEAD + 6
+    words.tokenizer = lambda text: 1  # a new tokenizer counts anew (nothing cached from the old one)
+    assert count_tokens(words, messages) == 2 * MESSAGE_OVERHEAD + 2
+    exact = make_model(openai_server, tokenizer="cl100k_base")  # e.g. an Azure deployment of GPT-4 named "prod"
+    assert tokenizer_name(exact) == "cl100k_base"
+    assert count_tokens(exact, messages) == 2 * MESSAGE_OVERHEAD + cl100k("one two three four") + cl100k("five six")
+    with pytest.raises(ConfigError, match="tokenizer must be"):
+        make_model(openai_server, tokenizer="o200k_base")
+
+
 @pytest.mark.parametrize("kind", sorted(CORPUS))
 def test_the_estimate_is_never_below_cl100k_on_the_corpus(kind: str) -> None:
     text = CORPUS[kind]
