@@ -67,8 +67,10 @@ class ModelNotFoundError(ModelError):
 class ContextOverflowError(ModelError):
     """The prompt is longer than the model's context window.
 
-    ``limit`` is the window and ``requested`` the prompt's tokens as the endpoint named them,
-    when it did (None otherwise).
+    ``limit`` is the window and ``requested`` the tokens the request needed, as the endpoint
+    named them, when it did (None otherwise): the prompt's, plus the completion's room when the
+    endpoint counts that too (OpenAI and vLLM do when ``max_tokens`` is set). A prompt must lose
+    at least ``requested - limit`` tokens to fit.
     """
 
     reason = "context_overflow"
@@ -77,6 +79,10 @@ class ContextOverflowError(ModelError):
         super().__init__(message)
         self.limit = limit
         self.requested = requested
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only numbers survive pickling (Ray sends errors between processes).
+        return (_rebuild_overflow, (type(self), str(self), self.limit, self.requested), self.__dict__)
 
 
 class ModelUnavailableError(ModelError):
@@ -181,3 +187,9 @@ class SavedSessionError(CodeActError):
 
 class SkillError(CodeActError):
     """A skill cannot be saved, found or removed (bad name, too large, not a function, unknown)."""
+
+
+def _rebuild_overflow(
+    cls: type[ContextOverflowError], message: str, limit: int | None, requested: int | None
+) -> ContextOverflowError:
+    return cls(message, limit=limit, requested=requested)

@@ -174,6 +174,8 @@ def _error_detail(exc: Any) -> str:
         detail = body.get("message") or body.get("detail") or body.get("error")
         if isinstance(detail, dict):  # {"error": {"message": ...}} arriving unwrapped
             detail = detail.get("message") or detail
+    elif isinstance(body, str) and body.strip():  # {"error": "..."} (Ollama): the client keeps only the string
+        detail = body
     if not detail:
         detail = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(detail).split())
@@ -230,14 +232,20 @@ def _has_image_parts(body: dict[str, Any]) -> bool:
                for m in body.get("messages", ()))
 
 
-def _is_context_overflow(code: str | None, detail: str) -> bool:
-    if code in ("context_length_exceeded", "string_above_max_length"):
-        return True
-    text = detail.lower()
-    return any(
-        s in text
-        for s in ("context length", "context_length", "maximum context", "context window", "maximum input length")
-    )
+def _is_context_overflow(code: str | None, detail: str, exc: Any = None) -> bool:
+    from .context_window import is_context_overflow
+
+    return is_context_overflow(code, _whole_error_text(exc, detail), getattr(exc, "type", None),
+                               getattr(exc, "body", None))
+
+
+def _whole_error_text(exc: Any, detail: str) -> str:
+    """The server's error message not cut short (:func:`_error_detail` keeps 300 characters for messages)."""
+    body = getattr(exc, "body", None)
+    message = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(message, str) or not message:
+        message = getattr(exc, "message", None)
+    return message if isinstance(message, str) and len(message) > len(detail) else detail
 
 
 _MALFORMED_HINT = "check that base_url points at an OpenAI-compatible API root (often ending in /v1)"
@@ -344,6 +352,13 @@ class OpenAIModel:
             ``CODEACT_IMAGES=0``. An endpoint that answers 400 "this model takes no images" gets that
             request again text only (each image named in a line), no images for the rest of this
             instance's life, and one warning.
+        context_window: the model's context window in tokens, when you know it (it wins over
+            anything the endpoint says). Otherwise :meth:`discover_context_window` reads it from
+            the endpoint's model list on first need, and a context-length error teaches it.
+        tokenizer: how :func:`codeact.context_window.count_tokens` counts this model's prompts:
+            ``"cl100k_base"``, ``"estimate"``, or a function that returns a text's tokens (e.g.
+            ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``); default:
+            by the model's name (``cl100k_base`` for GPT-3.5/4, the estimate otherwise).
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -375,6 +390,8 @@ class OpenAIModel:
         max_backoff: float = 30,
         extra_body: dict[str, Any] | None = None,
         vision: bool | None = None,
+        context_window: int | None = None,
+        tokenizer: str | Callable[[str], int] | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -423,6 +440,11 @@ class OpenAIModel:
             vision = images_enabled()
         #: Send images (Message.images) as image parts. Turned off for good when the endpoint rejects them.
         self.vision = bool(vision)
+        self._init_window(context_window)
+        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
+            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
+                              f"{tokenizer!r}")
+        self.tokenizer = tokenizer
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
@@ -467,6 +489,95 @@ class OpenAIModel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the context window: given, else learned from a context-length error, else listed by the endpoint
+
+    #: The model list is read in at most this many seconds and bytes (OpenRouter's list of every model is ~1 MB).
+    _MODEL_LIST_TIMEOUT = 10.0
+    _MODEL_LIST_MAX_BYTES = 16 * 1024 * 1024
+
+    def _init_window(self, given: int | None) -> None:
+        self._set_given_window(given)
+        self._learned_window: int | None = None  # the number a context-length error named
+        self._listed_window: int | None = None  # what GET /models said
+        self._window_listed = False  # GET /models was tried (once per instance)
+        self._window_lock = threading.Lock()
+
+    @property
+    def context_window(self) -> int | None:
+        """What is known of the context window in tokens right now (no network), or None.
+
+        The window given to the constructor (or set here); else the one the endpoint named in a
+        context-length error; else the one its model list states, once :meth:`discover_context_window`
+        has read it.
+        """
+        return self._given_window or self._learned_window or self._listed_window
+
+    @context_window.setter
+    def context_window(self, tokens: int | None) -> None:
+        self._set_given_window(tokens)
+
+    def _set_given_window(self, tokens: int | None) -> None:
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
+            raise ConfigError(f"context_window must be a positive number of tokens, got {tokens!r}")
+        self._given_window = tokens
+
+    def discover_context_window(self) -> int | None:
+        """The context window, reading the endpoint's model list the first time nothing else says it.
+
+        ``GET /models`` is read once per instance, bounded in time and size; vLLM's
+        ``max_model_len``, and ``context_length``, ``context_window``, ``max_context_length``,
+        llama.cpp's ``meta.n_ctx_train`` and the like are understood. An endpoint that lists no
+        window, answers with something malformed or does not answer means unknown (None): this
+        never raises for the endpoint's sake.
+
+        Example::
+
+            OpenAIModel("qwen2.5-coder", base_url="http://localhost:8000/v1").discover_context_window()  # 32768
+        """
+        if self.context_window is None:
+            with self._window_lock:
+                if not self._window_listed:
+                    self._listed_window = self._read_listed_window()
+                    self._window_listed = True
+        return self.context_window
+
+    def _read_listed_window(self) -> int | None:
+        import json
+
+        from .context_window import window_from_model_list
+
+        try:
+            timeout = min(self.timeout, self._MODEL_LIST_TIMEOUT)
+            client = self._sync_client().with_options(timeout=timeout, max_retries=0)
+            with client.models.with_streaming_response.list() as response:
+                if response.status_code != 200:
+                    return None
+                data = bytearray()
+                for part in response.iter_bytes():
+                    data += part
+                    if len(data) > self._MODEL_LIST_MAX_BYTES:
+                        return None
+            return window_from_model_list(json.loads(bytes(data)), self.name)
+        except Exception:  # any failure to read means unknown; the run goes on and may learn it from an error
+            return None
+
+    def _overflow(self, where: str, detail: str, exc: BaseException) -> ContextOverflowError:
+        """The error for a context-length refusal, with the numbers it named; the window is remembered."""
+        from .context_window import overflow_numbers
+
+        limit, requested = overflow_numbers(_whole_error_text(exc, detail), getattr(exc, "body", None))
+        if limit is not None:
+            self._learned_window = limit
+        numbers = [f"{limit} tokens"] if limit else []
+        numbers += [f"the request needed {requested}"] if requested else []
+        said = f" ({'; '.join(numbers)})" if numbers else ""
+        return ContextOverflowError(
+            f"the prompt is longer than the context window of {self.name!r}{said} at {where}; "
+            "shorten the conversation or use a model with a longer context",
+            limit=limit,
+            requested=requested,
+        )
 
     # -- request / response
 
@@ -583,11 +694,8 @@ class OpenAIModel:
                     f"(GET {self.base_url}/models lists them) and that the base URL is the API root "
                     "(often ending in /v1)"
                 ) from exc
-            if status in (400, 413, 422) and _is_context_overflow(code, detail):
-                raise ContextOverflowError(
-                    f"the prompt is longer than the context window of {self.name!r} at {where}; "
-                    "shorten the conversation or use a model with a longer context"
-                ) from exc
+            if status in (400, 413, 422, 500) and _is_context_overflow(code, detail, exc):
+                raise self._overflow(where, detail, exc) from exc
             if status == 429 and code == "insufficient_quota":
                 raise ModelError(f"{where}: the account's quota is used up; check the plan and billing",
                                  reason="rate_limit") from exc
@@ -608,11 +716,8 @@ class OpenAIModel:
         if isinstance(exc, openai.APIError):
             # E.g. an error event inside a stream: no status code, only a message.
             detail = _error_detail(exc)
-            if _is_context_overflow(exc.code, detail):
-                raise ContextOverflowError(
-                    f"the prompt is longer than the context window of {self.name!r} at {self.base_url} ({detail}); "
-                    "shorten the conversation or use a model with a longer context"
-                ) from exc
+            if _is_context_overflow(exc.code, detail, exc):
+                raise self._overflow(f"{self.base_url} ({detail})", detail, exc) from exc
             return _Failure(f"error from the server: {detail}", reason="server_error")
         for module in ("httpx2", "httpx"):  # transport errors raised while reading a stream
             httpx = _optional_module(module)
