@@ -177,7 +177,10 @@ def test_when_the_current_step_alone_cannot_fit_the_error_says_what_to_change() 
         compactor.overflow(ContextOverflowError("maximum context length is 4096", limit=4096), messages, [1])
     text = str(info.value)
     assert "the current step alone does not fit" in text and "4096 tokens" in text
-    assert "the task ~10" in text and "observation_limit" in text and "bigger context window" in text
+    # The task is named as the largest part, with its size (at least 10,000 tokens by any count).
+    match = re.search(r"Largest parts: the task ~(\d+) tokens", text)
+    assert match is not None and int(match.group(1)) >= 10_000
+    assert "observation_limit" in text and "bigger context window" in text
 
 
 def test_compacted_text() -> None:
@@ -359,7 +362,10 @@ def test_a_resumed_session_compacts_the_same_way(tmp_path: Path) -> None:
         assert compacted.tokens_before > compacted.budget >= compacted.tokens_after
         assert "x1 is [0]" in [e for e in events if isinstance(e, Observation)][0].text
         sent = second.requests[0]
-        assert tokens(sent) == compacted.tokens_after and sent[1].content == "turn 1: make x1"
+        assert tokens(sent) == compacted.tokens_after
+        # Turn 1 is either still whole or folded into the "session so far" block of the system message.
+        assert sent[1].content == "turn 1: make x1" or ("turn 1: make x1" in sent[0].content
+                                                        and BLOCK_HEADER in sent[0].content)
         assert sent[-1].content.endswith("turn 7: show x1")
     finally:
         log.close()
