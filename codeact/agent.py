@@ -64,6 +64,7 @@ from .events import (
     Step,
     ToolCall,
 )
+from .config import images_enabled
 from .images import StepImages, image_suffix, is_image_mime, is_image_name, step_images, wants_images
 from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
@@ -1211,7 +1212,7 @@ class ChatSession:
 
     def _step_images(self, candidates: list[tuple[str, bytes]]) -> StepImages:
         """The step's images as the model gets them (none when the model takes none)."""
-        if not candidates or not wants_images(self.agent.model):
+        if not candidates or not wants_images(self.agent.model, images_enabled()):
             return StepImages()
         limits = self.agent.limits
         return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)

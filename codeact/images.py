@@ -93,12 +93,13 @@ def is_image_name(name: str) -> bool:
     return name.lower().endswith(_SUFFIXES)
 
 
-def wants_images(model: Any) -> bool:
-    """Whether images should be prepared for ``model``: its ``vision`` attribute (True when it has none).
+def wants_images(model: Any, enabled: bool = True) -> bool:
+    """Whether images should be prepared for ``model``: its ``vision`` attribute (True when it has none),
+    and ``enabled`` (the agents pass :func:`codeact.config.images_enabled`: ``CODEACT_IMAGES=0`` turns it off).
 
     :class:`~codeact.models.OpenAIModel` turns it off itself after an endpoint rejected image parts.
     """
-    return bool(getattr(model, "vision", True))
+    return enabled and bool(getattr(model, "vision", True))
 
 
 def _shown_name(name: str, limit: int = 120) -> str:

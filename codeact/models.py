@@ -434,12 +434,9 @@ class OpenAIModel:
         self._aclient_loop: object | None = None
         # Some older servers reject stream_options; we drop it for this instance once they do.
         self._stream_usage = True
-        if vision is None:
-            from .config import images_enabled
-
-            vision = images_enabled()
         #: Send images (Message.images) as image parts. Turned off for good when the endpoint rejects them.
-        self.vision = bool(vision)
+        #: (``CODEACT_IMAGES=0`` is read by :mod:`codeact.config`, which the agents and the CLI consult.)
+        self.vision = True if vision is None else bool(vision)
         self._init_window(context_window)
         if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
             raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
@@ -905,12 +902,8 @@ class ScriptedModel:
 
     def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted", vision: bool | None = None) -> None:
         self.name = name
-        if vision is None:
-            from .config import images_enabled
-
-            vision = images_enabled()
         #: Whether the agents attach images to observations for this model (as OpenAIModel's ``vision``).
-        self.vision = bool(vision)
+        self.vision = True if vision is None else bool(vision)
         self._replies: list[ScriptedReply] = list(replies)
         self._next = 0
         self.requests: list[list[Message]] = []

@@ -35,6 +35,7 @@ from codeact.images import (
     prepare_image,
     step_images,
     strip_old_images,
+    wants_images,
 )
 from codeact.messages import Message
 from codeact.models import OpenAIModel
@@ -176,13 +177,14 @@ def test_function_calling_images_go_in_a_user_message_after_the_tool_messages() 
 def test_codeact_images_setting_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CODEACT_IMAGES", "0")
     assert images_enabled() is False and images_enabled(True) is True
-    assert OpenAIModel("m", base_url="http://127.0.0.1:9/v1").vision is False
-    assert ScriptedModel([]).vision is False
+    # The agents consult the setting (models do not read the environment): no images are prepared.
+    assert not wants_images(OpenAIModel("m", base_url="http://127.0.0.1:9/v1"), images_enabled())
+    assert not wants_images(ScriptedModel([]), images_enabled())
     monkeypatch.setenv("CODEACT_IMAGES", "maybe")
     with pytest.raises(ConfigError, match="CODEACT_IMAGES='maybe': use 0"):
         images_enabled()
     monkeypatch.delenv("CODEACT_IMAGES")
-    assert images_enabled() and OpenAIModel("m", base_url="http://127.0.0.1:9/v1").vision
+    assert images_enabled() and wants_images(OpenAIModel("m", base_url="http://127.0.0.1:9/v1"), images_enabled())
 
 
 # --------------------------------------------------------------------------- the model

@@ -79,7 +79,8 @@ def test_the_wheel_and_the_sdist_carry_what_runs(dist: Path) -> None:
     assert any(n.startswith("codeact/ui/static/vendor/") for n in names)
     assert not any(n.startswith(("tests/", "benchmarks/")) for n in names)
     (sdist,) = dist.glob(f"codeact-{codeact.__version__}.tar.gz")
-    members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
+    with tarfile.open(sdist) as tar:
+        members = {m.split("/", 1)[1] for m in tar.getnames() if "/" in m}
     for needed in ("images/Dockerfile", "images/debian-base.sh", "sandbox/runtime/__init__.py", "pyproject.toml",
                    "codeact/prompts/codeact.md"):
         assert needed in members, f"the sdist lacks {needed}"

@@ -37,6 +37,7 @@ from ..events import (
     ToolCall,
     ToolProgress,
 )
+from ..config import images_enabled
 from ..images import StepImages, attach_images, is_image_mime, step_images, wants_images
 from ..messages import Message, ModelResponse
 from ..observation import truncate_middle
@@ -476,7 +477,7 @@ class ReActSession:
     def _step_images(self, state: _TurnState) -> StepImages:
         """The images the step's tools saved, as the model gets them (none when the model takes none)."""
         candidates, state.images = state.images, []
-        if not candidates or not wants_images(self.agent.model):
+        if not candidates or not wants_images(self.agent.model, images_enabled()):
             return StepImages()
         limits = self.agent.limits
         return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
