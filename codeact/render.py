@@ -67,8 +67,10 @@ STATUS_STYLE = {
     "cancelled": "yellow",
     "error": "red",
     "running": "cyan",
+    "budget_exceeded": "red",
 }
-STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…"}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…",
+               "budget_exceeded": "$"}
 
 
 # --------------------------------------------------------------------------- small formatters
@@ -407,13 +409,15 @@ class Renderer:
                                  border_style=style, box=box.ROUNDED))
 
     def summary_text(self, status: str, steps: int, input_tokens: int, output_tokens: int,
-                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None) -> Text:
+                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None,
+                     cost: float | None = None) -> Text:
         style = STATUS_STYLE.get(status, "white")
         text = Text.assemble((f"{STATUS_ICON.get(status, '?')} {status}", f"bold {style}"))
         total = input_tokens + output_tokens
         parts = [
             f"{steps} step{'s' if steps != 1 else ''}",
             f"{fmt_tokens(total)} tokens ({fmt_tokens(input_tokens)} in, {fmt_tokens(output_tokens)} out)",
+            *([f"${cost:.4f}"] if cost is not None else []),
             fmt_seconds(seconds),
             f"run {run_id}",
         ]
@@ -428,10 +432,12 @@ class Renderer:
             folder = Path(result.artifacts[0]).parent
             if self.output_root is not None:
                 folder = self.output_root / result.run_id
-        if result.status in ("error", "cancelled") and result.error and result.error not in self._errors_shown:
+        if result.status in ("error", "cancelled", "budget_exceeded") and result.error \
+                and result.error not in self._errors_shown:
             self.console.print(Text(safe(f"{result.status}: {result.error}"), style=STATUS_STYLE[result.status]))
         self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
-                                             result.usage.output_tokens, result.duration, result.run_id, folder),
+                                             result.usage.output_tokens, result.duration, result.run_id, folder,
+                                             cost=result.usage.cost),
                            soft_wrap=True)
 
     # -- approvals -------------------------------------------------------------------------
@@ -478,6 +484,43 @@ class Renderer:
             table.add_row(*[row[i] for i in keep], short(r.task, width))
         self.console.print(table)
 
+    def child_runs(self, children: list[Any]) -> None:
+        """The runs a run's tool calls started (agents called as tools): :class:`codeact.runlog.RunSummary`."""
+        if not children:
+            return
+        self.console.print(Text("Child runs", style="bold"))
+        for c in children:
+            self.console.print(self._run_line(c, with_step=True), soft_wrap=True)
+
+    def run_tree(self, root: Any, children_of: Any) -> None:
+        """A run and the runs below it as a tree; ``children_of(summary)`` lists a run's child runs."""
+        from rich.tree import Tree
+
+        tree = Tree(self._run_line(root, with_step=False))
+        pending = [(tree, root)]
+        seen = {root.id}
+        while pending:
+            node, run = pending.pop(0)
+            for child in children_of(run):
+                if child.id in seen:  # a log edited by hand could loop
+                    continue
+                seen.add(child.id)
+                pending.append((node.add(self._run_line(child, with_step=True)), child))
+        self.console.print(tree)
+
+    @staticmethod
+    def _run_line(run: Any, *, with_step: bool) -> Text:
+        style = STATUS_STYLE.get(run.status, "")
+        text = Text()
+        if with_step:
+            text.append(f"step {run.parent_step} → ", style="dim")
+        text.append(safe(run.id), style="cyan")
+        text.append(safe(f" {run.agent or '?'} "), style="bold")
+        text.append(f"{STATUS_ICON.get(run.status, '?')} {safe(run.status)}", style=style)
+        text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens · "
+                         f"{short(run.task, 60)}"), style="dim")
+        return text
+
     def run_record(self, record: Any) -> None:
         """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live."""
         from .observation import NOTHING_PRINTED
@@ -491,6 +534,8 @@ class Renderer:
         meta.add_row("model", safe(record.model or "-"))
         meta.add_row("backend", safe(record.backend or "-"))
         meta.add_row("started", fmt_time(record.started))
+        if getattr(record, "parent_run_id", None):
+            meta.add_row("parent", safe(f"run {record.parent_run_id}, step {record.parent_step}"))
         if record.tools:
             meta.add_row("tools", safe(", ".join(record.tools)))
         if record.files:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import threading
-from pathlib import Path
 from textwrap import dedent
 from typing import Any
 

@@ -94,13 +94,17 @@ def logs_list(ctx: click.Context, db: str | None, limit: int, status: str | None
 
 @logs.command("show", context_settings=CONTEXT_SETTINGS)
 @click.argument("run_id", metavar="RUN", required=False)
+@click.option("--tree", "as_tree", is_flag=True,
+              help="Draw the run and the runs its tool calls started (agents called as tools), as a tree.")
 @db_option
 @click.pass_context
-def logs_show(ctx: click.Context, run_id: str | None, db: str | None) -> None:
-    """Show a run step by step: thoughts, code, tool calls, observations, answer.
+def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: bool) -> None:
+    """Show a run step by step: thoughts, code, tool calls, observations, answer, and its child runs.
 
     RUN is a run id or a unique prefix of one; without it, the last run.
     """
+    from ..render import Renderer
+
     log = _log_for_reading(_group_db(ctx, db))
     try:
         if run_id is None:
@@ -109,11 +113,15 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None) -> None:
                 raise UserError(f"the run log {log.path} is empty; run something first (try `codeact demo`)")
         else:
             record = log.get_run(run_id)
+        if as_tree:
+            Renderer(live=False).run_tree(log.summary(record.id), lambda run: log.children(run.id))
+            return
+        children = log.children(record.id)
     finally:
         log.close()
-    from ..render import Renderer
-
-    Renderer(live=False).run_record(record)
+    renderer = Renderer(live=False)
+    renderer.run_record(record)
+    renderer.child_runs(children)
 
 
 @logs.command("export", context_settings=CONTEXT_SETTINGS)

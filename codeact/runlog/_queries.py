@@ -23,6 +23,11 @@ def _summary(r: Any) -> RunSummary:
     )
 
 
+def get_summary(conn: sqlite3.Connection, key: str) -> RunSummary:
+    rid = resolve(conn, key)
+    return _summary(conn.execute(f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE id = ?", (rid,)).fetchone())
+
+
 def list_children(conn: sqlite3.Connection, key: str) -> list[RunSummary]:
     """The runs started by tool calls of run ``key`` (agents called as tools), in the order they started."""
     rid = resolve(conn, key)
