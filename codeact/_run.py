@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Iterator, Sequence
 
 from sandbox.functions import current_call
@@ -116,7 +116,7 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
     with _reported_call(tool, arguments, run_id, step, report, trace, trace_parent, call_id) as outcome:
         if tool.requires_approval:
             approvals.check(tool, arguments, run_id, step, link)
-        with calling(link, step, tool.name):
+        with calling(link, step, tool.name, outcome.children):
             outcome.value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
     return outcome.value
 
@@ -134,7 +134,7 @@ async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_i
         if tool.requires_approval:
             await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step, link),
                                    f"approve-{tool.name}")
-        with calling(link, step, tool.name):
+        with calling(link, step, tool.name, outcome.children):
             outcome.value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
     return outcome.value
 
@@ -142,6 +142,7 @@ async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_i
 @dataclass
 class _Outcome:
     value: Any = None
+    children: list[tuple[str, str]] = field(default_factory=list)  # agent runs the call started
 
 
 @contextlib.contextmanager
@@ -160,20 +161,24 @@ def _reported_call(tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
             if span is not None:
                 span.result(outcome.value)
     except Exception as exc:
-        _report_call(report, tool, arguments, run_id, step, started, error=exc)
+        _report_call(report, tool, arguments, run_id, step, started, outcome.children, error=exc)
         raise
-    _report_call(report, tool, arguments, run_id, step, started, value=outcome.value)
+    _report_call(report, tool, arguments, run_id, step, started, outcome.children, value=outcome.value)
 
 
 def _report_call(report: Callable[[ToolCall], None], tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
-                 step: int, started: float, *, value: Any = None, error: BaseException | None = None) -> None:
+                 step: int, started: float, children: list[tuple[str, str]], *, value: Any = None,
+                 error: BaseException | None = None) -> None:
     shown = {k: preview(v) for k, v in arguments.items()}
+    child_run_id, child_status = children[-1] if children else (None, None)
     if error is not None:
         report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown,
-                        error=f"{type(error).__name__}: {error}", duration=time.perf_counter() - started))
+                        error=f"{type(error).__name__}: {error}", duration=time.perf_counter() - started,
+                        child_run_id=child_run_id, child_status=child_status))
     else:
         report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown, result=preview(value),
-                        duration=time.perf_counter() - started))
+                        duration=time.perf_counter() - started, child_run_id=child_run_id,
+                        child_status=child_status))
 
 
 def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,

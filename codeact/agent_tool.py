@@ -96,20 +96,23 @@ class _Caller:
     step: int
     tool: str
     host_call: Any  # the sandbox's HostCall of this tool call (None for ReAct)
+    #: ``(run id, status)`` of the runs this call started, for its ToolCall event.
+    children: list[tuple[str, str]]
 
 
 _calling: contextvars.ContextVar[_Caller | None] = contextvars.ContextVar("codeact_calling_run", default=None)
 
 
 @contextlib.contextmanager
-def calling(link: RunLink | None, step: int, tool: str) -> Iterator[None]:
-    """Mark the tool call running in this context as one of ``link``'s run (a run started inside is its child)."""
+def calling(link: RunLink | None, step: int, tool: str, children: list[tuple[str, str]]) -> Iterator[None]:
+    """Mark the tool call running in this context as one of ``link``'s run (a run started inside is its child);
+    ``children`` gets ``(run id, status)`` of each agent run the call made."""
     if link is None:
         yield
         return
     from sandbox.functions import current_call
 
-    token = _calling.set(_Caller(link, step, tool, current_call()))
+    token = _calling.set(_Caller(link, step, tool, current_call(), children))
     try:
         yield
     finally:
@@ -215,6 +218,8 @@ class _AgentCalls:
             result = self._run(ctx, caller, task)
         finally:
             self._slots.release()
+        if caller is not None:
+            caller.children.append((result.run_id, result.status))
         if result.status != "success":
             raise AgentToolError(f"{self.name} (run {result.run_id}) ended with status {result.status}: "
                                  f"{result.error or 'no answer'}", agent=self.name, status=result.status,

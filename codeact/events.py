@@ -84,6 +84,9 @@ class ToolCall(Event):
     result: Any = None
     error: str | None = None
     duration: float = 0.0
+    #: The run this call started, when the tool is an agent (``agent.as_tool``), and how it ended.
+    child_run_id: str | None = None
+    child_status: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ from .messages import Message, ModelResponse, ToolCallRequest, Usage
 
 if TYPE_CHECKING:
     import openai
+    from .budget import Prices
 
 __all__ = ["Model", "OpenAIModel", "ScriptedModel", "ScriptedReply", "estimate_tokens"]
 
@@ -314,6 +315,8 @@ class OpenAIModel:
             jitter, capped at ``max_backoff``; a server's ``Retry-After`` /
             ``retry-after-ms`` wins (also capped).
         extra_body: extra JSON fields for the request body (e.g. ``{"top_k": 20}``).
+        prices: a :class:`codeact.budget.Prices` (dollars per million input and output
+            tokens): each response's usage carries its ``cost``, and ``RunLimits(max_cost=)`` works.
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -344,6 +347,7 @@ class OpenAIModel:
         backoff: float = 1.0,
         max_backoff: float = 30,
         extra_body: dict[str, Any] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -379,6 +383,8 @@ class OpenAIModel:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.extra_body = dict(extra_body) if extra_body else None
+        #: Dollars per million tokens (codeact.budget.Prices): each response's usage then carries its cost.
+        self.prices = prices
         self._random = random.Random()  # per instance: jitter without touching global state
         self._lock = threading.Lock()
         self._client: openai.OpenAI | None = None
@@ -452,6 +458,11 @@ class OpenAIModel:
         return body
 
     def _usage(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
+        from .budget import priced
+
+        return priced(self._tokens(raw, messages, reply), self.prices)
+
+    def _tokens(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
         prompt = getattr(raw, "prompt_tokens", None) if raw is not None else None
         if prompt is None:
             # The server did not report usage (common for local servers): estimate quietly.

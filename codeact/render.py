@@ -442,11 +442,13 @@ class Renderer:
 
     # -- approvals -------------------------------------------------------------------------
 
-    def approval_request(self, tool: str, arguments: dict[str, Any], step: int) -> None:
+    def approval_request(self, tool: str, arguments: dict[str, Any], step: int, agent: str = "") -> None:
+        """Ask about a tool call; ``agent``: the path of the agent asking when it is a child run."""
         self.pause()
         lines = "\n".join(f"{safe(k)} = {value_text(v, 2000)}" for k, v in arguments.items()) or "(no arguments)"
         body = Syntax(lines, "python", theme="ansi_dark", background_color="default", word_wrap=True)
-        self.err.print(Panel(body, title=f"step {step}: the code wants to call {safe(tool)}", title_align="left",
+        who = f"the agent {agent}" if agent else "the code"
+        self.err.print(Panel(body, title=safe(f"step {step}: {who} wants to call {tool}"), title_align="left",
                              border_style="yellow", box=box.ROUNDED))
 
     # -- the run log -----------------------------------------------------------------------

@@ -97,6 +97,21 @@ def test_parent_code_calls_a_child_three_times_and_the_runs_are_linked(tmp_path,
     assert result.run_id in lines[0] and "success" in lines[0]
     assert sum(1 for line in lines if any(c.id in line for c in children) and "step 1" in line) == 3
 
+    # The parent's tool-call events name the child runs; the web page and an exported notebook show them.
+    from codeact.export import to_notebook
+    from codeact.ui._wire import event_wire
+
+    recorded = [e["payload"] for e in log.get_events(result.run_id) if e["type"] == "ToolCall"]
+    assert [(e["child_run_id"], e["child_status"]) for e in recorded] == [(c.id, "success") for c in children]
+    wire = event_wire(ToolCall(run_id=result.run_id, step=1, name="doubler", arguments={"task": "double 1"},
+                               result=2, child_run_id=children[0].id, child_status="success"), lambda m, d: "")
+    assert (wire["child_run_id"], wire["child_status"]) == (children[0].id, "success")
+    notebook = to_notebook(log.get_run(result.run_id), children)
+    marks = [c.source for c in notebook.cells if c.cell_type == "markdown" and "child run" in c.source]
+    assert len(marks) == 3
+    assert all(m.startswith(f"**child run `{c.id}` of codeact**") for m, c in zip(marks, children, strict=True))
+    assert "A child run of run" in to_notebook(log.get_run(children[0].id)).cells[1].source
+
 
 # --------------------------------------------------------------------------- budgets across a tree
 
@@ -161,6 +176,22 @@ def test_a_budget_spent_anywhere_in_the_tree_ends_the_whole_tree(tmp_path, kind)
     assert spent_calls < calls and spent_tokens < tokens  # it stopped early
     statuses = {r.status for r in log.list_runs(limit=None)}
     assert "running" not in statuses and "budget_exceeded" in statuses
+
+
+def test_a_model_with_prices_puts_the_cost_on_the_usage_and_a_dollar_budget_holds(tmp_path, openai_server):
+    from codeact.models import OpenAIModel
+
+    def model() -> OpenAIModel:
+        return OpenAIModel("test-model", base_url=openai_server.base_url, api_key="k", prices=Prices(1.0, 2.0))
+
+    openai_server.plan_text("The answer is 4.", usage=(1000, 100))
+    result = CodeActAgent(model(), sandbox="local", log=False).run("2+2?")
+    assert result.status == "success" and result.usage.cost == pytest.approx(0.0012)
+
+    openai_server.plan_text(py("print(1)"), usage=(1000, 100))
+    result = CodeActAgent(model(), sandbox="local", log=False, limits=RunLimits(max_cost=0.001)).run("2+2?")
+    assert result.status == "budget_exceeded" and "max_cost=$0.001: $0.0012 spent" in result.error
+    assert "print(1)" in result.steps[0].model_output and result.steps[0].observation is None  # not run
 
 
 def test_a_budget_of_dollars_needs_prices(tmp_path):

@@ -141,6 +141,7 @@ def logs_export(ctx: click.Context, run_id: str, jsonl_out: str | None, ipynb_ou
     log = _log_for_reading(_group_db(ctx, db))
     try:
         record = log.get_run(run_id)
+        children = log.children(record.id)
     finally:
         log.close()
     out = jsonl_out or ipynb_out
@@ -156,9 +157,9 @@ def logs_export(ctx: click.Context, run_id: str, jsonl_out: str | None, ipynb_ou
         if out == "-":
             import nbformat
 
-            click.echo(nbformat.writes(_export.to_notebook(record)))
+            click.echo(nbformat.writes(_export.to_notebook(record, children)))
             return
-        _export.export_notebook(record, out)
+        _export.export_notebook(record, out, children)
         fmt = "a notebook"
     click.echo(f"Exported run {record.id} ({len(record.steps)} steps) as {fmt} to {out}")
 
