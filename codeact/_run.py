@@ -274,7 +274,7 @@ class AgentRuns:
         raise NotImplementedError
 
     def as_tool(self, *, name: str, description: str, output_type: Any = None, stateful: bool = False,
-                max_parallel: int = 4, timeout: float | None = None) -> Tool[Any, Any]:
+                max_parallel: int = 4, timeout: float | None = 600.0) -> Tool[Any, Any]:
         """This agent as a :class:`Tool` another agent calls: ``name(task: str)`` returns this agent's answer.
 
         Each call is one run of this agent (its own sandbox session: a new one,
@@ -292,7 +292,9 @@ class AgentRuns:
                 calling run (variables and history survive; closed when that run ends).
             max_parallel: calls that may run at once (threads in the calling code);
                 one more is refused with a clear error, never queued.
-            timeout: seconds one call may take (default: the calling sandbox's call timeout).
+            timeout: seconds one call may take (a whole child run: longer than a plain tool's 60 s
+                default; None: the calling sandbox's call timeout). The calling code action's run-time
+                limit still holds.
 
         Raises:
             ConfigError: a bad name or description, a cycle of agents calling each other,

@@ -78,7 +78,7 @@ class RunLink:
     def finish(self) -> None:
         """The run ended: close what it kept open for its calls (stateful child sessions). Idempotent."""
         hooks, self._on_finish = self._on_finish, []
-        for hook in hooks:
+        for hook in reversed(hooks):  # the last first: a child's cancel before the close of its session
             with contextlib.suppress(Exception):  # one failing close must not keep the others open
                 hook()
 
@@ -141,7 +141,7 @@ def begin_run(agent: Any, run_id: str, kind: str) -> RunLink:
 
 
 def agent_tool(agent: Any, *, name: str, description: str, output_type: Any = None, stateful: bool = False,
-               max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: float | None = None) -> Tool[Any, Any]:
+               max_parallel: int = DEFAULT_MAX_PARALLEL, timeout: float | None = 600.0) -> Tool[Any, Any]:
     """The :class:`Tool` :meth:`~codeact._run.AgentRuns.as_tool` returns (see there)."""
     if not name.isidentifier():
         raise ConfigError(f"an agent tool's name must be a Python identifier (the code calls it), got {name!r}")
@@ -237,12 +237,17 @@ class _AgentCalls:
                                  agent=self.name, status="refused")
 
     def _run(self, ctx: RunContext, caller: _Caller | None, task: str) -> RunResult:
-        options = {"output_type": self.output_type} if self.output_type is not None else {}
-        if not self.stateful or caller is None:
+        options: dict[str, Any] = {"output_type": self.output_type} if self.output_type is not None else {}
+        if caller is None:  # called outside any run (a test, a script)
             return self.agent.run(task, **options)
-        session, lock = self._session_for(caller.link)
-        with lock:  # a conversation takes one turn at a time
-            return session.send(task, **options)
+        session = self._session_for(caller.link) if self.stateful else None
+        # The parent run ends (cancelled, or its code gave up on this call): the child's run ends too.
+        options["cancel"] = cancel = threading.Event()
+        caller.link.on_finish(cancel.set)
+        if session is None:
+            return self.agent.run(task, **options)
+        with session[1]:  # a conversation takes one turn at a time
+            return session[0].send(task, **options)
 
     def _session_for(self, link: RunLink) -> tuple[Any, threading.Lock]:
         """The child session kept for the parent run ``link`` (made on its first call, closed when it ends)."""
