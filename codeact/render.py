@@ -486,38 +486,43 @@ class Renderer:
             table.add_row(*[row[i] for i in keep], short(r.task, width))
         self.console.print(table)
 
-    def child_runs(self, children: list[Any]) -> None:
-        """The runs a run's tool calls started (agents called as tools): :class:`codeact.runlog.RunSummary`."""
+    def child_runs(self, children: list[Any], names: dict[str, str] | None = None) -> None:
+        """The runs a run's tool calls started (agents called as tools): :class:`codeact.runlog.RunSummary`;
+        ``names``: the tool each was called as, by run id."""
         if not children:
             return
         self.console.print(Text("Child runs", style="bold"))
         for c in children:
-            self.console.print(self._run_line(c, with_step=True), soft_wrap=True)
+            self.console.print(self._run_line(c, (names or {}).get(c.id), with_step=True), soft_wrap=True)
 
     def run_tree(self, root: Any, children_of: Any) -> None:
-        """A run and the runs below it as a tree; ``children_of(summary)`` lists a run's child runs."""
+        """A run and the runs below it as a tree; ``children_of(summary)`` gives a run's child runs and the
+        names of the tools they were called as (``(list, {run id: name})``)."""
         from rich.tree import Tree
 
-        tree = Tree(self._run_line(root, with_step=False))
+        tree = Tree(self._run_line(root, None, with_step=False))
         pending = [(tree, root)]
         seen = {root.id}
         while pending:
             node, run = pending.pop(0)
-            for child in children_of(run):
+            children, names = children_of(run)
+            for child in children:
                 if child.id in seen:  # a log edited by hand could loop
                     continue
                 seen.add(child.id)
-                pending.append((node.add(self._run_line(child, with_step=True)), child))
+                pending.append((node.add(self._run_line(child, names.get(child.id), with_step=True)), child))
         self.console.print(tree)
 
     @staticmethod
-    def _run_line(run: Any, *, with_step: bool) -> Text:
+    def _run_line(run: Any, name: str | None, *, with_step: bool) -> Text:
         style = STATUS_STYLE.get(run.status, "")
         text = Text()
         if with_step:
             text.append(f"step {run.parent_step} → ", style="dim")
+        if name:
+            text.append(safe(f"{name} "), style="bold")
         text.append(safe(run.id), style="cyan")
-        text.append(safe(f" {run.agent or '?'} "), style="bold")
+        text.append(safe(f" {run.agent or '?'} "), style="dim" if name else "bold")
         text.append(f"{STATUS_ICON.get(run.status, '?')} {safe(run.status)}", style=style)
         text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens · "
                          f"{short(run.task, 60)}"), style="dim")

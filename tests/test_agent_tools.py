@@ -95,7 +95,7 @@ def test_parent_code_calls_a_child_three_times_and_the_runs_are_linked(tmp_path,
     print(tree.output)  # the closing note of issue 32 shows it
     lines = tree.output.splitlines()
     assert result.run_id in lines[0] and "success" in lines[0]
-    assert sum(1 for line in lines if any(c.id in line for c in children) and "step 1" in line) == 3
+    assert sum(1 for line in lines if any(c.id in line for c in children) and "step 1 → doubler" in line) == 3
 
     # The parent's tool-call events name the child runs; the web page and an exported notebook show them.
     from codeact.export import to_notebook
@@ -192,6 +192,14 @@ def test_a_model_with_prices_puts_the_cost_on_the_usage_and_a_dollar_budget_hold
     result = CodeActAgent(model(), sandbox="local", log=False, limits=RunLimits(max_cost=0.001)).run("2+2?")
     assert result.status == "budget_exceeded" and "max_cost=$0.001: $0.0012 spent" in result.error
     assert "print(1)" in result.steps[0].model_output and result.steps[0].observation is None  # not run
+
+
+def test_the_summary_line_shows_the_cost_when_it_is_known():
+    from codeact.render import Renderer
+
+    renderer = Renderer(live=False)
+    assert "$0.0012" in renderer.summary_text("success", 2, 1000, 100, 1.0, "abc", cost=0.0012).plain
+    assert "$" not in renderer.summary_text("success", 2, 1000, 100, 1.0, "abc").plain
 
 
 def test_a_budget_of_dollars_needs_prices(tmp_path):

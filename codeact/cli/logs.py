@@ -114,14 +114,26 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: b
         else:
             record = log.get_run(run_id)
         if as_tree:
-            Renderer(live=False).run_tree(log.summary(record.id), lambda run: log.children(run.id))
+            Renderer(live=False).run_tree(log.summary(record.id),
+                                          lambda run: (log.children(run.id), _tool_names(log, run.id)))
             return
         children = log.children(record.id)
+        names = _tool_names(log, record.id) if children else {}
     finally:
         log.close()
     renderer = Renderer(live=False)
     renderer.run_record(record)
-    renderer.child_runs(children)
+    renderer.child_runs(children, names)
+
+
+def _tool_names(log: RunLog, run_id: str) -> dict[str, str]:
+    """The tool each child run of ``run_id`` was called as (its ToolCall events name the child run)."""
+    names: dict[str, str] = {}
+    for event in log.get_events(run_id):
+        payload = event["payload"]
+        if event["type"] == "ToolCall" and isinstance(payload, dict) and payload.get("child_run_id"):
+            names[str(payload["child_run_id"])] = str(payload.get("name", ""))[:100]
+    return names
 
 
 @logs.command("export", context_settings=CONTEXT_SETTINGS)
