@@ -57,6 +57,7 @@ class RunLink:
     #: The host calls of the runs above that wait for this one (paused while a human approves).
     waiting_calls: tuple[Any, ...] = ()
     _on_finish: list[Callable[[], None]] = field(default_factory=list)
+    _reserved: bool = False  # a model call was allowed and not yet charged
 
     # --- what the loops call ---------------------------------------------------------------------
 
@@ -65,22 +66,32 @@ class RunLink:
         problem = self.budget.needs_prices(model)
         if problem is not None:
             raise ConfigError(problem)
+        self._settle()
         self.budget.check(before_call=True)
+        self._reserved = True
 
     def spent(self, step: Step, result: RunResult, model: Any) -> None:
         """Count the step's model call: its cost filled in, added to the run's usage and to the budgets;
         raise :class:`~codeact.errors.BudgetExceeded` when that went past a limit."""
         step.usage = self.budget.price(step.usage, model)
         result.usage = result.usage + step.usage
-        self.budget.charge(self.path, step.usage)
+        self.budget.charge(self.path, step.usage, reserved=self._reserved)
+        self._reserved = False
         self.budget.check(before_call=False)
 
     def finish(self) -> None:
         """The run ended: close what it kept open for its calls (stateful child sessions). Idempotent."""
+        self._settle()
         hooks, self._on_finish = self._on_finish, []
         for hook in reversed(hooks):  # the last first: a child's cancel before the close of its session
             with contextlib.suppress(Exception):  # one failing close must not keep the others open
                 hook()
+
+    def _settle(self) -> None:
+        """A reserved model call that was never charged (the call failed) goes back to the budget."""
+        if self._reserved:
+            self._reserved = False
+            self.budget.release()
 
     def on_finish(self, hook: Callable[[], None]) -> None:
         self._on_finish.append(hook)

@@ -71,6 +71,9 @@ class Budget:
         # One lock for a whole tree: a charge moves every budget up the chain at once.
         self._lock: threading.Lock = parent._lock if parent is not None else threading.Lock()
         self.spent = Usage()
+        #: Model calls started below this budget and not yet charged: runs on parallel threads cannot all
+        #: pass the check for the last call at once.
+        self.reserved = 0
         self.unpriced = 0  # model calls whose cost is not known
         #: What each agent below (and including) this run spent, by its path ("codeact > researcher").
         self.by_agent: dict[str, Usage] = {}
@@ -83,11 +86,13 @@ class Budget:
             return usage
         return priced(usage, self.prices.get(str(getattr(model, "name", ""))))
 
-    def charge(self, agent: str, usage: Usage) -> None:
-        """Count ``usage`` (one model call of the agent at path ``agent``) here and in every budget above."""
+    def charge(self, agent: str, usage: Usage, *, reserved: bool = False) -> None:
+        """Count ``usage`` (one model call of the agent at path ``agent``) here and in every budget above;
+        ``reserved``: the call was reserved by :meth:`check` (``before_call``), which this settles."""
         with self._lock:
             budget: Budget | None = self
             while budget is not None:
+                budget.reserved -= 1 if reserved else 0
                 budget.spent = budget.spent + usage
                 budget.unpriced += usage.requests if usage.cost is None else 0
                 budget.by_agent[agent] = budget.by_agent.get(agent, Usage()) + usage
@@ -97,7 +102,8 @@ class Budget:
         """Raise :class:`BudgetExceeded` when a limit here or above is spent.
 
         ``before_call``: the next model call would start now, so a limit reached exactly is spent too;
-        after a call only a limit gone past is (the reply that reached it is still used).
+        after a call only a limit gone past is (the reply that reached it is still used). A call allowed
+        before it starts is reserved until :meth:`charge` (or :meth:`release`) settles it.
         """
         with self._lock:
             budget: Budget | None = self
@@ -105,6 +111,19 @@ class Budget:
                 message = budget._over(before_call)
                 if message is not None:
                     raise BudgetExceeded(message)
+                budget = budget.parent
+            if before_call:
+                budget = self
+                while budget is not None:
+                    budget.reserved += 1
+                    budget = budget.parent
+
+    def release(self) -> None:
+        """Give back a call :meth:`check` reserved that was never made (or never charged: it failed)."""
+        with self._lock:
+            budget: Budget | None = self
+            while budget is not None:
+                budget.reserved -= 1
                 budget = budget.parent
 
     def needs_prices(self, model: Any) -> str | None:
@@ -128,7 +147,7 @@ class Budget:
         def past(value: float, limit: float | None) -> bool:
             return limit is not None and (value >= limit if before_call else value > limit)
 
-        if past(spent.requests, self.max_model_calls):
+        if past(spent.requests + (self.reserved if before_call else 0), self.max_model_calls):
             what = f"max_model_calls={self.max_model_calls}: {spent.requests} model calls made"
         elif past(spent.total_tokens, self.max_tokens):
             what = f"max_tokens={self.max_tokens:,}: {spent.total_tokens:,} tokens used"
