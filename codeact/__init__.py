@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 
 # The public API. Each name is imported from its module on first use (_EXPORTS says which).
 __all__ = [
+    "AgentToolError",
     "ApprovalRequest",
     "ChatSession",
     "CodeActAgent",
@@ -40,9 +41,11 @@ __all__ = [
     "ModelError",
     "ModelResponse",
     "OpenAIModel",
+    "Prices",
     "ReActAgent",
     "ReActSession",
     "RunContext",
+    "RunLimits",
     "RunLog",
     "RunResult",
     "ScriptedModel",
@@ -77,13 +80,17 @@ _EXPORTS = {
     "ConfigError": ".errors",
     "ModelError": ".errors",
     "ToolError": ".errors",
+    "AgentToolError": ".errors",
+    "RunLimits": ".agent",
+    "Prices": ".budget",
 }
 assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the same things"
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ApprovalRequest, ChatSession, CodeActAgent
-    from .errors import CodeActError, ConfigError, ModelError, ToolError
+    from .agent import ApprovalRequest, ChatSession, CodeActAgent, RunLimits
+    from .budget import Prices
+    from .errors import AgentToolError, CodeActError, ConfigError, ModelError, ToolError
     from .events import RunResult, Step
     from .messages import Message, ModelResponse, Usage
     from .models import Model, OpenAIModel, ScriptedModel

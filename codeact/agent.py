@@ -28,7 +28,7 @@ import uuid
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence, get_args
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -48,9 +48,10 @@ from ._run import (
     recorder,
 )
 from ._run import result_of as _result_of
+from .agent_tool import begin_run
 from .compaction import Compactor, Condenser, compacted_call, compaction_events
 from .compaction import check_options as check_compaction
-from .errors import CodeActError, ModelError, RunCancelled, SavedSessionError
+from .errors import BudgetExceeded, CodeActError, ModelError, RunCancelled, SavedSessionError
 from .events import (
     CodeAction,
     CodeOutput,
@@ -83,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from sandbox.base import Sandbox, SessionSource
     from sandbox.packages import PackagePolicy
 
+    from .budget import Prices
     from .models import Model
     from .privacy import PrivacyFilter
     from .runlog import RunLog
@@ -104,6 +106,13 @@ class RunLimits:
     Files the code writes in the working directory are copied to the run's
     output directory after each step, within these caps (beyond them, the
     observation says what was not copied).
+
+    ``max_model_calls``, ``max_tokens`` and ``max_cost`` (dollars) hold for the
+    run and every agent it calls (``agent.as_tool``): checked after each model
+    call and before the next, they end the whole tree with status
+    ``budget_exceeded`` (see :mod:`codeact.budget`). ``prices`` maps model names
+    to :class:`~codeact.budget.Prices` for models that do not know their own.
+    ``max_depth``: how deep agents may call agents below a top-level run.
     """
 
     max_artifact_files_per_step: int = 20
@@ -114,6 +123,19 @@ class RunLimits:
     max_images_per_step: int = 4
     #: Longest side, in pixels, of an image sent to the model (it is downscaled and re-encoded).
     max_image_side: int = 1024
+    max_model_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    prices: Mapping[str, Prices] | None = None
+    max_depth: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("max_model_calls", "max_tokens", "max_cost"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise CodeActError(f"RunLimits({name}={value!r}): a budget must be > 0 (or None for no limit)")
+        if self.max_depth < 0:
+            raise CodeActError(f"RunLimits(max_depth={self.max_depth}): must be >= 0")
 
 
 #: Characters of text (HTML, SVG, Markdown...) the rich outputs of one Observation event carry;
@@ -175,6 +197,8 @@ class _RunState:
     #: is the running code action's context, the parent of the tool calls its code makes.
     trace: Any = None
     action_ctx: Any = None
+    #: The run's place in a tree of agents: parent, budget, approver (codeact.agent_tool.RunLink).
+    link: Any = None
 
     def report(self, event: ToolCall | ToolProgress) -> None:
         if self.tool_events is not None:
@@ -667,6 +691,7 @@ class ChatSession:
         agent = self.agent
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
+        state.link = begin_run(agent, run_id, "codeact")
         self._state = state
         self._saver.begin_run(run_id)
         result = RunResult(run_id=run_id, task=task)
@@ -683,7 +708,8 @@ class ChatSession:
                               backend=self._backend_name(),
                               tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
                               files=[p.name for p in file_paths], agent="codeact",
-                              prompt=agent.prompt.name, prompt_version=agent.prompt.version))
+                              prompt=agent.prompt.name, prompt_version=agent.prompt.version,
+                              **state.link.started_fields()))
         pending_uploads: list[Path] = []  # the task's files, put in once the sandbox is up
         try:
             if missing:
@@ -717,11 +743,12 @@ class ChatSession:
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled(f"cancelled before step {index}")
                 state.step = index
+                state.link.before_model_call(agent.model)  # the budget (the whole tree's) has room for it
                 step = Step(index=index)
                 result.steps.append(step)
                 step_started = time.perf_counter()
                 yield from (emit(e) for e in self._model_turn(step, cancel, state))
-                result.usage = result.usage + step.usage
+                state.link.spent(step, result, agent.model)  # result.usage; BudgetExceeded when spent
                 parsed = parse_reply(step.model_output)
                 code = parsed.code if parsed.has_code else None
                 if code is None:
@@ -797,10 +824,14 @@ class ChatSession:
             result.status = "cancelled"
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
+            state.link.finish()
             emit(RunFinished(run_id=run_id, result=result))
             if state.trace is not None:
                 state.trace.end(result)
             raise
+        except BudgetExceeded as exc:
+            result.status, result.error = "budget_exceeded", str(exc)
+            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc), kind="budget", fatal=True))
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc),
@@ -822,6 +853,7 @@ class ChatSession:
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
             yield from (emit(e) for e in self._autosave(state))  # the final reply: the conversation moved on
+        state.link.finish()
         if state.trace is not None:
             state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
@@ -976,7 +1008,7 @@ class ChatSession:
             with run_hooks(self._run_hooks(state, tool)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=state.step, deps=self.agent.deps,
                                     approvals=self._approvals, report=state.report,
-                                    trace=state.trace, trace_parent=state.action_ctx)
+                                    trace=state.trace, trace_parent=state.action_ctx, link=state.link)
             return self._call_returned(state, tool, value)
 
         async def ainvoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -984,7 +1016,7 @@ class ChatSession:
             with run_hooks(self._run_hooks(state, tool)):
                 value = await ainvoke_tool(tool, arguments, run_id=state.run_id, step=state.step,
                                            deps=self.agent.deps, approvals=self._approvals, report=state.report,
-                                           trace=state.trace, trace_parent=state.action_ctx)
+                                           trace=state.trace, trace_parent=state.action_ctx, link=state.link)
             return self._call_returned(state, tool, value)
 
         return ainvoke if tool.loop is not None else invoke

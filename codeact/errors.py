@@ -35,6 +35,24 @@ class ApprovalDenied(ToolError):
     """A human (or the approval callback) refused a tool call."""
 
 
+class AgentToolError(ToolError):
+    """A child agent called as a tool (``agent.as_tool``) did not succeed, or could not be called.
+
+    ``status`` is the child run's status (``error``, ``max_steps``, ``budget_exceeded``...) or ``refused``
+    when no child run started (depth limit, a cycle, too many calls at once); ``run_id`` the child run's id.
+    """
+
+    def __init__(self, message: str, *, agent: str = "", status: str = "error", run_id: str | None = None,
+                 error: str | None = None) -> None:
+        super().__init__(message)
+        self.agent, self.status, self.run_id, self.error = agent, status, run_id, error
+
+
+class BudgetExceeded(CodeActError):
+    """A run budget (``RunLimits.max_model_calls``, ``max_tokens``, ``max_cost``) is spent, for the run and the
+    agents it called; the run ends with status ``budget_exceeded`` and this message says what went where."""
+
+
 class ModelError(CodeActError):
     """The model endpoint failed.
 

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from .messages import Usage
 
 #: ``interrupted``: the process running it ended before it could (found and marked later).
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted"]
+#: ``budget_exceeded``: a RunLimits budget (model calls, tokens, dollars) was spent, by this run or the tree it is in.
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "budget_exceeded"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,9 @@ class RunStarted(Event):
     #: The system prompt's name and version (``codeact.prompts``); "custom" and a hash for your own.
     prompt: str = ""
     prompt_version: str = ""
+    #: The run (and its step) whose tool call started this one (``agent.as_tool``); None for a top-level run.
+    parent_run_id: str | None = None
+    parent_step: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +84,9 @@ class ToolCall(Event):
     result: Any = None
     error: str | None = None
     duration: float = 0.0
+    #: The run this call started, when the tool is an agent (``agent.as_tool``), and how it ended.
+    child_run_id: str | None = None
+    child_status: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,7 @@ from .messages import Message, ModelResponse, ToolCallRequest, Usage
 
 if TYPE_CHECKING:
     import openai
+    from .budget import Prices
 
 __all__ = ["Model", "OpenAIModel", "ScriptedModel", "ScriptedReply", "estimate_tokens"]
 
@@ -359,6 +360,8 @@ class OpenAIModel:
             ``"cl100k_base"``, ``"estimate"``, or a function that returns a text's tokens (e.g.
             ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``); default:
             by the model's name (``cl100k_base`` for GPT-3.5/4, the estimate otherwise).
+        prices: a :class:`codeact.budget.Prices` (dollars per million input and output
+            tokens): each response's usage carries its ``cost``, and ``RunLimits(max_cost=)`` works.
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -392,6 +395,7 @@ class OpenAIModel:
         vision: bool | None = None,
         context_window: int | None = None,
         tokenizer: str | Callable[[str], int] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -427,6 +431,8 @@ class OpenAIModel:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.extra_body = dict(extra_body) if extra_body else None
+        #: Dollars per million tokens (codeact.budget.Prices): each response's usage then carries its cost.
+        self.prices = prices
         self._random = random.Random()  # per instance: jitter without touching global state
         self._lock = threading.Lock()
         self._client: openai.OpenAI | None = None
@@ -624,6 +630,11 @@ class OpenAIModel:
         return body
 
     def _usage(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
+        from .budget import priced
+
+        return priced(self._tokens(raw, messages, reply), self.prices)
+
+    def _tokens(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
         prompt = getattr(raw, "prompt_tokens", None) if raw is not None else None
         if prompt is None:
             # The server did not report usage (common for local servers): estimate quietly.

@@ -68,8 +68,10 @@ STATUS_STYLE = {
     "cancelled": "yellow",
     "error": "red",
     "running": "cyan",
+    "budget_exceeded": "red",
 }
-STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…"}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…",
+               "budget_exceeded": "$"}
 
 
 # --------------------------------------------------------------------------- small formatters
@@ -418,13 +420,15 @@ class Renderer:
                                  border_style=style, box=box.ROUNDED))
 
     def summary_text(self, status: str, steps: int, input_tokens: int, output_tokens: int,
-                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None) -> Text:
+                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None,
+                     cost: float | None = None) -> Text:
         style = STATUS_STYLE.get(status, "white")
         text = Text.assemble((f"{STATUS_ICON.get(status, '?')} {status}", f"bold {style}"))
         total = input_tokens + output_tokens
         parts = [
             f"{steps} step{'s' if steps != 1 else ''}",
             f"{fmt_tokens(total)} tokens ({fmt_tokens(input_tokens)} in, {fmt_tokens(output_tokens)} out)",
+            *([f"${cost:.4f}"] if cost is not None else []),
             fmt_seconds(seconds),
             f"run {run_id}",
         ]
@@ -439,19 +443,23 @@ class Renderer:
             folder = Path(result.artifacts[0]).parent
             if self.output_root is not None:
                 folder = self.output_root / result.run_id
-        if result.status in ("error", "cancelled") and result.error and result.error not in self._errors_shown:
+        if result.status in ("error", "cancelled", "budget_exceeded") and result.error \
+                and result.error not in self._errors_shown:
             self.console.print(Text(safe(f"{result.status}: {result.error}"), style=STATUS_STYLE[result.status]))
         self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
-                                             result.usage.output_tokens, result.duration, result.run_id, folder),
+                                             result.usage.output_tokens, result.duration, result.run_id, folder,
+                                             cost=result.usage.cost),
                            soft_wrap=True)
 
     # -- approvals -------------------------------------------------------------------------
 
-    def approval_request(self, tool: str, arguments: dict[str, Any], step: int) -> None:
+    def approval_request(self, tool: str, arguments: dict[str, Any], step: int, agent: str = "") -> None:
+        """Ask about a tool call; ``agent``: the path of the agent asking when it is a child run."""
         self.pause()
         lines = "\n".join(f"{safe(k)} = {value_text(v, 2000)}" for k, v in arguments.items()) or "(no arguments)"
         body = Syntax(lines, "python", theme="ansi_dark", background_color="default", word_wrap=True)
-        self.err.print(Panel(body, title=f"step {step}: the code wants to call {safe(tool)}", title_align="left",
+        who = f"the agent {agent}" if agent else "the code"
+        self.err.print(Panel(body, title=safe(f"step {step}: {who} wants to call {tool}"), title_align="left",
                              border_style="yellow", box=box.ROUNDED))
 
     # -- the run log -----------------------------------------------------------------------
@@ -493,6 +501,48 @@ class Renderer:
         """A compaction of the history (:mod:`codeact.compaction`): one dim line."""
         self.console.print(Text(safe("⇣ " + text), style="dim italic"), soft_wrap=True)
 
+    def child_runs(self, children: list[Any], names: dict[str, str] | None = None) -> None:
+        """The runs a run's tool calls started (agents called as tools): :class:`codeact.runlog.RunSummary`;
+        ``names``: the tool each was called as, by run id."""
+        if not children:
+            return
+        self.console.print(Text("Child runs", style="bold"))
+        for c in children:
+            self.console.print(self._run_line(c, (names or {}).get(c.id), with_step=True), soft_wrap=True)
+
+    def run_tree(self, root: Any, children_of: Any) -> None:
+        """A run and the runs below it as a tree; ``children_of(summary)`` gives a run's child runs and the
+        names of the tools they were called as (``(list, {run id: name})``)."""
+        from rich.tree import Tree
+
+        tree = Tree(self._run_line(root, None, with_step=False))
+        pending = [(tree, root)]
+        seen = {root.id}
+        while pending:
+            node, run = pending.pop(0)
+            children, names = children_of(run)
+            for child in children:
+                if child.id in seen:  # a log edited by hand could loop
+                    continue
+                seen.add(child.id)
+                pending.append((node.add(self._run_line(child, names.get(child.id), with_step=True)), child))
+        self.console.print(tree)
+
+    @staticmethod
+    def _run_line(run: Any, name: str | None, *, with_step: bool) -> Text:
+        style = STATUS_STYLE.get(run.status, "")
+        text = Text()
+        if with_step:
+            text.append(f"step {run.parent_step} → ", style="dim")
+        if name:
+            text.append(safe(f"{name} "), style="bold")
+        text.append(safe(run.id), style="cyan")
+        text.append(safe(f" {run.agent or '?'} "), style="dim" if name else "bold")
+        text.append(f"{STATUS_ICON.get(run.status, '?')} {safe(run.status)}", style=style)
+        text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens · "
+                         f"{short(run.task, 60)}"), style="dim")
+        return text
+
     def run_record(self, record: Any, events: Sequence[Any] = ()) -> None:
         """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live.
 
@@ -518,6 +568,8 @@ class Renderer:
         meta.add_row("model", safe(record.model or "-"))
         meta.add_row("backend", safe(record.backend or "-"))
         meta.add_row("started", fmt_time(record.started))
+        if getattr(record, "parent_run_id", None):
+            meta.add_row("parent", safe(f"run {record.parent_run_id}, step {record.parent_step}"))
         if record.tools:
             meta.add_row("tools", safe(", ".join(record.tools)))
         if record.files:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runlog import RunLog
 
 BACKENDS = ("docker", "local", "restricted", "auto")
-STATUSES = ("running", "success", "max_steps", "error", "cancelled")
+STATUSES = ("running", "success", "max_steps", "error", "cancelled", "budget_exceeded")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -519,7 +519,7 @@ def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
                              "to ask (pass --yes to approve such calls; for an MCP tool, list it in its "
                              "server's \"alwaysAllow\" or pass --allow-mcp-tools)")
             return False
-        renderer.approval_request(request.tool, request.arguments, request.step)
+        renderer.approval_request(request.tool, request.arguments, request.step, getattr(request, "agent", ""))
         try:
             allowed = click.confirm(f"Allow this call to {request.tool}?", default=False, err=True)
         except click.exceptions.Abort:

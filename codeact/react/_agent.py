@@ -22,9 +22,10 @@ from .._run import (
     recorder,
     result_of,
 )
+from ..agent_tool import begin_run
 from ..compaction import Compactor, Condenser, compacted_call, compaction_events
 from ..compaction import check_options as check_compaction
-from ..errors import CodeActError, ConfigError, ModelError, RunCancelled, ToolArgumentError
+from ..errors import BudgetExceeded, CodeActError, ConfigError, ModelError, RunCancelled, ToolArgumentError
 from ..events import (
     ErrorEvent,
     Event,
@@ -70,6 +71,7 @@ class _TurnState:
     #: (name, bytes) of the images tools saved during the current step, for the model (codeact.images).
     images: list[tuple[str, bytes]] = field(default_factory=list)
     trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
+    link: Any = None  # the run's place in a tree of agents (codeact.agent_tool.RunLink)
 
 
 class ReActAgent(AgentRuns):
@@ -251,6 +253,7 @@ class ReActSession:
         agent = self.agent
         run_id = uuid.uuid4().hex[:12]
         state = _TurnState(run_id)
+        state.link = begin_run(agent, run_id, agent.kind)
         result = RunResult(run_id=run_id, task=task)
         state.result = result
         started = time.perf_counter()
@@ -260,7 +263,8 @@ class ReActSession:
         state.trace = telemetry.start_run(agent=agent.kind, run_id=run_id, model=agent.model, backend=HOST, task=task)
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"), backend=HOST,
                               tools=[t.name for t in self._tool_list], files=[p.name for p in file_paths],
-                              agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version))
+                              agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version,
+                              **state.link.started_fields()))
         try:
             if missing:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
@@ -289,10 +293,14 @@ class ReActSession:
             result.status = "cancelled"
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
+            state.link.finish()
             emit(RunFinished(run_id=run_id, result=result))
             if state.trace is not None:
                 state.trace.end(result)
             raise
+        except BudgetExceeded as exc:
+            result.status, result.error = "budget_exceeded", str(exc)
+            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc), kind="budget", fatal=True))
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc),
@@ -303,6 +311,7 @@ class ReActSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+        state.link.finish()
         if state.trace is not None:
             state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
@@ -337,6 +346,7 @@ class ReActSession:
               cancel: threading.Event | None) -> Iterator[Event]:
         agent = self.agent
         fmt = agent.format
+        state.link.before_model_call(agent.model)  # the budget (the whole tree's) has room for it
 
         def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
             return model_turn(agent.model, messages, step, run_id=state.run_id, stream=agent.stream_model,
@@ -345,7 +355,7 @@ class ReActSession:
         response: ModelResponse = yield from _relay(compaction_events(compacted_call(
             self._compactor, self.messages, self._turn_starts, ask, run_id=state.run_id, step=step.index),
             step, state.trace), emit)
-        result.usage = result.usage + step.usage
+        state.link.spent(step, result, agent.model)  # result.usage; BudgetExceeded when spent
         decision = fmt.parse(response)
         if decision.problem is not None:
             step.error = decision.problem
@@ -423,7 +433,7 @@ class ReActSession:
             with run_hooks(self._run_hooks(state, tool, reported)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=step.index, deps=agent.deps,
                                     approvals=self._approvals, report=reported.append,
-                                    trace=state.trace, call_id=call.call_id)
+                                    trace=state.trace, call_id=call.call_id, link=state.link)
         except ToolArgumentError as exc:
             yield from _flush(reported, step, emit)
             return (yield from invalid(str(exc)))

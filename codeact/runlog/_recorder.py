@@ -88,13 +88,15 @@ def record(conn: sqlite3.Connection, event: Event) -> None:
 def _run_started(conn: sqlite3.Connection, event: RunStarted) -> None:
     conn.execute(
         """INSERT INTO runs (id, task, model, backend, tools, files, status, started,
-                             owner_host, owner_pid, owner_start, agent, prompt, prompt_version)
-           VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
+                             owner_host, owner_pid, owner_start, agent, prompt, prompt_version,
+                             parent_run_id, parent_step)
+           VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET task = excluded.task, model = excluded.model,
              backend = excluded.backend, tools = excluded.tools, files = excluded.files,
              started = COALESCE(runs.started, excluded.started), owner_host = excluded.owner_host,
              owner_pid = excluded.owner_pid, owner_start = excluded.owner_start, agent = excluded.agent,
-             prompt = excluded.prompt, prompt_version = excluded.prompt_version""",
+             prompt = excluded.prompt, prompt_version = excluded.prompt_version,
+             parent_run_id = excluded.parent_run_id, parent_step = excluded.parent_step""",
         (
             event.run_id,
             clean(event.task),
@@ -109,6 +111,8 @@ def _run_started(conn: sqlite3.Connection, event: RunStarted) -> None:
             clean(getattr(event, "agent", None)),
             clean(getattr(event, "prompt", None)) or None,
             clean(getattr(event, "prompt_version", None)) or None,
+            clean(getattr(event, "parent_run_id", None)) or None,
+            getattr(event, "parent_step", None),
         ),
     )
 

@@ -128,7 +128,7 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
     elif isinstance(event, ToolCall):
         out.update(name=event.name, arguments={str(k): shown(v, 2000) for k, v in event.arguments.items()},
                    result=None if event.error else shown(event.result), error=event.error,
-                   duration=event.duration)
+                   duration=event.duration, child_run_id=event.child_run_id, child_status=event.child_status)
     elif isinstance(event, Observation):
         out.update(text=event.text, stdout=strip_ansi(event.stdout), stderr=strip_ansi(event.stderr),
                    error=event.error,
