@@ -14,7 +14,7 @@ from typing import Any, Literal
 from .messages import Usage
 
 #: ``interrupted``: the process running it ended before it could (found and marked later).
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted"]
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "invalid_output"]
 
 
 @dataclass(frozen=True, kw_only=True)

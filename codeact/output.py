@@ -143,3 +143,25 @@ class OutputSpec:
             f"Your final answer does not fit the expected type: {error}. "
             "Call final_answer(...) again with a value that fits."
         )
+
+
+class AnswerCheck:
+    """One turn's answer checking: validates each answer, counting the retries the model has left."""
+
+    def __init__(self, spec: OutputSpec | None, retries: int) -> None:
+        self.spec, self.retries = spec, retries
+
+    def settle(self, value: Any, result: Any) -> str | None:
+        """Set ``result.answer``/``status``; return a retry message when the model should try again."""
+        result.answer, result.status = value, "success"
+        if self.spec is None:
+            return None
+        try:
+            result.answer = self.spec.validate(value)
+            return None
+        except OutputValidationError as exc:
+            if self.retries > 0:
+                self.retries -= 1
+                return self.spec.retry_message(exc)
+            result.status, result.error = "invalid_output", f"the final answer does not fit the expected type: {exc}"
+            return None

@@ -67,9 +67,11 @@ STATUS_STYLE = {
     "max_steps": "yellow",
     "cancelled": "yellow",
     "error": "red",
+    "invalid_output": "red",
     "running": "cyan",
 }
-STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…"}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "invalid_output": "✘",
+               "running": "…"}
 
 
 # --------------------------------------------------------------------------- small formatters

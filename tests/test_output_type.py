@@ -86,3 +86,48 @@ def test_unusable_types_and_schemas_raise_config_error() -> None:
             OutputSpec(bad)
     with pytest.raises(ConfigError, match="invalid output JSON Schema"):
         OutputSpec.from_json_schema({"type": "nope"})
+
+
+def _code(src: str) -> str:
+    return f"```python\n{src}\n```"
+
+
+def _local_agent(tmp_path: object, replies: list[str], **kw: object) -> object:
+    from pathlib import Path
+
+    from codeact.agent import CodeActAgent
+    from codeact.models import ScriptedModel
+
+    model = ScriptedModel(replies)
+    return CodeActAgent(model, sandbox="local", log=False, output_dir=Path(str(tmp_path)) / "out", **kw), model
+
+
+@pytest.mark.parametrize(("output_type", "bad", "good", "path", "expected"), [
+    (Person, '{"name": "Ada", "age": "old"}', '{"name": "Ada", "age": 36}', "age", Person(name="Ada", age=36)),
+    (Point, '{"x": 1}', '{"x": 1, "y": 2}', "y", Point(1, 2)),
+    (list[int], '[1, "b"]', "[1, 2]", "1", [1, 2]),
+])
+def test_local_answer_fits_after_one_retry(tmp_path: object, output_type: object, bad: str, good: str, path: str,
+                                           expected: object) -> None:
+    agent, model = _local_agent(tmp_path, [_code(f"final_answer({bad})"), _code(f"final_answer({good})")])
+    with agent.session() as chat:  # type: ignore[attr-defined]
+        result = chat.send("give it", output_type=output_type)
+        retry = [m.content for m in chat.messages if "does not fit the expected type" in str(m.content)]
+    assert result.status == "success" and result.answer == expected
+    assert len(result.steps) == 2 and len(retry) == 1 and f"{path}:" in retry[0]
+    assert "final_answer()" in str(chat.messages[1].content)
+
+
+def test_local_never_fits_ends_invalid_output(tmp_path: object) -> None:
+    replies = [_code("final_answer({'age': 'x'})")] * 3
+    agent, _ = _local_agent(tmp_path, replies, output_retries=2)
+    with agent.session() as chat:  # type: ignore[attr-defined]
+        result = chat.send("give it", output_type=Person)
+    assert result.status == "invalid_output" and result.answer == {"age": "x"}
+    assert "name" in result.error and len(result.steps) == 3
+
+
+def test_unsupported_type_raises_before_sandbox(tmp_path: object) -> None:
+    agent, model = _local_agent(tmp_path, [])
+    with agent.session() as chat, pytest.raises(ConfigError):  # type: ignore[attr-defined]
+        chat.send("x", output_type=Callable[[int], int])
