@@ -131,3 +131,16 @@ def test_unsupported_type_raises_before_sandbox(tmp_path: object) -> None:
     agent, model = _local_agent(tmp_path, [])
     with agent.session() as chat, pytest.raises(ConfigError):  # type: ignore[attr-defined]
         chat.send("x", output_type=Callable[[int], int])
+
+
+def test_agent_run_and_arun_validate(tmp_path: object) -> None:
+    import asyncio
+
+    agent, _ = _local_agent(tmp_path, [_code("final_answer([1, 'b'])"), _code("final_answer([1, 2])")])
+    result = agent.run("numbers", output_type=list[int])  # type: ignore[attr-defined]
+    assert result.status == "success" and result.answer == [1, 2] and len(result.steps) == 2
+    agent, _ = _local_agent(tmp_path, [_code("final_answer({'x': 1, 'y': 2})")])
+    result = asyncio.run(agent.arun("point", output_type=Point))  # type: ignore[attr-defined]
+    assert result.answer == Point(1, 2)
+    with pytest.raises(ConfigError):
+        agent.run("x", output_type=Callable[[int], int])  # type: ignore[attr-defined]
