@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from typing_extensions import TypedDict  # pydantic needs it before Python 3.12
 
@@ -144,3 +144,22 @@ def test_agent_run_and_arun_validate(tmp_path: object) -> None:
     assert result.answer == Point(1, 2)
     with pytest.raises(ConfigError):
         agent.run("x", output_type=Callable[[int], int])  # type: ignore[attr-defined]
+
+
+def test_docker_openai_answer_fits_after_one_retry(tmp_path: object, openai_server: object) -> None:
+    from pathlib import Path
+
+    from codeact.agent import CodeActAgent
+    from codeact.models import OpenAIModel
+
+    server: Any = openai_server
+    server.plan_text(_code("final_answer({'name': 'Ada'})"))
+    server.plan_text(_code("final_answer({'name': 'Ada', 'age': 36})"))
+    model = OpenAIModel("test-model", base_url=server.base_url, api_key="test-key", max_retries=2, timeout=20)
+    agent = CodeActAgent(model, sandbox="docker", log=False, output_dir=Path(str(tmp_path)) / "out")
+    result = agent.run("who?", output_type=Person)
+    assert result.status == "success" and result.answer == Person(name="Ada", age=36)
+    requests = server.chat_requests
+    assert len(requests) == 2 and "class Person:" in requests[0].messages[1]["content"]
+    last = requests[1].messages[-1]["content"]
+    assert "does not fit the expected type: age: Field required" in last
