@@ -27,6 +27,7 @@ from .agent_tool import RunLink, calling
 from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import Event, ModelOutput, RunFinished, RunResult, Step, TextDelta, ToolCall
 from .messages import Message, ModelResponse
+from .output import OutputSpec
 from .tools import RunContext, Tool, ensure_tools
 from .tools._execution import to_daemon_thread
 from .values import preview
@@ -324,31 +325,43 @@ class AgentRuns:
                           max_parallel=max_parallel, timeout=timeout)
 
     def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-            cancel: threading.Event | None = None) -> RunResult:
-        """Run ``task`` to the end and return the result (never raises for model, code or tool errors)."""
-        return result_of(self.stream(task, files=files, cancel=cancel))
+            cancel: threading.Event | None = None, output_type: Any = None) -> RunResult:
+        """Run ``task`` to the end and return the result (never raises for model, code or tool errors).
+
+        ``output_type`` (a type, JSON Schema dict or ``OutputSpec``): the answer must fit it; an unusable
+        type raises :class:`~codeact.errors.ConfigError` before any sandbox starts.
+        """
+        spec = OutputSpec.of(output_type) if output_type is not None else None
+        return result_of(self.stream(task, files=files, cancel=cancel, output_type=spec))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
+               cancel: threading.Event | None = None, output_type: Any = None) -> Iterator[Event]:
         """Run ``task``, yielding every event as it happens; the last is :class:`RunFinished`.
 
         Closing the generator early (``break``) cancels the run; it is logged as ``cancelled``.
         """
+        spec = OutputSpec.of(output_type) if output_type is not None else None
+        extra: dict[str, Any] = {"output_type": spec} if spec is not None else {}
         with self.session() as chat:
-            yield from chat.stream(task, files=files, cancel=cancel)
+            yield from chat.stream(task, files=files, cancel=cancel, **extra)
 
-    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> RunResult:
+    async def arun(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+                   output_type: Any = None) -> RunResult:
         """Async :meth:`run`; cancelling the awaiting task cancels the run."""
+        spec = OutputSpec.of(output_type) if output_type is not None else None
         result: RunResult | None = None
-        async for event in self.astream(task, files=files):
+        async for event in self.astream(task, files=files, output_type=spec):
             if isinstance(event, RunFinished):
                 result = event.result
         assert result is not None
         return result
 
-    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = ()) -> AsyncIterator[Event]:
+    async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+                      output_type: Any = None) -> AsyncIterator[Event]:
         """Async :meth:`stream`. The loop runs on a worker thread; events arrive as they happen."""
-        async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel)):
+        spec = OutputSpec.of(output_type) if output_type is not None else None
+        async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel,
+                                                                   output_type=spec)):
             yield event
 
 

@@ -69,6 +69,7 @@ from .config import images_enabled
 from .images import StepImages, image_suffix, is_image_mime, is_image_name, step_images, wants_images
 from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
+from .output import AnswerCheck, OutputSpec
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
 from .prompts import Prompt, load_prompt
@@ -273,6 +274,7 @@ class CodeActAgent(AgentRuns):
         sandbox: str | Sandbox | SessionSource = "docker",
         sandbox_options: dict[str, Any] | None = None,
         max_steps: int = 10,
+        output_retries: int = 2,
         approve: Approver | None = None,
         deps: Any = None,
         log: RunLog | str | os.PathLike[str] | bool | None = True,
@@ -320,6 +322,7 @@ class CodeActAgent(AgentRuns):
         self.sandbox = sandbox
         self.sandbox_options = dict(sandbox_options or {})
         self.max_steps = max_steps
+        self.output_retries = output_retries
         self.approve = approve
         self.deps = deps
         self.output_root = Path(output_dir) if output_dir else None
@@ -678,17 +681,25 @@ class ChatSession:
     # --- turns ------------------------------------------------------------------------------
 
     def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-             cancel: threading.Event | None = None) -> RunResult:
+             cancel: threading.Event | None = None, output_type: Any = None) -> RunResult:
         """One turn to the end; returns its result."""
-        return _result_of(self.stream(task, files=files, cancel=cancel))
+        return _result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
-        """One turn: run ``task`` in this conversation, yielding events."""
+               cancel: threading.Event | None = None, output_type: Any = None) -> Iterator[Event]:
+        """One turn: run ``task`` in this conversation, yielding events.
+
+        ``output_type`` (a type, JSON Schema dict or :class:`~codeact.output.OutputSpec`): the answer is
+        validated against it; the model gets ``agent.output_retries`` retries, then the status is ``invalid_output``.
+        """
         if self._closed:
             # A closed session would silently open a new sandbox that nobody closes.
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         agent = self.agent
+        spec = OutputSpec.of(output_type) if output_type is not None else None  # before any sandbox starts
+        check = AnswerCheck(spec, agent.output_retries)
+        if spec is not None:
+            task = task + "\n\n" + spec.prompt_text()
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
         state.link = begin_run(agent, run_id, "codeact")
@@ -761,9 +772,13 @@ class ChatSession:
                         step.duration = time.perf_counter() - step_started
                         continue
                     # A reply without code is the final answer.
-                    result.answer, result.status = self._restored(step.model_output.strip()), "success"
+                    retry = check.settle(self._restored(step.model_output.strip()), result)
                     self.messages.append(Message("assistant", step.model_output))
                     step.duration = time.perf_counter() - step_started
+                    if retry is not None:
+                        step.error = retry
+                        self.messages.append(Message("user", retry))
+                        continue
                     break
                 step.code = code
                 yield emit(CodeAction(run_id=run_id, step=index, code=code))
@@ -807,12 +822,15 @@ class ChatSession:
                                            parts.artifacts + parts.saved_files() + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
+                retry = check.settle(self._restored(state.answer), result) if state.answered else None
+                if retry is not None:
+                    text += "\n\n" + retry
+                    state.answered = False
                 self.messages.append(Message("user", f"Observation:\n{text}", images=shown.parts))
                 step.duration = time.perf_counter() - step_started
                 state.tool_artifacts, state.tool_images = [], []
                 yield from (emit(e) for e in self._autosave(state))
                 if state.answered:
-                    result.answer, result.status = self._restored(state.answer), "success"
                     break
             else:
                 result.status = "max_steps"

@@ -15,7 +15,9 @@ from .messages import Usage
 
 #: ``interrupted``: the process running it ended before it could (found and marked later).
 #: ``budget_exceeded``: a RunLimits budget (model calls, tokens, dollars) was spent, by this run or the tree it is in.
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "budget_exceeded"]
+#: ``invalid_output``: the answer never fitted the run's ``output_type`` (``RunResult.answer`` keeps the last value).
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "budget_exceeded",
+                    "invalid_output"]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -67,11 +67,12 @@ STATUS_STYLE = {
     "max_steps": "yellow",
     "cancelled": "yellow",
     "error": "red",
+    "invalid_output": "red",
     "running": "cyan",
     "budget_exceeded": "red",
 }
-STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "running": "…",
-               "budget_exceeded": "$"}
+STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "invalid_output": "✘",
+               "running": "…", "budget_exceeded": "$"}
 
 
 # --------------------------------------------------------------------------- small formatters

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runlog import RunLog
 
 BACKENDS = ("docker", "local", "restricted", "auto")
-STATUSES = ("running", "success", "max_steps", "error", "cancelled", "budget_exceeded")
+STATUSES = ("running", "success", "max_steps", "error", "cancelled", "budget_exceeded", "invalid_output")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 

@@ -246,8 +246,14 @@ class ReActSession:
         return result_of(self.stream(task, files=files, cancel=cancel))
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
-               cancel: threading.Event | None = None) -> Iterator[Event]:
-        """One turn: run ``task`` in this conversation, yielding events."""
+               cancel: threading.Event | None = None, output_type: Any = None) -> Iterator[Event]:
+        """One turn: run ``task`` in this conversation, yielding events.
+
+        ``output_type`` is not supported by the ReAct agents yet (a :class:`ConfigError`, before anything runs).
+        """
+        if output_type is not None:
+            raise ConfigError("output_type= is supported by CodeActAgent only so far; the ReAct agents return the "
+                              "final answer as the model gave it: validate result.answer yourself")
         if self._closed:
             raise CodeActError("this chat session is closed; start a new one with agent.session()")
         agent = self.agent

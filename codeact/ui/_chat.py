@@ -202,10 +202,11 @@ class WorkspaceChat(ChatSession):
         return ("[Note: between your last turn and this message, the user worked in the session directly.]\n"
                 f"{text}\n[End of note.]\n\n")
 
-    def stream(self, task: str, *, files: Any = (), cancel: threading.Event | None = None) -> Iterator[Event]:
+    def stream(self, task: str, *, files: Any = (), cancel: threading.Event | None = None,
+               output_type: Any = None) -> Iterator[Event]:
         self._note_due = True
         try:
-            yield from super().stream(task, files=files, cancel=cancel)
+            yield from super().stream(task, files=files, cancel=cancel, output_type=output_type)
         finally:
             self._note_due = False
 
