@@ -205,7 +205,7 @@ class ReActSession:
         #: Index in ``messages`` of each turn's task (compaction folds whole turns); no kernel to list.
         self._turn_starts: list[int] = []
         self._compactor = Compactor(agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
-                                    elide_observation=_elide_observation, files=lambda: self._files)
+                                    files=lambda: self._files)
         self._files: list[FileDescription] = []
         self._approvals = Approvals(agent.approve)
         self._tools = {t.name: t for t in agent.tools}
@@ -507,15 +507,6 @@ def observation_text(value: Any, limit: int) -> str:
     """What the model sees of a tool's result: a string as it is, anything else as its repr, capped."""
     text = value if isinstance(value, str) else show(preview(value))
     return truncate_middle(text, limit)
-
-
-def _elide_observation(message: Message) -> Message | None:
-    if message.role == "tool":
-        return Message("tool", f"[elided to fit the context: {len(message.content)} characters]",
-                       tool_call_id=message.tool_call_id)
-    if message.role == "user" and message.content.startswith("Observation:"):
-        return Message("user", f"Observation: [elided to fit the context: {len(message.content)} characters]")
-    return None
 
 
 def _best_answer(result: RunResult) -> Any:
