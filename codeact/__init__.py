@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 
 # The public API. Each name is imported from its module on first use (_EXPORTS says which).
 __all__ = [
+    "AgentToolError",
     "ApprovalRequest",
     "ChatSession",
     "CodeActAgent",
@@ -42,9 +43,11 @@ __all__ = [
     "OpenAIModel",
     "OutputSpec",
     "OutputTypeError",
+    "Prices",
     "ReActAgent",
     "ReActSession",
     "RunContext",
+    "RunLimits",
     "RunLog",
     "RunResult",
     "ScriptedModel",
@@ -81,13 +84,17 @@ _EXPORTS = {
     "ConfigError": ".errors",
     "ModelError": ".errors",
     "ToolError": ".errors",
+    "AgentToolError": ".errors",
+    "RunLimits": ".agent",
+    "Prices": ".budget",
 }
 assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the same things"
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ApprovalRequest, ChatSession, CodeActAgent
-    from .errors import CodeActError, ConfigError, ModelError, OutputTypeError, ToolError
+    from .agent import ApprovalRequest, ChatSession, CodeActAgent, RunLimits
+    from .budget import Prices
+    from .errors import AgentToolError, CodeActError, ConfigError, ModelError, OutputTypeError, ToolError
     from .events import RunResult, Step
     from .output import OutputSpec
     from .messages import Message, ModelResponse, Usage

@@ -18,14 +18,16 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Generator, Iterator, Sequence, TypeVar, overload
 
 from sandbox.functions import current_call
 
+from .agent_tool import RunLink, calling
 from .errors import ApprovalDenied, CodeActError, ModelError, RunCancelled
 from .events import Event, ModelOutput, RunFinished, RunResult, Step, TextDelta, ToolCall
 from .messages import Message, ModelResponse
+from .output import OutputSpec
 from .tools import RunContext, Tool, ensure_tools
 from .tools._execution import to_daemon_thread
 from .values import preview
@@ -57,6 +59,9 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     run_id: str
     step: int
+    #: Which agent asks: its path from the top run, e.g. ``"codeact > researcher"`` for a child run of an
+    #: agent called as a tool (whose approvals go to the top run's approver); "" when not known.
+    agent: str = ""
 
 
 Approver = Callable[[ApprovalRequest], bool]
@@ -75,12 +80,24 @@ class Approvals:
         self.approver = approver
         self._one_at_a_time = threading.Lock()
 
-    def check(self, tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str, step: int) -> None:
-        """Return if the approver allows the call; raise :class:`ApprovalDenied` otherwise."""
+    def check(self, tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str, step: int,
+              link: RunLink | None = None) -> None:
+        """Return if the approver allows the call; raise :class:`ApprovalDenied` otherwise.
+
+        ``link``: the run's place in a tree of agents; a child run asks the top run's approver (one
+        question at a time for the whole tree) and the request names the agent asking.
+        """
         call = current_call()  # set when a sandbox's code made this call; None for ReAct
-        request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, run_id, step)
-        with call.paused() if call is not None else contextlib.nullcontext(), self._one_at_a_time:
-            allowed = self.approver is not None and self.approver(request)
+        approver, lock, agent = (self.approver, self._one_at_a_time, "") if link is None or link.depth == 0 else \
+            (link.approver, link.approval_lock, link.path)
+        request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, run_id, step, agent)
+        with contextlib.ExitStack() as paused:
+            # The human's time is off the clocks of this call and of the calls above waiting for this run.
+            for waiting in (*(link.waiting_calls if link is not None else ()), call):
+                if waiting is not None:
+                    paused.enter_context(waiting.paused())
+            with lock:
+                allowed = approver is not None and approver(request)
         if call is not None:
             call.checkpoint()
         if not allowed:
@@ -90,7 +107,7 @@ class Approvals:
 
 def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
                 approvals: Approvals, report: Callable[[ToolCall], None], trace: RunTrace | None = None,
-                trace_parent: Any = None, call_id: str | None = None) -> Any:
+                trace_parent: Any = None, call_id: str | None = None, link: RunLink | None = None) -> Any:
     """Run one call of ``tool`` on the host: approve, call with a :class:`RunContext`, report it.
 
     ``arguments`` is the tool's arguments dict (:meth:`Tool.bind` of a Python
@@ -99,17 +116,19 @@ def invoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str,
     denied approval, bad arguments, the tool's own error) propagate.
     ``trace`` (the run's :class:`~codeact.telemetry._spans.RunTrace`, None when
     tracing is off) gets an ``execute_tool`` span under ``trace_parent``.
+    ``link``: the run's :class:`~codeact.agent_tool.RunLink`; a run the tool starts is its child.
     """
     with _reported_call(tool, arguments, run_id, step, report, trace, trace_parent, call_id) as outcome:
         if tool.requires_approval:
-            approvals.check(tool, arguments, run_id, step)
-        outcome.value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+            approvals.check(tool, arguments, run_id, step, link)
+        with calling(link, step, tool.name, outcome.children):
+            outcome.value = tool.call(arguments, RunContext(run_id=run_id, step=step, deps=deps))
     return outcome.value
 
 
 async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_id: str, step: int, deps: Any,
                        approvals: Approvals, report: Callable[[ToolCall], None], trace: RunTrace | None = None,
-                       trace_parent: Any = None) -> Any:
+                       trace_parent: Any = None, link: RunLink | None = None) -> Any:
     """:func:`invoke_tool` for a tool whose calls run on the event loop running now (``Tool.loop``).
 
     The same approval, :class:`RunContext`, span and report; the call is awaited
@@ -118,15 +137,17 @@ async def ainvoke_tool(tool: Tool[Any, Any], arguments: dict[str, Any], *, run_i
     """
     with _reported_call(tool, arguments, run_id, step, report, trace, trace_parent) as outcome:
         if tool.requires_approval:
-            await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step),
+            await to_daemon_thread(functools.partial(approvals.check, tool, arguments, run_id, step, link),
                                    f"approve-{tool.name}")
-        outcome.value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
+        with calling(link, step, tool.name, outcome.children):
+            outcome.value = await tool.acall(arguments, RunContext(run_id=run_id, step=step, deps=deps))
     return outcome.value
 
 
 @dataclass
 class _Outcome:
     value: Any = None
+    children: list[tuple[str, str]] = field(default_factory=list)  # agent runs the call started
 
 
 @contextlib.contextmanager
@@ -145,20 +166,24 @@ def _reported_call(tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
             if span is not None:
                 span.result(outcome.value)
     except Exception as exc:
-        _report_call(report, tool, arguments, run_id, step, started, error=exc)
+        _report_call(report, tool, arguments, run_id, step, started, outcome.children, error=exc)
         raise
-    _report_call(report, tool, arguments, run_id, step, started, value=outcome.value)
+    _report_call(report, tool, arguments, run_id, step, started, outcome.children, value=outcome.value)
 
 
 def _report_call(report: Callable[[ToolCall], None], tool: Tool[Any, Any], arguments: dict[str, Any], run_id: str,
-                 step: int, started: float, *, value: Any = None, error: BaseException | None = None) -> None:
+                 step: int, started: float, children: list[tuple[str, str]], *, value: Any = None,
+                 error: BaseException | None = None) -> None:
     shown = {k: preview(v) for k, v in arguments.items()}
+    child_run_id, child_status = children[-1] if children else (None, None)
     if error is not None:
         report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown,
-                        error=f"{type(error).__name__}: {error}", duration=time.perf_counter() - started))
+                        error=f"{type(error).__name__}: {error}", duration=time.perf_counter() - started,
+                        child_run_id=child_run_id, child_status=child_status))
     else:
         report(ToolCall(run_id=run_id, step=step, name=tool.name, arguments=shown, result=preview(value),
-                        duration=time.perf_counter() - started))
+                        duration=time.perf_counter() - started, child_run_id=child_run_id,
+                        child_status=child_status))
 
 
 def model_turn(model: Any, messages: Sequence[Message], step: Step, *, run_id: str, stream: bool,
@@ -220,13 +245,25 @@ def recorder(log: Any, transform: Callable[[Event], Event] | None = None) -> Cal
     """``emit(event) -> event``: record the event in ``log`` (if any); the log never breaks a run.
 
     ``transform`` changes what is recorded (not what ``emit`` returns): the
-    privacy filter records a copy with placeholders for hidden values.
+    privacy filter records a copy with placeholders for hidden values. When
+    the log cannot be written (a full disk, a broken file), the run goes on
+    and one :class:`RuntimeWarning` per run says so, with the first error.
     """
+    failed = False
 
     def emit(event: Event) -> Event:
+        nonlocal failed
         if log is not None:
-            with contextlib.suppress(Exception):  # the log must never break a run
+            try:
                 log.record(transform(event) if transform is not None else event)
+            except Exception as exc:  # the log must never break a run: say so once, go on
+                if not failed:
+                    failed = True
+                    import warnings
+
+                    warnings.warn(f"the run log {getattr(log, 'path', '')} could not record this run "
+                                  f"({type(exc).__name__}: {exc}); the run goes on, its record may be "
+                                  "incomplete", RuntimeWarning, stacklevel=2)
         return event
 
     return emit
@@ -251,7 +288,7 @@ class AgentRuns:
 
     ``output_type``: the type the answer must have (:mod:`codeact.output`): a
     BaseModel, a dataclass, a TypedDict, ``list[int]``, ``Literal[...]``, an
-    Enum... or an :class:`~codeact.output.OutputSpec` (e.g. from a JSON Schema).
+    Enum..., a JSON Schema dict, or an :class:`~codeact.output.OutputSpec`.
     The model is shown the type; an answer that does not fit goes back to it
     with the problems, up to ``output_retries`` times (default: the agent's),
     then the run ends with status ``invalid_output``. A type that cannot
@@ -260,6 +297,44 @@ class AgentRuns:
 
     def session(self) -> Any:  # pragma: no cover - each agent has its own
         raise NotImplementedError
+
+    def as_tool(self, *, name: str, description: str, output_type: Any = None, stateful: bool = False,
+                max_parallel: int = 4, timeout: float | None = 600.0) -> Tool[Any, Any]:
+        """This agent as a :class:`Tool` another agent calls: ``name(task: str)`` returns this agent's answer.
+
+        Each call is one run of this agent (its own sandbox session: a new one,
+        or one from the pool ``sandbox=`` names), linked to the calling run and
+        step in the run log, in traces and in the UI; it draws from the caller's
+        budget (:class:`~codeact.agent.RunLimits`) and asks the caller's approver.
+        A run that does not succeed raises :class:`~codeact.errors.AgentToolError`
+        (with its status) in the caller's code.
+
+        Args:
+            name: what the calling code calls it (a Python identifier).
+            description: what the agent is for; the calling model reads it.
+            output_type: the type of answer to ask the child for (passed to its ``run``).
+            stateful: keep one conversation with this agent across the calls of one
+                calling run (variables and history survive; closed when that run ends).
+            max_parallel: calls that may run at once (threads in the calling code);
+                one more is refused with a clear error, never queued.
+            timeout: seconds one call may take (a whole child run: longer than a plain tool's 60 s
+                default; None: the calling sandbox's call timeout). The calling code action's run-time
+                limit still holds.
+
+        Raises:
+            ConfigError: a bad name or description, a cycle of agents calling each other,
+                or a tree of agents deeper than ``RunLimits.max_depth``.
+
+        Example::
+
+            researcher = CodeActAgent(model, tools=[search], sandbox="local")
+            analyst = CodeActAgent(model, tools=[researcher.as_tool(
+                name="researcher", description="Answers one factual question with a short summary.")])
+        """
+        from .agent_tool import agent_tool
+
+        return agent_tool(self, name=name, description=description, output_type=output_type, stateful=stateful,
+                          max_parallel=max_parallel, timeout=timeout)
 
     @overload
     def run(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
@@ -286,8 +361,6 @@ class AgentRuns:
 
         Closing the generator early (``break``) cancels the run; it is logged as ``cancelled``.
         """
-        from .output import OutputSpec
-
         output = OutputSpec.of(output_type)  # a bad type fails here, before any sandbox starts
         return self._stream(task, files, cancel, output, output_retries)
 
@@ -321,8 +394,6 @@ class AgentRuns:
     async def astream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), output_type: Any = None,
                       output_retries: int | None = None) -> AsyncIterator[Event]:
         """Async :meth:`stream`. The loop runs on a worker thread; events arrive as they happen."""
-        from .output import OutputSpec
-
         output = OutputSpec.of(output_type)  # a bad type fails here, before any sandbox starts
         async for event in stream_async(lambda cancel: self.stream(task, files=files, cancel=cancel,
                                                                    output_type=output,
@@ -361,28 +432,3 @@ async def stream_async(start: Callable[[threading.Event], Iterator[Event]]) -> A
     finally:
         cancel.set()
         await asyncio.to_thread(worker.join)
-
-
-def elide_history(messages: Sequence[Message], budget_tokens: int,
-                  elide: Callable[[Message], Message | None]) -> list[Message]:
-    """The history, with older observations elided when it outgrows ``budget_tokens`` (4 characters a token).
-
-    ``elide(message)`` returns the short stand-in for an observation message,
-    or None for a message that is not one. The system prompt, the first task
-    and the last two exchanges are always kept whole.
-    """
-    budget_chars = budget_tokens * 4
-    out = list(messages)
-    total = sum(len(m.content) for m in out)
-    protected = {0, 1, *range(max(len(out) - 4, 0), len(out))}
-    for i, m in enumerate(out):
-        if total <= budget_chars:
-            break
-        if i in protected:
-            continue
-        short = elide(m)
-        if short is None:
-            continue
-        total -= len(m.content) - len(short.content)
-        out[i] = short
-    return out

@@ -28,7 +28,7 @@ import uuid
 from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar, get_args, overload
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Mapping, Sequence, TypeVar, get_args, overload
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -41,7 +41,6 @@ from ._run import (
     ApprovalRequest,
     Approvals,
     Approver,
-    elide_history,
     ainvoke_tool,
     invoke_tool,
     model_turn,
@@ -49,7 +48,10 @@ from ._run import (
     recorder,
 )
 from ._run import result_of as _result_of
-from .errors import CodeActError, ModelError, RunCancelled, SavedSessionError
+from .agent_tool import begin_run
+from .compaction import Compactor, Condenser, compacted_call, compaction_events
+from .compaction import check_options as check_compaction
+from .errors import BudgetExceeded, CodeActError, ModelError, RunCancelled, SavedSessionError
 from .events import (
     CodeAction,
     CodeOutput,
@@ -63,6 +65,8 @@ from .events import (
     Step,
     ToolCall,
 )
+from .config import images_enabled
+from .images import StepImages, image_suffix, is_image_mime, is_image_name, step_images, wants_images
 from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .output import DEFAULT_RETRIES, AnswerCheck, OutputSpec, gave_up
@@ -81,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from sandbox.base import Sandbox, SessionSource
     from sandbox.packages import PackagePolicy
 
+    from .budget import Prices
     from .models import Model
     from .privacy import PrivacyFilter
     from .runlog import RunLog
@@ -105,12 +110,36 @@ class RunLimits:
     Files the code writes in the working directory are copied to the run's
     output directory after each step, within these caps (beyond them, the
     observation says what was not copied).
+
+    ``max_model_calls``, ``max_tokens`` and ``max_cost`` (dollars) hold for the
+    run and every agent it calls (``agent.as_tool``): checked after each model
+    call and before the next, they end the whole tree with status
+    ``budget_exceeded`` (see :mod:`codeact.budget`). ``prices`` maps model names
+    to :class:`~codeact.budget.Prices` for models that do not know their own.
+    ``max_depth``: how deep agents may call agents below a top-level run.
     """
 
     max_artifact_files_per_step: int = 20
     max_artifact_bytes_per_step: int = 50 * 1024 * 1024
     max_artifact_files_per_run: int = 200
     max_artifact_bytes_per_run: int = 200 * 1024 * 1024
+    #: Images (figures, image files, tool images) sent to the model with one observation; the rest are named.
+    max_images_per_step: int = 4
+    #: Longest side, in pixels, of an image sent to the model (it is downscaled and re-encoded).
+    max_image_side: int = 1024
+    max_model_calls: int | None = None
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    prices: Mapping[str, Prices] | None = None
+    max_depth: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("max_model_calls", "max_tokens", "max_cost"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise CodeActError(f"RunLimits({name}={value!r}): a budget must be > 0 (or None for no limit)")
+        if self.max_depth < 0:
+            raise CodeActError(f"RunLimits(max_depth={self.max_depth}): must be >= 0")
 
 
 #: Characters of text (HTML, SVG, Markdown...) the rich outputs of one Observation event carry;
@@ -162,6 +191,8 @@ class _RunState:
     result: Any = None
     #: Names of the artifacts tools saved during the current step (for its Observation).
     tool_artifacts: list[str] = field(default_factory=list)
+    #: (name, bytes) of the images among them, for the model (codeact.images).
+    tool_images: list[tuple[str, bytes]] = field(default_factory=list)
     #: A code action is running in the sandbox now (set by ``_run_code``).
     running_code: bool = False
     #: The user interrupted the running code action (:meth:`ChatSession.interrupt`).
@@ -170,6 +201,8 @@ class _RunState:
     #: is the running code action's context, the parent of the tool calls its code makes.
     trace: Any = None
     action_ctx: Any = None
+    #: The run's place in a tree of agents: parent, budget, approver (codeact.agent_tool.RunLink).
+    link: Any = None
 
     def report(self, event: ToolCall | ToolProgress) -> None:
         if self.tool_events is not None:
@@ -198,10 +231,17 @@ class CodeActAgent(AgentRuns):
         output_dir: where artifacts go (``<output_dir>/<run id>/``).
         stream_model: ask the model for streamed output (``TextDelta`` events).
         observation_limit: characters of one observation the model sees (head and tail kept).
-        history_budget: approximate tokens of history; beyond it older observations are elided.
+        history_budget: tokens the prompt may take before compaction folds old steps (None: no budget of
+            its own). With a known context window the budget is the smaller of this and 75% of the window
+            (less the reply's ``max_tokens``); see :mod:`codeact.compaction`.
+        condenser: how old turns are folded: ``"fold"`` (a "session so far" block with the user's
+            messages, the answers, the workspace's files and the kernel's variables) or ``"summary"``
+            (the same, plus a summary the model writes; its calls count in the run's usage).
         system_prompt: a template overriding ``prompts/codeact.md`` (``$tools``, ``$files``, ``$workdir``).
         execution_timeout: seconds one code action may run.
-        limits: artifact caps per step and per run (:class:`RunLimits`).
+        limits: artifact caps per step and per run, and the images per step the model gets and their
+            size (:class:`RunLimits`; images go to the model unless ``model.vision`` is false, see
+            :mod:`codeact.images`).
         packages: Python packages to install before the first step (e.g.
             ``["scikit-learn", "seaborn>=0.13"]``): resolved and fetched by the
             host, materialised once and shared read-only (docker and local
@@ -240,13 +280,15 @@ class CodeActAgent(AgentRuns):
         sandbox: str | Sandbox | SessionSource = "docker",
         sandbox_options: dict[str, Any] | None = None,
         max_steps: int = 10,
+        output_retries: int = DEFAULT_RETRIES,
         approve: Approver | None = None,
         deps: Any = None,
         log: RunLog | str | os.PathLike[str] | bool | None = True,
         output_dir: str | os.PathLike[str] | None = None,
         stream_model: bool = False,
         observation_limit: int = 8000,
-        history_budget: int = 60_000,
+        history_budget: int | None = 60_000,
+        condenser: Condenser = "fold",
         system_prompt: str | None = None,
         execution_timeout: float = 60.0,
         limits: RunLimits | None = None,
@@ -258,7 +300,6 @@ class CodeActAgent(AgentRuns):
         skills: SkillStore | str | os.PathLike[str] | bool | None = None,
         privacy: PrivacyFilter | None = None,
         auto_approve_skills: bool = False,
-        output_retries: int = DEFAULT_RETRIES,
     ) -> None:
         self.model = model
         self.tools = ensure_tools(tools)
@@ -293,7 +334,9 @@ class CodeActAgent(AgentRuns):
         self.output_root = Path(output_dir) if output_dir else None
         self.stream_model = stream_model
         self.observation_limit = observation_limit
+        check_compaction(condenser, history_budget=history_budget)
         self.history_budget = history_budget
+        self.condenser: Condenser = condenser
         self.system_prompt = system_prompt
         #: The system prompt's recorded name and version (codeact.prompts).
         self.prompt = load_prompt("codeact") if system_prompt is None else Prompt.custom(system_prompt)
@@ -405,6 +448,9 @@ class ChatSession:
         self._opening: _Opening | None = None
         self._opening_lock = threading.Lock()
         self._state: _RunState | None = None
+        #: Index in ``messages`` of each turn's task, and the compaction of this history (made when first needed).
+        self._turn_starts: list[int] = []
+        self._compactor: Compactor | None = None
         self._files: list[FileDescription] = []
         self._uploaded: list[FileDescription] = []  # put in by upload(); the next task names them
         self._closed = False
@@ -418,6 +464,8 @@ class ChatSession:
         self._saver = Saver(None, save_options(save))
         self._restore_from: Any = None
         self._resume_note = ""
+        #: (snapshot, why): the sandbox went away and is to be restored from that save (_recover_lost_sandbox).
+        self._lost: tuple[Any, str] | None = None
         #: What a resume brought back (a :class:`sandbox.snapshot.RestoreReport`), else None.
         self.restored: Any = None
         if self._saver.options is not None or resume is not None:
@@ -481,8 +529,40 @@ class ChatSession:
         saver.point = (record.run_id, record.step)
         self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
         self.messages = [Message("system", self._system_prompt()), *conv.messages]
+        self._turn_starts = [1 + i for i in conv.turn_starts]
         if self.restored is not None:
             self._resume_note = resume_note(record, conv, self.restored)
+
+    def _recover_lost_sandbox(self) -> None:
+        """The session's sandbox went away since the last turn (its engine restarted, its container was removed)
+        and the session was saved: open a new sandbox restored from the newest save, and tell the model with the
+        next message what came back and what was lost. Without a save, the sandbox starts afresh and says so.
+
+        Raises what the restore raises (the engine is still away): the next turn tries again.
+        """
+        from .sessions import recovery_note
+
+        if self._lost is None:
+            sb = self._sandbox
+            why = getattr(sb, "environment_lost", None) if sb is not None and self._opening is None else None
+            if not why or not self._owned or self._saver.last is None:
+                return
+            self._lost = (self._saver.last, str(why))
+            listeners = getattr(getattr(sb, "packages", None), "listeners", None)
+            if listeners is not None and self._on_install in listeners:
+                listeners.remove(self._on_install)
+            with contextlib.suppress(Exception):  # gone already: closing only forgets it
+                sb.close()
+            self._sandbox = None
+        snap, why = self._lost
+        self._restore_from = snap
+        try:
+            self._ensure_sandbox()
+        finally:
+            self._restore_from = None
+        self._lost = None
+        self.restored = getattr(self._sandbox, "restored", None)
+        self._resume_note = recovery_note(snap, why, self.restored) + self._resume_note
 
     def _autosave(self, state: _RunState) -> Iterator[Event]:
         """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""
@@ -640,6 +720,7 @@ class ChatSession:
         check = AnswerCheck(output, agent.output_retries if output_retries is None else output_retries)
         run_id = uuid.uuid4().hex[:12]
         state = _RunState(run_id)
+        state.link = begin_run(agent, run_id, "codeact")
         self._state = state
         self._saver.begin_run(run_id)
         result = RunResult(run_id=run_id, task=task)
@@ -656,13 +737,15 @@ class ChatSession:
                               backend=self._backend_name(),
                               tools=list(getattr(self, "_tools_now", None) or [t.name for t in agent.tools]),
                               files=[p.name for p in file_paths], agent="codeact",
-                              prompt=agent.prompt.name, prompt_version=agent.prompt.version))
+                              prompt=agent.prompt.name, prompt_version=agent.prompt.version,
+                              **state.link.started_fields()))
         pending_uploads: list[Path] = []  # the task's files, put in once the sandbox is up
         try:
             if missing:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
             if cancel is not None and cancel.is_set():
                 raise RunCancelled("cancelled before the first step")
+            self._recover_lost_sandbox()  # its engine restarted since the last turn: back from the last save
             # A new sandbox starts while the model writes its first reply; the first code action waits for it.
             self._ensure_sandbox(background=True)
             pending_uploads.extend(file_paths)
@@ -682,6 +765,7 @@ class ChatSession:
                         f.render() for f in announced)
                 note, self._resume_note = self._resume_note, ""  # after a resume: what came back, what was lost
                 self.messages.append(Message("user", note + task + extra + answer_note))
+            self._turn_starts.append(len(self.messages) - 1)  # where each turn starts: compaction folds turns
             snapshot = self._file_snapshot() if not pending_uploads and self._opening is None else None
             budget = _ArtifactBudget(agent.limits)
             state.output_dir, state.budget, state.result = output_dir, budget, result
@@ -689,11 +773,12 @@ class ChatSession:
                 if cancel is not None and cancel.is_set():
                     raise RunCancelled(f"cancelled before step {index}")
                 state.step = index
+                state.link.before_model_call(agent.model)  # the budget (the whole tree's) has room for it
                 step = Step(index=index)
                 result.steps.append(step)
                 step_started = time.perf_counter()
                 yield from (emit(e) for e in self._model_turn(step, cancel, state))
-                result.usage = result.usage + step.usage
+                state.link.spent(step, result, agent.model)  # result.usage; BudgetExceeded when spent
                 parsed = parse_reply(step.model_output)
                 code = parsed.code if parsed.has_code else None
                 if code is None:
@@ -712,7 +797,7 @@ class ChatSession:
                     if not said.ok:  # it does not fit output_type: the model hears why
                         step.error = said.feedback
                         yield emit(ErrorEvent(run_id=run_id, step=index, message=said.feedback, kind="output"))
-                        self.messages.append(Message("user", self._redacted(said.feedback)))
+                        self.messages.append(Message("user", self._redact_text(said.feedback)))
                         if check.exhausted:
                             break
                         continue
@@ -753,7 +838,10 @@ class ChatSession:
                 verdict = check.check(self._restored(state.answer)) if state.answered else None
                 if verdict is not None and not verdict.ok:  # it does not fit output_type: the model hears why
                     state.answered = False
-                    text += "\n\n" + self._redacted(verdict.feedback)
+                    text += "\n\n" + self._redact_text(verdict.feedback)
+                shown = self._step_images(parts.images + state.tool_images)
+                if shown.note:
+                    text += "\n\n" + shown.note
                 step.observation = text
                 step.error = str(exec_result.error) if exec_result.error else None
                 if verdict is not None and not verdict.ok:
@@ -763,13 +851,12 @@ class ChatSession:
                                        duration=exec_result.duration,
                                        truncated=exec_result.truncated or len(full_text) > agent.observation_limit,
                                        artifacts=list(dict.fromkeys(  # a figure saved as a file: named once
-                                           parts.artifacts + [p for p, _ in parts.changed_files]
-                                           + state.tool_artifacts)),
+                                           parts.artifacts + parts.saved_files() + state.tool_artifacts)),
                                        images=images, outputs=_output_bundles(exec_result.outputs)))
                 self.messages.append(Message("assistant", step.model_output))
-                self.messages.append(Message("user", f"Observation:\n{text}"))
+                self.messages.append(Message("user", f"Observation:\n{text}", images=shown.parts))
                 step.duration = time.perf_counter() - step_started
-                state.tool_artifacts = []
+                state.tool_artifacts, state.tool_images = [], []
                 yield from (emit(e) for e in self._autosave(state))
                 if verdict is not None and verdict.ok:
                     result.answer, result.status = verdict.value, "success"
@@ -788,10 +875,14 @@ class ChatSession:
             result.status = "cancelled"
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
+            state.link.finish()
             emit(RunFinished(run_id=run_id, result=result))
             if state.trace is not None:
                 state.trace.end(result)
             raise
+        except BudgetExceeded as exc:
+            result.status, result.error = "budget_exceeded", str(exc)
+            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc), kind="budget", fatal=True))
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc),
@@ -813,6 +904,7 @@ class ChatSession:
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
             yield from (emit(e) for e in self._autosave(state))  # the final reply: the conversation moved on
+        state.link.finish()
         if state.trace is not None:
             state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
@@ -967,7 +1059,7 @@ class ChatSession:
             with run_hooks(self._run_hooks(state, tool)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=state.step, deps=self.agent.deps,
                                     approvals=self._approvals, report=state.report,
-                                    trace=state.trace, trace_parent=state.action_ctx)
+                                    trace=state.trace, trace_parent=state.action_ctx, link=state.link)
             return self._call_returned(state, tool, value)
 
         async def ainvoke(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -975,7 +1067,7 @@ class ChatSession:
             with run_hooks(self._run_hooks(state, tool)):
                 value = await ainvoke_tool(tool, arguments, run_id=state.run_id, step=state.step,
                                            deps=self.agent.deps, approvals=self._approvals, report=state.report,
-                                           trace=state.trace, trace_parent=state.action_ctx)
+                                           trace=state.trace, trace_parent=state.action_ctx, link=state.link)
             return self._call_returned(state, tool, value)
 
         return ainvoke if tool.loop is not None else invoke
@@ -1019,6 +1111,8 @@ class ChatSession:
                 state.output_dir.mkdir(parents=True, exist_ok=True)
                 path = write_confined(state.output_dir, name, bytes(data))
                 state.tool_artifacts.append(name)
+                if is_image_mime(mime):
+                    state.tool_images.append((name, bytes(data)))
                 state.result.artifacts.append(path)
             return name
 
@@ -1139,9 +1233,9 @@ class ChatSession:
         source = ""
         if self._backend_name() != "restricted":
             source = output.kernel_source({*getattr(self, "_tools_now", {}), FINAL_ANSWER})
-        return source, "\n\n" + output.prompt(final="final_answer(value)", constructors=bool(source))
+        return source, "\n\n" + output.prompt_text(final="final_answer(value)", constructors=bool(source))
 
-    def _redacted(self, text: str) -> str:
+    def _redact_text(self, text: str) -> str:
         """``text`` as the model may see it: placeholders for the values the privacy filter hides."""
         return self._redactor.redact(text) if self._redactor is not None else text
 
@@ -1204,12 +1298,48 @@ class ChatSession:
         yield outcome["result"]
 
     def _model_turn(self, step: Step, cancel: threading.Event | None, state: _RunState) -> Iterator[Event]:
-        yield from model_turn(self.agent.model, self._context_messages(), step, run_id=state.run_id,
+        """One model call on the history as compaction folds it (:mod:`codeact.compaction`)."""
+        self._before_model_call()
+
+        def call(messages: list[Message]) -> Generator[Event, None, Any]:
+            return model_turn(self.agent.model, self._redacted(messages), step, run_id=state.run_id,
                               stream=self.agent.stream_model, cancel=cancel, trace=state.trace)
 
+        yield from compaction_events(compacted_call(self._compaction(), self.messages, self._turn_starts, call,
+                                                    run_id=state.run_id, step=step.index), step, state.trace)
+
+    def _step_images(self, candidates: list[tuple[str, bytes]]) -> StepImages:
+        """The step's images as the model gets them (none when the model takes none)."""
+        if not candidates or not wants_images(self.agent.model, images_enabled()):
+            return StepImages()
+        limits = self.agent.limits
+        return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
+
+    def _before_model_call(self) -> None:
+        """A hook for subclasses: change the history before the model sees it (the web UI adds its notes)."""
+
+    def _compaction(self) -> Compactor:
+        if self._compactor is None:
+            agent = self.agent
+            self._compactor = Compactor(
+                agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
+                elide_observation=_elide_observation, namespace=self._namespace, files=self.list_files,
+                redact=self._redactor.redact if self._redactor is not None else None)
+        return self._compactor
+
+    def _namespace(self) -> Any:
+        """The kernel's variables now (for the "session so far" block), read as the web UI's panel reads them."""
+        from ._namespace import VariableListing, read_namespace
+
+        if self._opening is not None or self._sandbox is None:
+            return VariableListing(error="the sandbox is not running")
+        return read_namespace(self._sandbox)
+
     def _context_messages(self) -> list[Message]:
-        """The history, with older observations elided when it outgrows the token budget."""
-        messages = elide_history(self.messages, self.agent.history_budget, _elide_observation)
+        """The history as the model sees it now: what compaction folded so far, with the privacy placeholders."""
+        return self._redacted(self._compaction().view(self.messages, self._turn_starts))
+
+    def _redacted(self, messages: list[Message]) -> list[Message]:
         redactor = self._redactor
         if redactor is None:
             return messages
@@ -1243,12 +1373,18 @@ class ChatSession:
         copied, and the observation says what was left out.
         """
         parts = ObservationParts()
-        images = exec_result.images
-        if images or exec_result.files:
-            output_dir.mkdir(parents=True, exist_ok=True)
+        # Raster images the code showed (PNG figures, display(Image(...)) of a JPEG...), in order.
+        shown = [raster[0] for out in exec_result.outputs
+                 if (raster := [(m, d) for m, d in out.data.items() if isinstance(d, bytes) and is_image_mime(m)])]
+        images = exec_result.images  # for the Observation event and the run log: the PNGs, as before
+        if shown or exec_result.files:
+            with contextlib.suppress(OSError):  # a full or read-only disk: each file below says it was not saved
+                output_dir.mkdir(parents=True, exist_ok=True)
+                output_dir.mkdir(parents=True, exist_ok=True)
         # What this step kept, by content: a plot both saved (plt.savefig) and shown is kept once, under
         # the name the code gave it. Files go first for that reason.
         kept: dict[bytes, str] = {}
+        image_files: list[tuple[str, bytes]] = []
         current = ({f.path: (f.size, f.mtime) for f in exec_result.files} if exec_result.files is not None
                    else self._file_snapshot())
         for rel, (size, mtime) in sorted(current.items()):
@@ -1275,19 +1411,29 @@ class ChatSession:
             if target not in result.artifacts:
                 result.artifacts.append(target)
             kept.setdefault(hashlib.sha256(data).digest(), rel)
-        for k, png in enumerate(images, 1):
+            if is_image_name(rel):
+                image_files.append((rel, data))
+        for k, (mime, png) in enumerate(shown, 1):
             digest = hashlib.sha256(png).digest()
             if digest in kept:  # the same picture is already kept (a saved file, or shown twice)
                 parts.artifacts.append(kept[digest])
+                parts.images.append((kept[digest], png))
                 continue
-            name = f"step{step}_figure{k}.png"
+            name = f"step{step}_figure{k}{image_suffix(mime)}"
             if not budget.take(len(png), step):
                 parts.skipped.append((name, budget.reason(len(png))))
                 continue
-            path = write_confined(output_dir, name, png)
+            try:
+                path = write_confined(output_dir, name, png)
+            except Exception as exc:  # a full disk: say so, keep the step
+                parts.skipped.append((name, f"not saved: {exc}"))
+                continue
             parts.artifacts.append(name)
+            parts.images.append((name, png))
             result.artifacts.append(path)
             kept[digest] = name
+        # For the model: what the code showed first, then the image files it wrote (step_images drops repeats).
+        parts.images.extend(image_files)
         snapshot.clear()
         snapshot.update(current)
         return parts, images

@@ -19,6 +19,8 @@ a default.
 ``CODEACT_SNAPSHOT_DIR``   where saved sessions go (``--snapshot-dir``; default
                            ``<user data dir>/codeact/snapshots``)
 ``CODEACT_SNAPSHOT_KEEP``  snapshots kept per session (``--keep-snapshots``; default 3, ``all`` keeps every one)
+``CODEACT_IMAGES``         ``0`` sends the model no images (``--no-images``; default on: the plots and
+                           images of a step go to the model with its observation)
 =========================  ===========================================================
 
 Importing this module is cheap: models are imported when one is built.
@@ -42,6 +44,7 @@ DEBUG_ENV = "CODEACT_DEBUG"
 BACKEND_ENV = "CODEACT_BACKEND"
 SNAPSHOT_DIR_ENV = "CODEACT_SNAPSHOT_DIR"
 SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
+IMAGES_ENV = "CODEACT_IMAGES"
 #: Snapshots of one chat session kept by default (the newest; older ones are deleted after each save).
 DEFAULT_SNAPSHOT_KEEP = 3
 #: The sandbox backends a configuration may name.
@@ -84,6 +87,22 @@ def docker_fix_hint() -> str:
                 "(or fix the address and its TLS settings), or unset DOCKER_HOST to use this machine's Docker")
     return ("install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
             "`scripts/dev.sh setup` in a checkout)")
+
+
+def images_enabled(option: bool | None = None) -> bool:
+    """Whether the model gets images: ``--no-images`` (``option=False``), else ``$CODEACT_IMAGES``, else on.
+
+    Raises:
+        ConfigError: ``$CODEACT_IMAGES`` is not a yes/no value.
+    """
+    if option is not None:
+        return bool(option)
+    value = env(IMAGES_ENV).lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{IMAGES_ENV}={value!r}: use 0 to send the model no images, or 1 (the default) to send them")
 
 
 def debug_enabled() -> bool:
@@ -135,12 +154,14 @@ def build_model(
     api_key: str | None = None,
     timeout: float | None = None,
     scripted: bool = True,
+    images: bool | None = None,
 ) -> Any:
     """The model the CLI talks to.
 
     ``$CODEACT_SCRIPTED_REPLIES`` (when ``scripted`` is true) wins over
     everything: a :class:`ScriptedModel` that replays the file's replies.
     Otherwise an :class:`OpenAIModel` for ``model`` / ``$CODEACT_MODEL``.
+    ``images``: False for ``--no-images``; None leaves it to ``$CODEACT_IMAGES``.
 
     Raises:
         ConfigError: no model configured, or a bad replies file.
@@ -149,13 +170,14 @@ def build_model(
     if path is not None:
         from .models import ScriptedModel
 
-        return ScriptedModel(load_scripted_replies(path), name="scripted")
+        return ScriptedModel(load_scripted_replies(path), name="scripted", vision=images_enabled(images))
     name = model_name(model)
     if not name:
         raise ConfigError(NO_MODEL_HINT)
     from .models import OpenAIModel
 
-    options: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key or None}
+    options: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key or None,
+                               "vision": images_enabled(images)}
     if timeout is not None:
         options["timeout"] = timeout
     return OpenAIModel(name, **options)

@@ -6,6 +6,8 @@ prints that message (no traceback) and exits non-zero.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CodeActError(Exception):
     """Root of every error the codeact package raises."""
@@ -18,6 +20,18 @@ class ConfigError(CodeActError):
 class OutputTypeError(ConfigError):
     """An ``output_type`` or output schema that cannot describe an answer (a type pydantic cannot validate or
     describe as JSON, a schema that is not a valid JSON Schema); raised before any sandbox starts."""
+
+
+class OutputValidationError(CodeActError):
+    """A value does not fit a run's output type (:meth:`codeact.output.OutputSpec.validate`).
+
+    ``problems`` are :class:`codeact.output.AnswerProblem` (where, what); ``errors`` the same as text lines.
+    """
+
+    def __init__(self, problems: list[Any]) -> None:
+        self.problems = list(problems)
+        self.errors = [str(p) for p in self.problems]
+        super().__init__("; ".join(self.errors))
 
 
 class ToolError(CodeActError):
@@ -38,6 +52,24 @@ class UnknownToolError(ToolError):
 
 class ApprovalDenied(ToolError):
     """A human (or the approval callback) refused a tool call."""
+
+
+class AgentToolError(ToolError):
+    """A child agent called as a tool (``agent.as_tool``) did not succeed, or could not be called.
+
+    ``status`` is the child run's status (``error``, ``max_steps``, ``budget_exceeded``...) or ``refused``
+    when no child run started (depth limit, a cycle, too many calls at once); ``run_id`` the child run's id.
+    """
+
+    def __init__(self, message: str, *, agent: str = "", status: str = "error", run_id: str | None = None,
+                 error: str | None = None) -> None:
+        super().__init__(message)
+        self.agent, self.status, self.run_id, self.error = agent, status, run_id, error
+
+
+class BudgetExceeded(CodeActError):
+    """A run budget (``RunLimits.max_model_calls``, ``max_tokens``, ``max_cost``) is spent, for the run and the
+    agents it called; the run ends with status ``budget_exceeded`` and this message says what went where."""
 
 
 class ModelError(CodeActError):
@@ -72,8 +104,10 @@ class ModelNotFoundError(ModelError):
 class ContextOverflowError(ModelError):
     """The prompt is longer than the model's context window.
 
-    ``limit`` is the window and ``requested`` the prompt's tokens as the endpoint named them,
-    when it did (None otherwise).
+    ``limit`` is the window and ``requested`` the tokens the request needed, as the endpoint
+    named them, when it did (None otherwise): the prompt's, plus the completion's room when the
+    endpoint counts that too (OpenAI and vLLM do when ``max_tokens`` is set). A prompt must lose
+    at least ``requested - limit`` tokens to fit.
     """
 
     reason = "context_overflow"
@@ -82,6 +116,10 @@ class ContextOverflowError(ModelError):
         super().__init__(message)
         self.limit = limit
         self.requested = requested
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only numbers survive pickling (Ray sends errors between processes).
+        return (_rebuild_overflow, (type(self), str(self), self.limit, self.requested), self.__dict__)
 
 
 class ModelUnavailableError(ModelError):
@@ -186,3 +224,9 @@ class SavedSessionError(CodeActError):
 
 class SkillError(CodeActError):
     """A skill cannot be saved, found or removed (bad name, too large, not a function, unknown)."""
+
+
+def _rebuild_overflow(
+    cls: type[ContextOverflowError], message: str, limit: int | None, requested: int | None
+) -> ContextOverflowError:
+    return cls(message, limit=limit, requested=requested)

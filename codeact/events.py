@@ -16,8 +16,11 @@ from typing_extensions import TypeVar
 from .messages import Usage
 
 #: ``interrupted``: the process running it ended before it could (found and marked later).
-#: ``invalid_output``: the run had an ``output_type`` and no answer fitted it (:mod:`codeact.output`).
-RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "invalid_output"]
+#: ``budget_exceeded``: a RunLimits budget (model calls, tokens, dollars) was spent, by this run or the tree it is in.
+#: ``invalid_output``: the run had an ``output_type`` and no answer fitted it (:mod:`codeact.output`;
+#: ``RunResult.answer`` keeps the last value).
+RunStatus = Literal["running", "success", "max_steps", "error", "cancelled", "interrupted", "budget_exceeded",
+                    "invalid_output"]
 
 #: The type of a run's answer (``output_type=``); Any when the run asked for none.
 AnswerT = TypeVar("AnswerT", default=Any)
@@ -42,6 +45,9 @@ class RunStarted(Event):
     #: The system prompt's name and version (``codeact.prompts``); "custom" and a hash for your own.
     prompt: str = ""
     prompt_version: str = ""
+    #: The run (and its step) whose tool call started this one (``agent.as_tool``); None for a top-level run.
+    parent_run_id: str | None = None
+    parent_step: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +92,9 @@ class ToolCall(Event):
     result: Any = None
     error: str | None = None
     duration: float = 0.0
+    #: The run this call started, when the tool is an agent (``agent.as_tool``), and how it ended.
+    child_run_id: str | None = None
+    child_status: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +154,30 @@ class ErrorEvent(Event):
     message: str
     kind: str = "error"  # parse, model, sandbox, tool, internal
     fatal: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compacted(Event):
+    """The history was folded to fit the model's context window (:mod:`codeact.compaction`).
+
+    ``reason``: ``"budget"`` (the prompt would pass its share of the window) or ``"overflow"``
+    (the endpoint refused a prompt as too long; the call is retried). The counts are what this
+    compaction folded; ``turns_folded_total`` how many turns the "session so far" block holds.
+    ``usage`` is the summary call's (``condenser="summary"``), counted in the run's usage.
+    """
+
+    reason: str = "budget"
+    observations_masked: int = 0
+    actions_shortened: int = 0
+    turns_folded: int = 0
+    turns_folded_total: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    budget: int = 0
+    window: int | None = None
+    seconds: float = 0.0
+    summary: bool = False
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass

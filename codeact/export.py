@@ -35,7 +35,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, Sequence
 
 from .errors import RunLogError
 from .observation import NOTHING_PRINTED
@@ -380,14 +380,21 @@ def _header_markdown(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
-def to_notebook(record: RunRecord) -> NotebookNode:
-    """Build the nbformat v4 notebook for ``record`` (see :func:`export_notebook`)."""
+def to_notebook(record: RunRecord, children: Sequence[Any] = ()) -> NotebookNode:
+    """Build the nbformat v4 notebook for ``record`` (see :func:`export_notebook`).
+
+    ``children``: the run's child runs (:meth:`codeact.runlog.RunLog.children`), each marked after its step.
+    """
     import nbformat.v4 as nbf  # lazy: only exports need it
 
     cells: list[Any] = [nbf.new_markdown_cell(_header_markdown(record))]
+    if record.parent_run_id:
+        cells.append(nbf.new_markdown_cell(f"A child run of run `{record.parent_run_id}` (its step "
+                                           f"{record.parent_step}): an agent called as a tool."))
     if any(step.code is not None for step in record.steps):
         cells.append(_setup_cell(nbf, record))
     for step in record.steps:
+        cells.extend(_child_cells(nbf, step.step, children))
         prose = model_prose(step.model_output)
         if prose:
             cells.append(nbf.new_markdown_cell(f"**Step {step.step}**\n\n{prose}",
@@ -453,7 +460,21 @@ def to_notebook(record: RunRecord) -> NotebookNode:
     )
 
 
-def export_notebook(record: RunRecord, path: str | os.PathLike[str]) -> None:
+def _child_cells(nbf: Any, step: int, children: Sequence[Any]) -> list[Any]:
+    """A markdown cell per child run that ``step``'s tool calls started (shown before the step's own cells)."""
+    return [nbf.new_markdown_cell(
+        f"**child run `{c.id}` of {_plain(c.agent or 'an agent')}** (step {step}, {_plain(c.status)}): "
+        f"`codeact logs show {c.id}` shows it.",
+        metadata={"codeact": {"step": step, "child_run_id": c.id, "child_status": c.status}})
+        for c in children if c.parent_step == step]
+
+
+def _plain(text: str) -> str:
+    """``text`` with markdown's special characters escaped (it comes from the run log)."""
+    return "".join("\\" + ch if ch in "\\`*_{}[]()#+-.!<>|" else ch for ch in str(text)[:100])
+
+
+def export_notebook(record: RunRecord, path: str | os.PathLike[str], children: Sequence[Any] = ()) -> None:
     """Write ``record`` as a Jupyter notebook (nbformat v4) to ``path``.
 
     Cells: a markdown cell with the task, model, backend and status; per
@@ -466,7 +487,7 @@ def export_notebook(record: RunRecord, path: str | os.PathLike[str]) -> None:
     """
     import nbformat  # lazy: keeps `import codeact.runlog` / `codeact.export` light
 
-    nb = to_notebook(record)
+    nb = to_notebook(record, children)
     nbformat.validate(nb)
     target = os.fspath(path)
     parent = os.path.dirname(target)

@@ -83,16 +83,20 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
+    #: Dollars, when the model's prices are known (``OpenAIModel(prices=...)``, ``RunLimits(prices=...)``).
+    cost: float | None = None
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     def __add__(self, other: "Usage") -> "Usage":
+        costs = [c for c in (self.cost, other.cost) if c is not None]
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.requests + other.requests,
+            sum(costs) if costs else None,
         )
 
 

@@ -44,6 +44,7 @@ from .messages import Message, ModelResponse, ToolCallRequest, Usage
 
 if TYPE_CHECKING:
     import openai
+    from .budget import Prices
 
 __all__ = ["Model", "OpenAIModel", "ScriptedModel", "ScriptedReply", "estimate_tokens"]
 
@@ -88,6 +89,13 @@ class Model(Protocol):
 def estimate_tokens(chars: int) -> int:
     """A rough token count for ``chars`` characters (4 characters per token, rounded up)."""
     return (max(chars, 0) + 3) // 4
+
+
+def _prompt_tokens(messages: Sequence[Message]) -> int:
+    """An estimate of the prompt tokens of ``messages``: the text (4 characters a token) and the images."""
+    from .images import image_tokens
+
+    return estimate_tokens(_message_chars(messages)) + image_tokens(messages)
 
 
 def _message_chars(messages: Iterable[Message]) -> int:
@@ -167,6 +175,8 @@ def _error_detail(exc: Any) -> str:
         detail = body.get("message") or body.get("detail") or body.get("error")
         if isinstance(detail, dict):  # {"error": {"message": ...}} arriving unwrapped
             detail = detail.get("message") or detail
+    elif isinstance(body, str) and body.strip():  # {"error": "..."} (Ollama): the client keeps only the string
+        detail = body
     if not detail:
         detail = getattr(exc, "message", None) or str(exc)
     text = " ".join(str(detail).split())
@@ -204,14 +214,39 @@ def _optional_module(name: str) -> Any:
     return sys.modules.get(name)
 
 
-def _is_context_overflow(code: str | None, detail: str) -> bool:
-    if code in ("context_length_exceeded", "string_above_max_length"):
-        return True
+#: Words of an error that says the endpoint takes no image parts (OpenAI "Invalid content type. image_url is
+#: only supported by certain models.", vLLM "... is not a multimodal model", llama.cpp "image input is not
+#: supported", LiteLLM/Ollama "... does not support vision/images", TGI "unknown variant `image_url`").
+_IMAGE_WORDS = ("image", "vision", "multimodal", "multi-modal")
+_REFUSAL_WORDS = ("not support", "only supported", "unsupported", "not a multimodal", "invalid content type",
+                  "unknown variant", "not enabled", "not allowed", "does not accept", "doesn't support",
+                  "cannot", "can't", "no vision", "not multimodal", "must be a string")
+
+
+def _rejects_images(detail: str) -> bool:
     text = detail.lower()
-    return any(
-        s in text
-        for s in ("context length", "context_length", "maximum context", "context window", "maximum input length")
-    )
+    return any(w in text for w in _IMAGE_WORDS) and any(w in text for w in _REFUSAL_WORDS)
+
+
+def _has_image_parts(body: dict[str, Any]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+               for m in body.get("messages", ()))
+
+
+def _is_context_overflow(code: str | None, detail: str, exc: Any = None) -> bool:
+    from .context_window import is_context_overflow
+
+    return is_context_overflow(code, _whole_error_text(exc, detail), getattr(exc, "type", None),
+                               getattr(exc, "body", None))
+
+
+def _whole_error_text(exc: Any, detail: str) -> str:
+    """The server's error message not cut short (:func:`_error_detail` keeps 300 characters for messages)."""
+    body = getattr(exc, "body", None)
+    message = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(message, str) or not message:
+        message = getattr(exc, "message", None)
+    return message if isinstance(message, str) and len(message) > len(detail) else detail
 
 
 _MALFORMED_HINT = "check that base_url points at an OpenAI-compatible API root (often ending in /v1)"
@@ -314,6 +349,19 @@ class OpenAIModel:
             jitter, capped at ``max_backoff``; a server's ``Retry-After`` /
             ``retry-after-ms`` wins (also capped).
         extra_body: extra JSON fields for the request body (e.g. ``{"top_k": 20}``).
+        vision: send the images of messages (plots, tool images) as image parts; default on, unless
+            ``CODEACT_IMAGES=0``. An endpoint that answers 400 "this model takes no images" gets that
+            request again text only (each image named in a line), no images for the rest of this
+            instance's life, and one warning.
+        context_window: the model's context window in tokens, when you know it (it wins over
+            anything the endpoint says). Otherwise :meth:`discover_context_window` reads it from
+            the endpoint's model list on first need, and a context-length error teaches it.
+        tokenizer: how :func:`codeact.context_window.count_tokens` counts this model's prompts:
+            ``"cl100k_base"``, ``"estimate"``, or a function that returns a text's tokens (e.g.
+            ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``); default:
+            by the model's name (``cl100k_base`` for GPT-3.5/4, the estimate otherwise).
+        prices: a :class:`codeact.budget.Prices` (dollars per million input and output
+            tokens): each response's usage carries its ``cost``, and ``RunLimits(max_cost=)`` works.
 
     Raises:
         ConfigError: no model name, a bad option, or no API key for OpenAI's own
@@ -344,6 +392,10 @@ class OpenAIModel:
         backoff: float = 1.0,
         max_backoff: float = 30,
         extra_body: dict[str, Any] | None = None,
+        vision: bool | None = None,
+        context_window: int | None = None,
+        tokenizer: str | Callable[[str], int] | None = None,
+        prices: Prices | None = None,
     ) -> None:
         name = model or os.environ.get("CODEACT_MODEL", "").strip()
         if not name:
@@ -379,6 +431,8 @@ class OpenAIModel:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.extra_body = dict(extra_body) if extra_body else None
+        #: Dollars per million tokens (codeact.budget.Prices): each response's usage then carries its cost.
+        self.prices = prices
         self._random = random.Random()  # per instance: jitter without touching global state
         self._lock = threading.Lock()
         self._client: openai.OpenAI | None = None
@@ -386,6 +440,14 @@ class OpenAIModel:
         self._aclient_loop: object | None = None
         # Some older servers reject stream_options; we drop it for this instance once they do.
         self._stream_usage = True
+        #: Send images (Message.images) as image parts. Turned off for good when the endpoint rejects them.
+        #: (``CODEACT_IMAGES=0`` is read by :mod:`codeact.config`, which the agents and the CLI consult.)
+        self.vision = True if vision is None else bool(vision)
+        self._init_window(context_window)
+        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
+            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
+                              f"{tokenizer!r}")
+        self.tokenizer = tokenizer
 
     def __repr__(self) -> str:  # never show the API key
         return f"OpenAIModel({self.name!r}, base_url={self.base_url!r})"
@@ -431,10 +493,126 @@ class OpenAIModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- the context window: given, else learned from a context-length error, else listed by the endpoint
+
+    #: The model list is read in at most this many seconds and bytes (OpenRouter's list of every model is ~1 MB).
+    _MODEL_LIST_TIMEOUT = 10.0
+    _MODEL_LIST_MAX_BYTES = 16 * 1024 * 1024
+
+    def _init_window(self, given: int | None) -> None:
+        self._set_given_window(given)
+        self._learned_window: int | None = None  # the number a context-length error named
+        self._listed_window: int | None = None  # what GET /models said
+        self._window_listed = False  # GET /models was tried (once per instance)
+        self._window_lock = threading.Lock()
+
+    @property
+    def context_window(self) -> int | None:
+        """What is known of the context window in tokens right now (no network), or None.
+
+        The window given to the constructor (or set here); else the one the endpoint named in a
+        context-length error; else the one its model list states, once :meth:`discover_context_window`
+        has read it.
+        """
+        return self._given_window or self._learned_window or self._listed_window
+
+    @context_window.setter
+    def context_window(self, tokens: int | None) -> None:
+        self._set_given_window(tokens)
+
+    def _set_given_window(self, tokens: int | None) -> None:
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0):
+            raise ConfigError(f"context_window must be a positive number of tokens, got {tokens!r}")
+        self._given_window = tokens
+
+    def discover_context_window(self) -> int | None:
+        """The context window, reading the endpoint's model list the first time nothing else says it.
+
+        ``GET /models`` is read once per instance, bounded in time and size; vLLM's
+        ``max_model_len``, and ``context_length``, ``context_window``, ``max_context_length``,
+        llama.cpp's ``meta.n_ctx_train`` and the like are understood. An endpoint that lists no
+        window, answers with something malformed or does not answer means unknown (None): this
+        never raises for the endpoint's sake.
+
+        Example::
+
+            OpenAIModel("qwen2.5-coder", base_url="http://localhost:8000/v1").discover_context_window()  # 32768
+        """
+        if self.context_window is None:
+            with self._window_lock:
+                if not self._window_listed:
+                    self._listed_window = self._read_listed_window()
+                    self._window_listed = True
+        return self.context_window
+
+    def _read_listed_window(self) -> int | None:
+        import json
+
+        from .context_window import window_from_model_list
+
+        try:
+            timeout = min(self.timeout, self._MODEL_LIST_TIMEOUT)
+            client = self._sync_client().with_options(timeout=timeout, max_retries=0)
+            with client.models.with_streaming_response.list() as response:
+                if response.status_code != 200:
+                    return None
+                data = bytearray()
+                for part in response.iter_bytes():
+                    data += part
+                    if len(data) > self._MODEL_LIST_MAX_BYTES:
+                        return None
+            return window_from_model_list(json.loads(bytes(data)), self.name)
+        except Exception:  # any failure to read means unknown; the run goes on and may learn it from an error
+            return None
+
+    def _overflow(self, where: str, detail: str, exc: BaseException) -> ContextOverflowError:
+        """The error for a context-length refusal, with the numbers it named; the window is remembered."""
+        from .context_window import overflow_numbers
+
+        limit, requested = overflow_numbers(_whole_error_text(exc, detail), getattr(exc, "body", None))
+        if limit is not None:
+            self._learned_window = limit
+        numbers = [f"{limit} tokens"] if limit else []
+        numbers += [f"the request needed {requested}"] if requested else []
+        said = f" ({'; '.join(numbers)})" if numbers else ""
+        return ContextOverflowError(
+            f"the prompt is longer than the context window of {self.name!r}{said} at {where}; "
+            "shorten the conversation or use a model with a longer context",
+            limit=limit,
+            requested=requested,
+        )
+
     # -- request / response
 
+    def _sent(self, messages: Sequence[Message]) -> Sequence[Message]:
+        """The messages as they go out: without image parts (each named in a line) when vision is off."""
+        if self.vision or not any(m.images for m in messages):
+            return messages
+        from .images import without_images
+
+        return without_images(messages)
+
+    def _images_rejected(self, exc: BaseException, body: dict[str, Any]) -> bool:
+        """True when ``exc`` is the endpoint refusing the image parts of the request ``body``: vision is then
+        off for this instance (every later request is text only) and one warning says so. A request without
+        image parts is never retried for this (no loop)."""
+        import openai
+
+        if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 415, 422, 500)
+                and _has_image_parts(body) and _rejects_images(_error_detail(exc))):
+            return False
+        with self._lock:
+            first, self.vision = self.vision, False
+        if first:
+            import warnings
+
+            warnings.warn(f"{self.base_url} (model {self.name!r}) does not take images ({_error_detail(exc)}); "
+                          "sending text only from now on (vision=False, --no-images or CODEACT_IMAGES=0 skip "
+                          "images from the start)", stacklevel=3)
+        return True
+
     def _request(self, messages: Sequence[Message], tools: Sequence[dict] | None, *, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in messages]}
+        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in self._sent(messages)]}
         if tools:
             body["tools"] = list(tools)
         if self.temperature is not None:
@@ -452,10 +630,15 @@ class OpenAIModel:
         return body
 
     def _usage(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
+        from .budget import priced
+
+        return priced(self._tokens(raw, messages, reply), self.prices)
+
+    def _tokens(self, raw: Any, messages: Sequence[Message], reply: Message) -> Usage:
         prompt = getattr(raw, "prompt_tokens", None) if raw is not None else None
         if prompt is None:
             # The server did not report usage (common for local servers): estimate quietly.
-            return Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+            return Usage(_prompt_tokens(self._sent(messages)), estimate_tokens(_reply_chars(reply)), 1)
         completion = getattr(raw, "completion_tokens", None) or 0
         return Usage(int(prompt), int(completion), 1)
 
@@ -519,11 +702,8 @@ class OpenAIModel:
                     f"(GET {self.base_url}/models lists them) and that the base URL is the API root "
                     "(often ending in /v1)"
                 ) from exc
-            if status in (400, 413, 422) and _is_context_overflow(code, detail):
-                raise ContextOverflowError(
-                    f"the prompt is longer than the context window of {self.name!r} at {where}; "
-                    "shorten the conversation or use a model with a longer context"
-                ) from exc
+            if status in (400, 413, 422, 500) and _is_context_overflow(code, detail, exc):
+                raise self._overflow(where, detail, exc) from exc
             if status == 429 and code == "insufficient_quota":
                 raise ModelError(f"{where}: the account's quota is used up; check the plan and billing",
                                  reason="rate_limit") from exc
@@ -544,11 +724,8 @@ class OpenAIModel:
         if isinstance(exc, openai.APIError):
             # E.g. an error event inside a stream: no status code, only a message.
             detail = _error_detail(exc)
-            if _is_context_overflow(exc.code, detail):
-                raise ContextOverflowError(
-                    f"the prompt is longer than the context window of {self.name!r} at {self.base_url} ({detail}); "
-                    "shorten the conversation or use a model with a longer context"
-                ) from exc
+            if _is_context_overflow(exc.code, detail, exc):
+                raise self._overflow(f"{self.base_url} ({detail})", detail, exc) from exc
             return _Failure(f"error from the server: {detail}", reason="server_error")
         for module in ("httpx2", "httpx"):  # transport errors raised while reading a stream
             httpx = _optional_module(module)
@@ -601,6 +778,9 @@ class OpenAIModel:
                 raw = client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
+                if self._images_rejected(exc, body):
+                    body = self._request(messages, tools, stream=False)  # again, text only
+                    continue
                 time.sleep(attempts.delay_after(exc))
 
     async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
@@ -621,6 +801,9 @@ class OpenAIModel:
                 raw = await client.chat.completions.create(**body)
                 return self._response(raw, messages, attempts)
             except Exception as exc:
+                if self._images_rejected(exc, body):
+                    body = self._request(messages, tools, stream=False)  # again, text only
+                    continue
                 await asyncio.sleep(attempts.delay_after(exc))
 
     def stream(
@@ -647,8 +830,9 @@ class OpenAIModel:
         attempts = _Attempts(self)
         while True:
             state = _StreamState()
+            body = self._request(messages, tools, stream=True)
             try:
-                chunks = client.chat.completions.create(**self._request(messages, tools, stream=True))
+                chunks = client.chat.completions.create(**body)
                 try:
                     for chunk in chunks:
                         delta = state.add(chunk)
@@ -671,6 +855,8 @@ class OpenAIModel:
                 if self._rejects_stream_options(exc):
                     self._stream_usage = False
                     continue  # the server's fault, not a failed attempt: ask again without it
+                if self._images_rejected(exc, body):
+                    continue  # again, text only
                 time.sleep(attempts.delay_after(exc))
         message = state.message()
         yield ModelResponse(
@@ -710,7 +896,7 @@ class ScriptedModel:
     callable ``(messages) -> str | Message`` that can react to the conversation
     so far (e.g. to the last observation). Every call's messages are recorded in
     ``.requests`` and its ``tools`` in ``.tool_schemas``. Usage is estimated as
-    characters / 4.
+    characters / 4, plus each image's tokens (:attr:`ImagePart.tokens`).
 
     Example::
 
@@ -725,8 +911,10 @@ class ScriptedModel:
         ModelOutputError: when asked for more replies than were given.
     """
 
-    def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted") -> None:
+    def __init__(self, replies: Iterable[ScriptedReply], *, name: str = "scripted", vision: bool | None = None) -> None:
         self.name = name
+        #: Whether the agents attach images to observations for this model (as OpenAIModel's ``vision``).
+        self.vision = True if vision is None else bool(vision)
         self._replies: list[ScriptedReply] = list(replies)
         self._next = 0
         self.requests: list[list[Message]] = []
@@ -780,7 +968,7 @@ class ScriptedModel:
         raise TypeError(f"scripted reply #{self._next} must be str or Message, got {type(reply).__name__}")
 
     def _response(self, messages: Sequence[Message], reply: Message) -> ModelResponse:
-        usage = Usage(estimate_tokens(_message_chars(messages)), estimate_tokens(_reply_chars(reply)), 1)
+        usage = Usage(_prompt_tokens(messages), estimate_tokens(_reply_chars(reply)), 1)
         finish = "tool_calls" if reply.tool_calls else "stop"
         return ModelResponse(message=reply, usage=usage, duration=0.0, model=self.name, finish_reason=finish)
 

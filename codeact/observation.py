@@ -28,6 +28,12 @@ class ObservationParts:
     artifacts: list[str] = field(default_factory=list)  # saved image/file names, for the summary
     changed_files: list[tuple[str, int]] = field(default_factory=list)  # files the code wrote
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (name, why) not copied to the host
+    images: list[tuple[str, bytes]] = field(default_factory=list)  # (artifact name, bytes) of the step's images
+
+    def saved_files(self) -> list[str]:
+        """The written files that were copied to the host (not the skipped ones)."""
+        left_out = {name for name, _ in self.skipped}
+        return [p for p, _ in self.changed_files if p not in left_out]
 
 
 def _size(n: int) -> str:

@@ -16,11 +16,12 @@
 
 Two parts:
 
-* :class:`OutputSpec`: what the answer must be. :meth:`OutputSpec.of` takes
+* :class:`OutputSpec`: what the answer must be. ``OutputSpec(T)`` takes
   anything pydantic validates (a ``BaseModel``, a dataclass, a ``TypedDict``,
   ``list[int]``, ``Literal[...]``, an ``Enum``...; through
   ``pydantic.TypeAdapter``), :meth:`OutputSpec.from_json_schema` a JSON Schema
-  (checked with ``jsonschema``). A spec renders the instructions the model
+  (checked with ``jsonschema``), :meth:`OutputSpec.of` either (a dict is a
+  JSON Schema). A spec renders the instructions the model
   reads with the task (the type as Python, its classes as stubs, or the
   schema), validates a value (lax: a dict becomes the model or dataclass, a
   tuple a list) and gives the JSON Schema of the ReAct agents'
@@ -52,7 +53,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .errors import OutputTypeError
+from .errors import OutputTypeError, OutputValidationError
 from .events import ErrorEvent, RunResult
 
 #: Problems listed in one message to the model.
@@ -81,15 +82,44 @@ class AnswerProblem:
 
 
 class OutputSpec:
-    """What a run's final answer must be. Make one with :meth:`of` or :meth:`from_json_schema`.
+    """What a run's final answer must be: ``OutputSpec(T)`` for a Python type, :meth:`from_json_schema` for a
+    JSON Schema, :meth:`of` for either (and for a spec, returned as it is).
+
+    ``OutputSpec(T)`` takes anything ``pydantic.TypeAdapter`` validates and can describe as JSON (a BaseModel,
+    a dataclass, a TypedDict, ``list[int]``, ``Literal[...]``, an Enum...); validation is lax (a dict becomes
+    the model or dataclass, ``"2.5"`` a float).
 
     Attributes:
         name: the type as the model reads it (``Report``, ``list[int]``, the schema's title).
-        json_schema: the answer's JSON Schema (definitions inlined where they are not recursive).
+
+    Raises:
+        OutputTypeError: (a ConfigError) pydantic cannot validate the type or describe it as a JSON Schema.
     """
 
     name: str = "value"
-    json_schema: dict[str, Any]
+
+    def __init__(self, output_type: Any) -> None:
+        import pydantic
+
+        from .tools._render import format_annotation, is_structured, strip_annotated
+        from .tools._schema import clean_schema, inline_defs
+
+        self.type = output_type
+        try:
+            self.adapter: pydantic.TypeAdapter[Any] | None = pydantic.TypeAdapter(output_type)
+            raw = self.adapter.json_schema()
+        except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError, ValueError,
+                NameError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first.split(". Set `arbitrary_types_allowed", 1)[0].rstrip(".")
+            raise OutputTypeError(
+                f"output_type={_type_text(output_type)} cannot be used as an answer type: {first}. Use a type "
+                "pydantic can validate and describe as JSON: a BaseModel, a dataclass or TypedDict with annotated "
+                "fields, list[int], Literal[...], an Enum, or combinations of them; or a JSON Schema dict") from None
+        self._schema = clean_schema(inline_defs(raw))
+        base = strip_annotated(output_type)
+        self.name = base.__name__ if is_structured(base) else format_annotation(output_type)
+        self.classes = _classes(output_type)
 
     @property
     def label(self) -> str:
@@ -98,19 +128,18 @@ class OutputSpec:
 
     @staticmethod
     def of(output_type: Any) -> OutputSpec | None:
-        """The spec for ``output_type``: None for None, a spec as it is, else a Python type.
+        """The spec for ``output_type``: None for None, a spec as it is, a dict as a JSON Schema, else a type.
 
         Raises:
-            OutputTypeError: pydantic cannot validate the type or describe it as a JSON Schema.
+            OutputTypeError: an unusable type or schema.
         """
         if output_type is None:
             return None
         if isinstance(output_type, OutputSpec):
             return output_type
         if isinstance(output_type, Mapping):
-            raise OutputTypeError("output_type takes a Python type (a BaseModel, a dataclass, list[int]...); for a "
-                                  "JSON Schema use output_type=OutputSpec.from_json_schema(schema)")
-        return TypeOutput(output_type)
+            return SchemaOutput(dict(output_type))
+        return OutputSpec(output_type)
 
     @staticmethod
     def from_json_schema(schema: Any, *, name: str | None = None) -> SchemaOutput:
@@ -121,83 +150,26 @@ class OutputSpec:
         """
         return SchemaOutput(schema, name=name)
 
-    def validate(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
+    def json_schema(self) -> dict[str, Any]:
+        """The answer's JSON Schema (definitions inlined where they are not recursive); do not mutate it."""
+        return self._schema
+
+    def validate(self, value: Any) -> Any:
+        """``value`` as the type (e.g. a BaseModel instance).
+
+        Raises:
+            OutputValidationError: it does not fit; ``.problems`` lists where and why.
+        """
+        validated, problems = self.check(value)
+        if problems:
+            raise OutputValidationError(problems)
+        return validated
+
+    def check(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
         """``(value as the type, [])`` when it fits, else ``(value, problems)``. Never raises."""
-        raise NotImplementedError
-
-    def validate_text(self, text: str) -> tuple[Any, list[AnswerProblem]]:
-        """:meth:`validate` for a reply's text (an answer given without code): the text itself, or the JSON
-        value it holds (a reply of ``[1, 2, 3]`` for ``list[int]``)."""
-        value, problems = self.validate(text)
-        if not problems:
-            return value, problems
-        data = _json_in(text)
-        if data is not _NO_JSON:
-            json_value, json_problems = self.validate(data)
-            return (json_value, json_problems) if not json_problems else (text, json_problems)
-        return text, problems
-
-    def prompt(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
-        """What the model is told with the task: the type, and that ``final`` must fit it.
-
-        ``constructors``: the kernel defines the type's classes (:meth:`kernel_source`), so the text offers them.
-        """
-        raise NotImplementedError
-
-    def kernel_source(self, reserved: Iterable[str] = ()) -> str:
-        """Python that defines a constructor for each class of the type in the kernel ("" for none).
-
-        Each is a ``dict`` subclass (the codec sends it as a plain dict): ``Report(region="EU")``, positional
-        arguments in field order, attribute access. Names in ``reserved`` (tools) are left alone.
-        """
-        return ""
-
-    def schema_prompt(self, *, final: str = "final_answer(value)") -> str:
-        """The instructions with the answer's JSON Schema (for formats whose actions are JSON)."""
-        schema = json.dumps(self.json_schema, ensure_ascii=False)  # one line: the fewest tokens
-        return (f"The answer must be JSON data (objects, arrays, strings, numbers, true/false, null) matching this "
-                f"JSON Schema: end with `{final}` where the value fits it. It is checked, and a value that does "
-                f"not fit comes back to you with the problems.\n```json\n{schema}\n```")
-
-    def react_prompt(self, *, function_calling: bool) -> str:
-        """What a ReAct agent's model is told with the task: with function calling the final_answer tool carries
-        the schema; the prompted formats get it in the text."""
-        if function_calling:
-            return (f"The answer must be of type `{self.name}`: call final_answer with it; its `answer` parameter "
-                    "has the answer's JSON Schema. It is checked, and a value that does not fit comes back to you "
-                    "with the problems.")
-        return self.schema_prompt(final="final_answer(answer=...)")
-
-
-class TypeOutput(OutputSpec):
-    """An answer of a Python type, validated with ``pydantic.TypeAdapter`` (lax mode)."""
-
-    def __init__(self, output_type: Any) -> None:
         import pydantic
 
-        from .tools._render import format_annotation, is_structured, strip_annotated
-        from .tools._schema import clean_schema, inline_defs
-
-        self.type = output_type
-        try:
-            self.adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(output_type)
-            raw = self.adapter.json_schema()
-        except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, TypeError, ValueError,
-                NameError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            first = first.split(". Set `arbitrary_types_allowed", 1)[0].rstrip(".")
-            raise OutputTypeError(
-                f"output_type={_type_text(output_type)} cannot describe an answer: {first}. Use a type pydantic "
-                "can validate and describe as JSON: a BaseModel, a dataclass or TypedDict with annotated fields, "
-                "list[int], Literal[...], an Enum, or combinations of them") from None
-        self.json_schema = clean_schema(inline_defs(raw))
-        base = strip_annotated(output_type)
-        self.name = base.__name__ if is_structured(base) else format_annotation(output_type)
-        self.classes = _classes(output_type)
-
-    def validate(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
-        import pydantic
-
+        assert self.adapter is not None
         try:
             return self.adapter.validate_python(value, strict=False), []
         except pydantic.ValidationError as exc:
@@ -205,9 +177,25 @@ class TypeOutput(OutputSpec):
         except Exception as exc:  # a validator of the user's type raised something else
             return value, [AnswerProblem("", f"{type(exc).__name__}: {exc}")]
 
-    def prompt(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
-        lines = [f"The answer must be of type `{self.name}`: end with `{final}` where the value fits this type. It is "
-                 "checked, and a value that does not fit comes back to you with the problems."]
+    def check_text(self, text: str) -> tuple[Any, list[AnswerProblem]]:
+        """:meth:`check` for a reply's text (an answer given without code): the text itself, or the JSON
+        value it holds (a reply of ``[1, 2, 3]`` for ``list[int]``)."""
+        value, problems = self.check(text)
+        if not problems:
+            return value, problems
+        data = _json_in(text)
+        if data is not _NO_JSON:
+            json_value, json_problems = self.check(data)
+            return (json_value, json_problems) if not json_problems else (text, json_problems)
+        return text, problems
+
+    def prompt_text(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
+        """What the model is told with the task: the type (its classes as stubs), and that ``final`` must fit it.
+
+        ``constructors``: the kernel defines the type's classes (:meth:`kernel_source`), so the text offers them.
+        """
+        lines = [f"The answer must be of type `{self.name}`: end with `{final}` where the value fits this type. "
+                 "It is checked, and a value that does not fit comes back to you with the problems."]
         if self.classes:
             stubs = "\n\n".join(_class_stub(tp) for tp in self.classes)
             if constructors:
@@ -219,6 +207,11 @@ class TypeOutput(OutputSpec):
         return "\n".join(lines)
 
     def kernel_source(self, reserved: Iterable[str] = ()) -> str:
+        """Python that defines a constructor for each class of the type in the kernel ("" for none).
+
+        Each is a ``dict`` subclass (the codec sends it as a plain dict): ``Report(region="EU")``, positional
+        arguments in field order, attribute access. Names in ``reserved`` (tools) are left alone.
+        """
         from .tools._render import structured_fields
 
         taken = set(reserved)
@@ -235,11 +228,27 @@ class TypeOutput(OutputSpec):
             return ""
         return _KERNEL_BASE + "\n\n" + "\n\n".join(defined) + "\ndel _CodeActAnswer\n"
 
+    def schema_prompt(self, *, final: str = "final_answer(value)") -> str:
+        """The instructions with the answer's JSON Schema (for formats whose actions are JSON)."""
+        schema = json.dumps(self.json_schema(), ensure_ascii=False)  # one line: the fewest tokens
+        return (f"The answer must be JSON data (objects, arrays, strings, numbers, true/false, null) matching this "
+                f"JSON Schema: end with `{final}` where the value fits it. It is checked, and a value that does "
+                f"not fit comes back to you with the problems.\n```json\n{schema}\n```")
+
+    def react_prompt(self, *, function_calling: bool) -> str:
+        """What a ReAct agent's model is told with the task: with function calling the final_answer tool carries
+        the schema; the prompted formats get it in the text."""
+        if function_calling:
+            return (f"The answer must be of type `{self.name}`: call final_answer with it; its `answer` parameter "
+                    "has the answer's JSON Schema. It is checked, and a value that does not fit comes back to you "
+                    "with the problems.")
+        return self.schema_prompt(final="final_answer(answer=...)")
+
 
 class SchemaOutput(OutputSpec):
     """An answer that is JSON data matching a JSON Schema, validated with ``jsonschema``."""
 
-    def __init__(self, schema: Any, *, name: str | None = None) -> None:
+    def __init__(self, schema: Any, *, name: str | None = None) -> None:  # no super().__init__: no type here
         import jsonschema
         from jsonschema.validators import validator_for
 
@@ -260,8 +269,11 @@ class SchemaOutput(OutputSpec):
         if len(text) > MAX_SCHEMA_CHARS:
             raise OutputTypeError(f"the output schema has {len(text):,} characters as JSON; at most "
                                   f"{MAX_SCHEMA_CHARS:,} fit in the prompt")
+        self.type = None
+        self.adapter = None
+        self.classes = []
         self.schema = copy.deepcopy(schema)
-        self.json_schema = copy.deepcopy(schema)
+        self._schema = copy.deepcopy(schema)
         self._validator = cls(self.schema)
         self.name = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
 
@@ -269,7 +281,7 @@ class SchemaOutput(OutputSpec):
     def label(self) -> str:
         return "the JSON Schema" if self.name == "JSON Schema" else f"the JSON Schema `{self.name}`"
 
-    def validate(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
+    def check(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
         from .errors import ToolArgumentError
         from .tools._json_schema import to_json
 
@@ -283,8 +295,11 @@ class SchemaOutput(OutputSpec):
             return data, [AnswerProblem("", f"the schema could not be applied: {type(exc).__name__}: {exc}")]
         return data, [AnswerProblem(_path(tuple(e.absolute_path)), _one_line(e.message)) for e in errors]
 
-    def prompt(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
+    def prompt_text(self, *, final: str = "final_answer(value)", constructors: bool = False) -> str:
         return self.schema_prompt(final=final)
+
+    def kernel_source(self, reserved: Iterable[str] = ()) -> str:
+        return ""
 
 
 class AnswerCheck:
@@ -313,14 +328,14 @@ class AnswerCheck:
         """An answer given through ``final_answer`` (or a tool's direct return)."""
         if self.spec is None:
             return Verdict(True, value)
-        value, problems = self.spec.validate(value)
+        value, problems = self.spec.check(value)
         return self._verdict(value, problems, text=False)
 
     def check_text(self, text: str) -> Verdict:
         """An answer given as a reply's text (no code, no action)."""
         if self.spec is None:
             return Verdict(True, text)
-        value, problems = self.spec.validate_text(text)
+        value, problems = self.spec.check_text(text)
         return self._verdict(value, problems, text=True)
 
     def _verdict(self, value: Any, problems: list[AnswerProblem], *, text: bool) -> Verdict:
@@ -521,5 +536,5 @@ class _CodeActAnswer(dict):
 '''
 
 
-__all__ = ["AnswerCheck", "AnswerProblem", "OutputSpec", "SchemaOutput", "TypeOutput", "Verdict", "DEFAULT_RETRIES",
-           "gave_up"]
+__all__ = ["AnswerCheck", "AnswerProblem", "OutputSpec", "OutputValidationError", "SchemaOutput", "Verdict",
+           "DEFAULT_RETRIES", "gave_up"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich import box
@@ -38,6 +38,7 @@ from .values import show
 from .events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -68,9 +69,10 @@ STATUS_STYLE = {
     "error": "red",
     "invalid_output": "red",
     "running": "cyan",
+    "budget_exceeded": "red",
 }
 STATUS_ICON = {"success": "✔", "max_steps": "●", "cancelled": "■", "error": "✘", "invalid_output": "✘",
-               "running": "…"}
+               "running": "…", "budget_exceeded": "$"}
 
 
 # --------------------------------------------------------------------------- small formatters
@@ -350,6 +352,12 @@ class Renderer:
         self.console.print(Text.assemble((f"⚠ step {e.step} ({e.kind}): ", "bold yellow"), (safe(e.message), "yellow")))
         self.wait(f"step {e.step + 1}: waiting for the model")
 
+    def _on_Compacted(self, e: Compacted) -> None:
+        from .compaction import compacted_text
+
+        self.pause()
+        self.compacted(compacted_text(e))
+
     def _on_FinalAnswer(self, e: FinalAnswer) -> None:
         self.pause()
         self.answer(e.answer, e.status)
@@ -399,6 +407,10 @@ class Renderer:
         for name in names:
             path = (self.output_root / run_id / name) if self.output_root else Path(name)
             kind = "image" if name.lower().endswith((".png", ".jpg", ".jpeg", ".svg", ".gif")) else "file"
+            if self.output_root and not path.is_file():  # never claim a file the host could not keep
+                self.console.print(Text.assemble((f"  ↳ {kind} not saved: ", "yellow"), (safe(path), "yellow")),
+                                   soft_wrap=True)
+                continue
             self.console.print(Text.assemble((f"  ↳ {kind} saved: ", "cyan"), (safe(path), "cyan underline")),
                                soft_wrap=True)
 
@@ -409,13 +421,15 @@ class Renderer:
                                  border_style=style, box=box.ROUNDED))
 
     def summary_text(self, status: str, steps: int, input_tokens: int, output_tokens: int,
-                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None) -> Text:
+                     seconds: float | None, run_id: str, artifacts_dir: Path | None = None,
+                     cost: float | None = None) -> Text:
         style = STATUS_STYLE.get(status, "white")
         text = Text.assemble((f"{STATUS_ICON.get(status, '?')} {status}", f"bold {style}"))
         total = input_tokens + output_tokens
         parts = [
             f"{steps} step{'s' if steps != 1 else ''}",
             f"{fmt_tokens(total)} tokens ({fmt_tokens(input_tokens)} in, {fmt_tokens(output_tokens)} out)",
+            *([f"${cost:.4f}"] if cost is not None else []),
             fmt_seconds(seconds),
             f"run {run_id}",
         ]
@@ -430,20 +444,23 @@ class Renderer:
             folder = Path(result.artifacts[0]).parent
             if self.output_root is not None:
                 folder = self.output_root / result.run_id
-        if result.status in ("error", "cancelled", "invalid_output") and result.error \
+        if result.status in ("error", "cancelled", "budget_exceeded", "invalid_output") and result.error \
                 and result.error not in self._errors_shown:
             self.console.print(Text(safe(f"{result.status}: {result.error}"), style=STATUS_STYLE[result.status]))
         self.console.print(self.summary_text(result.status, len(result.steps), result.usage.input_tokens,
-                                             result.usage.output_tokens, result.duration, result.run_id, folder),
+                                             result.usage.output_tokens, result.duration, result.run_id, folder,
+                                             cost=result.usage.cost),
                            soft_wrap=True)
 
     # -- approvals -------------------------------------------------------------------------
 
-    def approval_request(self, tool: str, arguments: dict[str, Any], step: int) -> None:
+    def approval_request(self, tool: str, arguments: dict[str, Any], step: int, agent: str = "") -> None:
+        """Ask about a tool call; ``agent``: the path of the agent asking when it is a child run."""
         self.pause()
         lines = "\n".join(f"{safe(k)} = {value_text(v, 2000)}" for k, v in arguments.items()) or "(no arguments)"
         body = Syntax(lines, "python", theme="ansi_dark", background_color="default", word_wrap=True)
-        self.err.print(Panel(body, title=f"step {step}: the code wants to call {safe(tool)}", title_align="left",
+        who = f"the agent {agent}" if agent else "the code"
+        self.err.print(Panel(body, title=safe(f"step {step}: {who} wants to call {tool}"), title_align="left",
                              border_style="yellow", box=box.ROUNDED))
 
     # -- the run log -----------------------------------------------------------------------
@@ -481,9 +498,67 @@ class Renderer:
             table.add_row(*[row[i] for i in keep], short(r.task, width))
         self.console.print(table)
 
-    def run_record(self, record: Any) -> None:
-        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live."""
+    def compacted(self, text: str) -> None:
+        """A compaction of the history (:mod:`codeact.compaction`): one dim line."""
+        self.console.print(Text(safe("⇣ " + text), style="dim italic"), soft_wrap=True)
+
+    def child_runs(self, children: list[Any], names: dict[str, str] | None = None) -> None:
+        """The runs a run's tool calls started (agents called as tools): :class:`codeact.runlog.RunSummary`;
+        ``names``: the tool each was called as, by run id."""
+        if not children:
+            return
+        self.console.print(Text("Child runs", style="bold"))
+        for c in children:
+            self.console.print(self._run_line(c, (names or {}).get(c.id), with_step=True), soft_wrap=True)
+
+    def run_tree(self, root: Any, children_of: Any) -> None:
+        """A run and the runs below it as a tree; ``children_of(summary)`` gives a run's child runs and the
+        names of the tools they were called as (``(list, {run id: name})``)."""
+        from rich.tree import Tree
+
+        tree = Tree(self._run_line(root, None, with_step=False))
+        pending = [(tree, root)]
+        seen = {root.id}
+        while pending:
+            node, run = pending.pop(0)
+            children, names = children_of(run)
+            for child in children:
+                if child.id in seen:  # a log edited by hand could loop
+                    continue
+                seen.add(child.id)
+                pending.append((node.add(self._run_line(child, names.get(child.id), with_step=True)), child))
+        self.console.print(tree)
+
+    @staticmethod
+    def _run_line(run: Any, name: str | None, *, with_step: bool) -> Text:
+        style = STATUS_STYLE.get(run.status, "")
+        text = Text()
+        if with_step:
+            text.append(f"step {run.parent_step} → ", style="dim")
+        if name:
+            text.append(safe(f"{name} "), style="bold")
+        text.append(safe(run.id), style="cyan")
+        text.append(safe(f" {run.agent or '?'} "), style="dim" if name else "bold")
+        text.append(f"{STATUS_ICON.get(run.status, '?')} {safe(run.status)}", style=style)
+        text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens · "
+                         f"{short(run.task, 60)}"), style="dim")
+        return text
+
+    def run_record(self, record: Any, events: Sequence[Any] = ()) -> None:
+        """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live.
+
+        ``events``: the run's raw events (``RunLog.get_events``); its compactions are shown at their steps.
+        """
+        from .compaction import compacted_from, compacted_text
         from .observation import NOTHING_PRINTED
+
+        compactions: dict[int, list[str]] = {}
+        for raw in events:
+            if isinstance(raw, dict) and raw.get("type") == "Compacted":
+                event = compacted_from(raw.get("payload"))
+                if event is not None:
+                    step = raw.get("step")
+                    compactions.setdefault(step if isinstance(step, int) else 0, []).append(compacted_text(event))
 
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="bold")
@@ -494,6 +569,8 @@ class Renderer:
         meta.add_row("model", safe(record.model or "-"))
         meta.add_row("backend", safe(record.backend or "-"))
         meta.add_row("started", fmt_time(record.started))
+        if getattr(record, "parent_run_id", None):
+            meta.add_row("parent", safe(f"run {record.parent_run_id}, step {record.parent_step}"))
         if record.tools:
             meta.add_row("tools", safe(", ".join(record.tools)))
         if record.files:
@@ -503,6 +580,8 @@ class Renderer:
         for err in record.errors:
             errors_by_step.setdefault(err.step, []).append(err)
         for s in record.steps:
+            for line in compactions.pop(s.step, []):
+                self.compacted(line)
             # The same measure as the live header (ModelOutput.duration): the model's time, next to its
             # tokens; the code's time is on the observation, as it is live.
             self.step_header(s.step, s.model_time, s.usage.total_tokens)

@@ -228,6 +228,8 @@ class Conversation:
     notes: list[str] = field(default_factory=list)
     #: The task of the run the snapshot was saved in.
     task: str = ""
+    #: Index in ``messages`` of each turn's user message (compaction folds whole turns).
+    turn_starts: list[int] = field(default_factory=list)
 
 
 def open_saved(log: Any, key: str) -> tuple[Any, Any]:
@@ -292,6 +294,7 @@ def conversation(log: Any, record: Any) -> Conversation:
         if notes:
             task = _notes_text(notes) + task
             notes = []
+        out.turn_starts.append(len(out.messages))
         out.messages.append(Message("user", task))
         pending: str | None = None
         code_seen = False
@@ -371,6 +374,31 @@ def resume_note(record: Any, conv: Conversation, report: Any) -> str:
         lines.append("Nothing ran after the snapshot was saved.")
     if conv.notes:
         lines.append(_notes_text(conv.notes).rstrip())
+    lines.append("[End of note.]")
+    return "\n".join(lines) + "\n\n"
+
+
+def recovery_note(snap: Any, why: str, report: Any) -> str:
+    """What the model is told when its sandbox went away between turns and came back from the session's last save.
+
+    ``snap`` is that save (a :class:`sandbox.snapshot.Snapshot`), ``why`` the
+    sandbox's own account of the loss, ``report`` the restore's
+    :class:`sandbox.snapshot.RestoreReport` (or None).
+    """
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(getattr(snap, "created", None) or time.time()))
+    lines = [f"[Note: the Python session was lost ({_cut(why, 300)}). It continues in a new sandbox restored from "
+             f"this session's last save ({when}). Anything the code did after that save is gone."]
+    if report is not None:
+        restored = list(report.restored)
+        lines.append(f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
+                     + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
+                                                       if report.packages else "") + ".")
+        lost_vars = [f"{name} ({_cut(why_, 200)})" for name, why_ in list(report.not_saved) + list(report.failed)]
+        if lost_vars:
+            lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
+                         + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "")
+                         + ".")
+        lines += [n for n in report.notices[:10]]
     lines.append("[End of note.]")
     return "\n".join(lines) + "\n\n"
 

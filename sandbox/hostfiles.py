@@ -5,8 +5,9 @@ A file name that comes from a sandbox is an attacker's input: ``../../x``,
 that is a symbolic link. :func:`check_relative_path` accepts only plain
 relative paths; :func:`write_confined` writes below a root directory the
 sandbox cannot write, creating directories and the file without following
-links, through a temporary file renamed into place (atomic, never
-truncating through a link).
+links, through a temporary file synced and renamed into place (atomic, never
+truncating through a link; a full disk leaves no partial file, and raises
+:class:`HostDiskFull`).
 
 Example::
 
@@ -18,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import stat
@@ -34,6 +36,10 @@ MAX_DEPTH = 32
 
 class UnsafePath(FileTransferError):
     """A path from the sandbox that may not be used on the host (the message says why)."""
+
+
+class HostDiskFull(FileTransferError):
+    """The host's file system had no room for a file (nothing half-written is left behind)."""
 
 
 def _bad_char(ch: str) -> bool:
@@ -112,10 +118,16 @@ def write_confined(root: str | os.PathLike[str], rel: str, data: bytes, *, mode:
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                f.flush()
+                # On disk before the rename: a full disk or a crash leaves the old file or none, never half.
+                os.fsync(f.fileno())
             os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dir_fd)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise HostDiskFull(f"the host's disk is full: {rel} ({len(data):,} bytes) was not saved in "
+                                   f"{root_path}; free some space there or choose another output directory") from None
             raise
     finally:
         os.close(dir_fd)

@@ -430,6 +430,20 @@ class KernelSandbox:
     def _environment_alive(self) -> bool:
         return self._sup is not None and not self._sup.closed
 
+    @property
+    def environment_lost(self) -> str | None:
+        """Why the session's environment (its container or process) went away since it started, else None.
+
+        Its engine died or restarted, its machine went away, or someone removed
+        it: variables and files are gone, and the next run would start a new,
+        empty environment (saying so). A kernel that only died (out of memory,
+        ``os._exit``) is not a lost environment: its files are still there.
+        """
+        if self._closed or self._sup is None or not self._sup.closed:
+            return None
+        detail = self._exit.detail if self._exit is not None and self._exit.detail else ""
+        return detail or self._violation or f"the sandbox's {self.process.where} stopped"
+
     def _wait_state(self, predicate: Callable[[], bool], deadline: float) -> bool:
         with self._state_changed:
             while not predicate():

@@ -3,16 +3,22 @@
 Starting a kernel takes most of a second; a pool keeps ``size`` sessions
 started in the background so that :meth:`SandboxPool.acquire` returns one at
 once. Sessions are never reused: the caller closes what it acquired, and the
-pool starts a replacement.
+pool starts a replacement. A ready session whose engine died or restarted is
+closed and replaced (the pool refills once the engine is back), never handed out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 from .kernel import KernelSandbox
+
+#: How often (seconds) the filler looks for ready sessions whose engine went away.
+SWEEP_INTERVAL = 2.0
 
 
 class SandboxPool:
@@ -38,8 +44,12 @@ class SandboxPool:
         self._filler.start()
 
     def _fill(self) -> None:
+        swept = time.monotonic()
         while not self._closed.is_set():
             if not self._wanted.acquire(timeout=0.2):
+                if time.monotonic() - swept > SWEEP_INTERVAL:
+                    swept = time.monotonic()
+                    self._drop_lost()
                 continue
             if self._closed.is_set():
                 break
@@ -56,6 +66,26 @@ class SandboxPool:
                 break
             self._ready.put(session)
 
+    def _drop_lost(self) -> None:
+        """Close the ready sessions whose environment went away (their engine restarted); replacements start."""
+        keep: list[KernelSandbox] = []
+        while True:
+            try:
+                session = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if session.environment_lost:
+                self._discard(session)
+            else:
+                keep.append(session)
+        for session in keep:
+            self._ready.put(session)
+
+    def _discard(self, session: KernelSandbox) -> None:
+        with contextlib.suppress(Exception):  # gone with its engine: there is nothing left to close
+            session.close()
+        self._wanted.release()
+
     def acquire(self, timeout: float | None = None) -> KernelSandbox:
         """A started session. With no ready one: wait up to ``timeout`` s if given, else start one now."""
         session, taken = self._take(timeout)
@@ -66,7 +96,11 @@ class SandboxPool:
     def _take(self, timeout: float | None) -> tuple[KernelSandbox, bool]:
         """A started session, and whether it came from the pool (then the caller lets the pool refill)."""
         try:
-            return self._ready.get_nowait(), True
+            while True:  # a session whose engine restarted while it waited is no warm session: never handed out
+                session = self._ready.get_nowait()
+                if not session.environment_lost:
+                    return session, True
+                self._discard(session)
         except queue.Empty:
             if timeout is None:
                 return self.factory().start(), False

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Set up a fresh machine and run the demo or the whole test suite.
 #
-#   scripts/dev.sh demo     # Docker engine + sandbox image + venv, then `codeact demo`
-#   scripts/dev.sh test     # the same setup, then ruff, mypy and the whole pytest suite
-#   scripts/dev.sh setup    # only the setup
+#   scripts/dev.sh demo         # venv (the package only) + Docker engine + sandbox image, then `codeact demo`
+#   scripts/dev.sh test         # that, plus the test tooling (test extras, Phoenix, Ray, Chromium, sshd,
+#                               # MCP test servers, bfcl-eval), then ruff, mypy and the whole pytest suite
+#   scripts/dev.sh setup        # only the demo's setup
+#   scripts/dev.sh setup-test   # only the test suite's setup
 #
 # Idempotent: every step checks first and skips what is already there.
 # As root it installs and starts a Docker engine (Debian's docker.io) when none
@@ -41,17 +43,30 @@ ensure_docker() {
 }
 
 ensure_venv() {
+  # $1: "demo" (the package and what it needs at run time) or "test" (plus the test extras).
+  local what=${1:-demo}
   if [ ! -x "$VENV/bin/python" ]; then
     log "Creating $VENV"
     "$PY" -m venv "$VENV"
   fi
-  local stamp="$VENV/.codeact-installed" want
+  local want test_stamp="$VENV/.codeact-installed-test" demo_stamp="$VENV/.codeact-installed-demo"
   want=$(sha256sum pyproject.toml | cut -c1-16)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "Installing codeact and its test dependencies into $VENV"
+  # The test install is a superset of the demo's: either stamp serves the demo.
+  if [ "$(cat "$test_stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
+  if [ "$what" = demo ] && [ "$(cat "$demo_stamp" 2>/dev/null)" = "$want" ]; then return 0; fi
+  # pip 22.2 or newer is needed (sandbox.packages); a new venv's pip is upgraded only when older.
+  if ! "$VENV/bin/python" -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 2))' \
+      2>/dev/null; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
+  fi
+  if [ "$what" = test ]; then
+    log "Installing codeact and its test dependencies into $VENV"
     "$VENV/bin/python" -m pip install -q -e ".[test]"
-    echo "$want" > "$stamp"
+    echo "$want" > "$test_stamp"
+  else
+    log "Installing codeact into $VENV"
+    "$VENV/bin/python" -m pip install -q -e .
+    echo "$want" > "$demo_stamp"
   fi
 }
 
@@ -147,15 +162,21 @@ if not is_prepared():
 PY
 }
 
-setup() {
-  local docker_ok=1
-  ensure_venv
+setup_test_tools() {
+  # What only the test suite uses; the demo never installs it.
+  ensure_venv test
   ensure_phoenix
   ensure_ray
   ensure_browser
   ensure_engine_test_tools
   ensure_mcp_test_servers
   ensure_bfcl
+}
+
+setup() {
+  # $1: "demo" or "test".
+  local docker_ok=1
+  if [ "${1:-demo}" = test ]; then setup_test_tools; else ensure_venv demo; fi
   if ensure_docker; then
     ensure_image || docker_ok=0
   else
@@ -170,13 +191,14 @@ setup() {
 cmd=${1:-demo}
 shift || true
 case "$cmd" in
-  setup) setup ;;
+  setup) setup demo ;;
+  setup-test) setup test ;;
   demo)
-    setup
+    setup demo
     exec "$VENV/bin/codeact" demo "$@"
     ;;
   test)
-    setup
+    setup test
     # Lint and types first (seconds), then the suite; every part runs, and any failure fails the command.
     set +e
     log "ruff check (pyproject.toml [tool.ruff])"
@@ -196,5 +218,5 @@ case "$cmd" in
     [ "$types" = 0 ] || { echo "mypy found problems (above): fix them" >&2; rc=1; }
     exit "$rc"
     ;;
-  *) echo "usage: scripts/dev.sh demo|test|setup [args]" >&2; exit 2 ;;
+  *) echo "usage: scripts/dev.sh demo|test|setup|setup-test [args]" >&2; exit 2 ;;
 esac

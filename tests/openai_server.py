@@ -29,6 +29,13 @@ In pytest, ask for the ``openai_server`` fixture (defined in ``tests/conftest.py
 
 Faults apply to streaming and non-streaming requests alike (status errors are
 sent before any SSE data).
+
+An enforced context window (``OpenAITestServer(context_window=N)``) refuses every chat
+request whose prompt (+ ``max_tokens`` where the style counts it) exceeds N tokens with
+HTTP 400 and the error body a real server sends (``window_error_style``: ``"openai"``,
+``"vllm"``, ``"vllm-legacy"`` or ``"llamacpp"``), before any planned reply is consumed.
+The prompt is counted by :func:`prompt_tokens` (``cl100k_base``, documented there). The
+window is announced in the model list only with ``announce_window``.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ __all__ = [
     "Reply",
     "ToolCall",
     "free_port",
+    "prompt_tokens",
 ]
 
 
@@ -131,6 +139,7 @@ class Fault:
 
 
 PlanItem = Union[str, Reply, Fault]
+WindowErrorStyle = Literal["openai", "vllm", "vllm-legacy", "llamacpp"]
 DefaultReply = Union[str, Callable[["RecordedRequest"], PlanItem]]
 
 
@@ -166,6 +175,19 @@ class RecordedRequest:
         return isinstance(self.body, dict) and bool(self.body.get("stream"))
 
     @property
+    def image_urls(self) -> list[str]:
+        """The ``image_url`` URLs of every message's content parts, in order."""
+        return [url for m in self.messages for url in _image_urls(m)]
+
+    @property
+    def last_user_images(self) -> list[str]:
+        """The ``image_url`` URLs of the last user message ([] when it has none)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                return _image_urls(m)
+        return []
+
+    @property
     def last_user_text(self) -> str:
         """Content of the last user message (handy in ``default_reply`` callables)."""
         for m in reversed(self.messages):
@@ -173,6 +195,18 @@ class RecordedRequest:
                 c = m.get("content")
                 return c if isinstance(c, str) else json.dumps(c)
         return ""
+
+
+def _image_urls(message: Any) -> list[str]:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    return [str((part.get("image_url") or {}).get("url", "")) for part in content
+            if isinstance(part, dict) and part.get("type") == "image_url"]
+
+
+#: What OpenAI answers (HTTP 400) when a model without vision gets an image part.
+OPENAI_NO_IMAGES = "Invalid content type. image_url is only supported by certain models."
 
 
 # --------------------------------------------------------------------------- the server
@@ -209,7 +243,22 @@ class OpenAITestServer:
     Args:
         default_reply: answer when the plan queue is empty: a string, or a
             callable ``(RecordedRequest) -> str | Reply | Fault``.
-        models: ids listed by ``GET /v1/models``.
+        models: ids listed by ``GET /v1/models``; a dict is listed as it is
+            (merged over ``{"id": ..., "object": "model", ...}``), for lists with extra fields.
+        context_window: enforce a window of this many tokens (None: no limit):
+            a larger request gets HTTP 400 in ``window_error_style``.
+        announce_window: list the window in ``GET /v1/models``: True as vLLM's
+            ``max_model_len``, or the field name to use (``"context_length"``,
+            ``"context_window"``, ``"max_context_length"``, ``"meta.n_ctx_train"``, ...).
+        window_error_style: the refusal's body: ``"openai"`` (``context_length_exceeded``),
+            ``"vllm"`` (current vLLM), ``"vllm-legacy"`` (vLLM's older top-level error object),
+            ``"llamacpp"`` (``exceed_context_size_error`` with ``n_ctx``/``n_prompt_tokens``,
+            a message without numbers; the prompt alone is counted, as llama.cpp does).
+        models_response: answer ``GET /v1/models`` with this instead (bytes are sent raw,
+            anything else as JSON), for malformed lists.
+        reject_images: an error message: every chat request with an image part
+            is answered HTTP 400 with it (a model without vision), whatever is
+            planned; the plan is not consumed. E.g. :data:`OPENAI_NO_IMAGES`.
 
     Attributes:
         base_url: ``http://127.0.0.1:PORT/v1`` (pass it as ``base_url=``).
@@ -217,9 +266,24 @@ class OpenAITestServer:
         chat_requests: the ``/chat/completions`` requests only.
     """
 
-    def __init__(self, *, default_reply: DefaultReply = "OK", models: Sequence[str] = ("test-model",)) -> None:
+    def __init__(
+        self,
+        *,
+        default_reply: DefaultReply = "OK",
+        models: Sequence[str | dict[str, Any]] = ("test-model",),
+        context_window: int | None = None,
+        announce_window: bool | str = False,
+        window_error_style: WindowErrorStyle = "openai",
+        models_response: Any = None,
+        reject_images: str | None = None,
+    ) -> None:
         self.default_reply: DefaultReply = default_reply
+        self.reject_images = reject_images
         self.models = list(models)
+        self.context_window = context_window
+        self.announce_window = announce_window
+        self.window_error_style: WindowErrorStyle = window_error_style
+        self.models_response = models_response
         self._plan: deque[PlanItem] = deque()
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -344,12 +408,12 @@ class OpenAITestServer:
             )
         )
 
-    def plan_context_overflow(self) -> None:
+    def plan_context_overflow(self, limit: int = 8192, requested: int = 9001) -> None:
         """Queue a 400 ``context_length_exceeded`` like OpenAI's."""
         self.plan_error(
             400,
-            "This model's maximum context length is 8192 tokens. However, your messages resulted in 9001 tokens. "
-            "Please reduce the length of the messages.",
+            f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
+            f"{requested} tokens. Please reduce the length of the messages.",
             code="context_length_exceeded",
             param="messages",
         )
@@ -405,6 +469,126 @@ class OpenAITestServer:
     def _next_id(self) -> str:
         return f"chatcmpl-test{next(self._ids)}"
 
+    def _model_entries(self) -> list[dict[str, Any]]:
+        entries = []
+        for m in self.models:
+            entry: dict[str, Any] = {"id": m if isinstance(m, str) else m.get("id"), "object": "model",
+                                     "created": 0, "owned_by": "test"}
+            if isinstance(m, dict):
+                entry.update(m)
+            elif self.context_window is not None and self.announce_window:
+                field_name = "max_model_len" if self.announce_window is True else str(self.announce_window)
+                node = entry
+                *parents, leaf = field_name.split(".")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[leaf] = self.context_window
+            entries.append(entry)
+        return entries
+
+    def _window_refusal(self, req: RecordedRequest) -> dict[str, Any] | None:
+        """The error body when the request does not fit the window (None when it fits)."""
+        window = self.context_window
+        if window is None:
+            return None
+        prompt = prompt_tokens(req.body)
+        completion = 0
+        if self.window_error_style != "llamacpp":
+            asked = req.body.get("max_completion_tokens", req.body.get("max_tokens"))
+            completion = asked if isinstance(asked, int) and asked > 0 else 0
+        total = prompt + completion
+        if total <= window:
+            return None
+        style = self.window_error_style
+        if style == "llamacpp":
+            message = "the request exceeds the available context size, try increasing it"
+            return {"error": {"code": 400, "message": message, "type": "exceed_context_size_error",
+                              "n_prompt_tokens": prompt, "n_ctx": window}}
+        if style == "vllm":
+            message = (f"This model's maximum context length is {window} tokens. However, you requested {completion} "
+                       f"output tokens and your prompt contains {prompt} input tokens, for a total of {total} tokens. "
+                       "Please reduce the length of the input prompt or the number of requested output tokens.")
+            return {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}}
+        if style == "vllm-legacy":
+            message = (f"This model's maximum context length is {window} tokens. However, you requested {total} tokens "
+                       f"({prompt} in the messages, {completion} in the completion). "
+                       "Please reduce the length of the messages or completion.")
+            return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+        if completion:
+            message = (f"This model's maximum context length is {window} tokens. However, you requested {total} tokens "
+                       f"({prompt} in the messages, {completion} in the completion). "
+                       "Please reduce the length of the messages or completion.")
+        else:
+            message = (f"This model's maximum context length is {window} tokens. However, your messages resulted in "
+                       f"{prompt} tokens. Please reduce the length of the messages.")
+        return _error_body(message, type="invalid_request_error", code="context_length_exceeded",
+                           param="messages")
+
+
+#: Tokens the server adds per message and per tool call (the same as :mod:`codeact.context_window`).
+_MESSAGE_OVERHEAD, _TOOL_CALL_OVERHEAD = 4, 8
+
+
+def _cl100k(text: str) -> int:
+    from codeact.catalog._tokens import count_tokens
+
+    return count_tokens(text)
+
+
+def _image_tokens(url: str) -> int:
+    """OpenAI's tile rule for a PNG data URL (its size read from the IHDR chunk); 765 for anything else."""
+    import base64
+    import binascii
+
+    from codeact.messages import ImagePart
+
+    if url.startswith("data:image/png;base64,"):
+        try:
+            head = base64.b64decode(url.split(",", 1)[1][:64] + "==")
+        except (binascii.Error, ValueError):
+            head = b""
+        if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+            width, height = struct.unpack(">II", head[16:24])
+            return ImagePart(b"", width=width, height=height).tokens
+    return 765
+
+
+def prompt_tokens(body: Any) -> int:
+    """The prompt tokens of a chat request, by the test server's rule.
+
+    Each message costs 4 plus the ``cl100k_base`` tokens of its text (a string, or the text
+    parts of a list); each tool call 8 plus the tokens of its name and arguments; each
+    ``image_url`` part by OpenAI's tile rule (PNG data URLs; 765 otherwise); the request's
+    ``tools`` the tokens of their JSON. This is :func:`codeact.context_window.count_tokens`
+    for an OpenAI GPT-4 name (plus the tools), so for any other name that estimate is never
+    below this count.
+    """
+    if not isinstance(body, dict):
+        return 0
+    total = 0
+    for m in body.get("messages") or ():
+        if not isinstance(m, dict):
+            continue
+        total += _MESSAGE_OVERHEAD
+        content = m.get("content")
+        if isinstance(content, str):
+            total += _cl100k(content) if content else 0
+        elif isinstance(content, list):
+            for part in content:
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") == "text":
+                    total += _cl100k(str(part.get("text") or ""))
+                elif part.get("type") == "image_url":
+                    url = part.get("image_url", {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+                    total += _image_tokens(str(url))
+        for call in m.get("tool_calls") or ():
+            fn = call.get("function", {}) if isinstance(call, dict) else {}
+            total += _TOOL_CALL_OVERHEAD + _cl100k(str(fn.get("name") or "")) + _cl100k(str(fn.get("arguments") or ""))
+    if body.get("tools"):
+        total += _cl100k(json.dumps(body["tools"]))
+    return total
+
 
 def _estimate(chars: int) -> int:
     return max(1, (chars + 3) // 4)
@@ -430,8 +614,13 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         req = self._read_request()
         if req.path.rstrip("/").endswith("/models"):
-            data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in self.owner.models]
-            self._send_json(200, {"object": "list", "data": data})
+            raw = self.owner.models_response
+            if isinstance(raw, bytes):
+                self._send_bytes(200, raw, "application/json")
+            elif raw is not None:
+                self._send_json(200, raw)
+            else:
+                self._send_json(200, {"object": "list", "data": self.owner._model_entries()})
         else:
             self._send_json(404, _error_body(f"Unknown path {req.path}", type="invalid_request_error", code=None))
 
@@ -443,6 +632,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(req.body, dict):
             error = _error_body("Request body is not a JSON object", type="invalid_request_error", code=None)
             self._send_json(400, error)
+            return
+        if self.owner.reject_images and req.image_urls:
+            error = _error_body(self.owner.reject_images, type="invalid_request_error", code=None, param="messages")
+            self._send_json(400, error)
+            return
+        refusal = self.owner._window_refusal(req)
+        if refusal is not None:
+            self._send_json(400, refusal)
             return
         item = self.owner._next_item(req)
         if isinstance(item, str):
@@ -555,6 +752,8 @@ class _Handler(BaseHTTPRequestHandler):
             prompt_chars = sum(len(str(m.get("content") or "")) for m in req.messages)
             out_chars = len(reply.text) + sum(len(t.name) + len(t.arguments_json()) for t in reply.tool_calls)
             p, c = _estimate(prompt_chars), _estimate(out_chars)
+            if self.owner.context_window is not None:  # a server that enforces a window counts what it enforces
+                p = prompt_tokens(req.body)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
     @staticmethod

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 
 from codeact import CodeActAgent, OpenAIModel, ReActAgent, ScriptedModel
 from codeact.cli import cli
-from codeact.errors import ConfigError, OutputTypeError
+from codeact.errors import ConfigError, OutputTypeError, OutputValidationError
 from codeact.events import ErrorEvent, FinalAnswer, Observation
 from codeact.output import AnswerCheck, OutputSpec
 from tests.openai_server import OpenAITestServer
@@ -96,26 +96,80 @@ class Tripwire:
 def test_the_prompt_shows_the_classes_as_stubs_and_problems_name_field_paths() -> None:
     spec = OutputSpec.of(Report)
     assert spec is not None and spec.name == "Report"
-    text = spec.prompt(constructors=True)
+    text = spec.prompt_text(constructors=True)
     assert "class Report:\n    \"\"\"Sales by item.\"\"\"\n    items: list[Item]\n    total: float" in text
     assert "class Item:\n    name: str\n    price: float  # in euros" in text
     assert "final_answer(value)" in text and "defined in your session" in text
-    assert "defined in your session" not in spec.prompt(constructors=False)
+    assert "defined in your session" not in spec.prompt_text(constructors=False)
 
-    value, problems = spec.validate({"items": [{"name": "tea", "price": "cheap"}]})
+    value, problems = spec.check({"items": [{"name": "tea", "price": "cheap"}]})
     assert [str(p) for p in problems] == [
         "items[0].price: Input should be a valid number, unable to parse string as a number (got 'cheap')",
         "total: Field required"]
-    value, problems = spec.validate({"items": [{"name": "tea", "price": "2.5"}], "total": 2})  # lax mode
+    value, problems = spec.check({"items": [{"name": "tea", "price": "2.5"}], "total": 2})  # lax mode
     assert problems == [] and value == Report(items=[Item(name="tea", price=2.5)], total=2.0)
 
     # an Enum inside a TypedDict: the model passes the value, the host builds the member
     forecast = OutputSpec.of(list[Forecast])
     assert forecast is not None
-    assert "sky: Literal['sunny', 'rain']" in forecast.prompt()
-    assert forecast.validate([{"day": "mon", "sky": "rain"}]) == ([{"day": "mon", "sky": Sky.RAIN}], [])
+    assert "sky: Literal['sunny', 'rain']" in forecast.prompt_text()
+    assert forecast.check([{"day": "mon", "sky": "rain"}]) == ([{"day": "mon", "sky": Sky.RAIN}], [])
     literal = OutputSpec.of(Literal["yes", "no"])
-    assert literal is not None and literal.validate("maybe")[1][0].path == ""
+    assert literal is not None and literal.check("maybe")[1][0].path == ""
+
+
+class Person(BaseModel):
+    name: str = Field(description="full name")
+    age: int
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Movie(TypedDict):
+    title: str
+    year: int
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+def test_validate_returns_the_type_or_raises_with_the_problems() -> None:
+    spec = OutputSpec(Person)
+    value = spec.validate({"name": "Ada", "age": "36"})
+    assert isinstance(value, Person) and value.age == 36
+    with pytest.raises(OutputValidationError) as info:
+        spec.validate({"name": "Ada", "age": "old"})
+    assert info.value.errors == ["age: Input should be a valid integer, unable to parse string as an integer "
+                                 "(got 'old')"]
+    assert [p.path for p in info.value.problems] == ["age"]
+    assert spec.json_schema()["properties"]["age"]["type"] == "integer"
+    with pytest.raises(OutputValidationError, match=r"\[1\]\.age: Field required"):
+        OutputSpec(list[Person]).validate([{"name": "a", "age": 1}, {"name": "b"}])
+    assert OutputSpec(Point).validate({"x": 1, "y": 2}) == Point(1, 2)
+    assert "class Point:\n    x: int\n    y: int" in OutputSpec(Point).prompt_text()
+    assert "class Movie:\n    title: str\n    year: int" in OutputSpec(Movie).prompt_text()
+    assert "`list[int]`" in OutputSpec(list[int]).prompt_text()
+    assert OutputSpec(Literal["a", "b"]).validate("a") == "a"
+    assert OutputSpec(Color).validate("red") is Color.RED
+    with pytest.raises(OutputValidationError):
+        OutputSpec(Color).validate("green")
+
+
+def test_a_json_schema_dict_is_an_output_type() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    spec = OutputSpec.of(schema)
+    assert spec is not None and spec.validate({"n": 3}) == {"n": 3}
+    assert spec.json_schema() == schema and spec.kernel_source() == ""
+    assert '"required": ["n"]' in spec.prompt_text()
+    with pytest.raises(OutputValidationError, match="^n: 'x' is not of type 'integer'$"):
+        spec.validate({"n": "x"})
+    assert OutputSpec.of(spec) is spec and OutputSpec.of(None) is None
 
 
 def test_answer_check_counts_retries_and_keeps_the_last_value() -> None:
@@ -138,14 +192,14 @@ class Opaque:
         self.secret = secret
 
 
-@pytest.mark.parametrize("bad", [Opaque, Callable[[int], int], {"type": "object"}])
+@pytest.mark.parametrize("bad", [Opaque, Callable[[int], int], {"type": "nope"}])
 def test_a_type_that_cannot_describe_an_answer_fails_before_the_sandbox(tmp_path: Path, bad: Any) -> None:
     model = ScriptedModel([])
     agent = CodeActAgent(model, sandbox=Tripwire(), log=False)  # type: ignore[arg-type]
     with pytest.raises(OutputTypeError) as info:
         agent.run("anything", output_type=bad)
     assert isinstance(info.value, ConfigError)
-    assert "output_type" in str(info.value) or "OutputSpec.from_json_schema" in str(info.value)
+    assert "cannot be used as an answer type" in str(info.value) or "not a valid JSON Schema" in str(info.value)
     with pytest.raises(OutputTypeError):
         agent.stream("anything", output_type=bad)  # at the call, not at the first event
     react = ReActAgent(model, log=False)
@@ -162,8 +216,8 @@ def test_a_schema_that_is_not_a_json_schema_is_an_error() -> None:
     spec = OutputSpec.from_json_schema({"title": "Pair", "type": "array", "items": {"type": "integer"},
                                         "minItems": 2})
     assert spec.name == "Pair"
-    assert spec.validate((1, 2)) == ([1, 2], [])  # a tuple is JSON's array
-    _, problems = spec.validate([1, "b"])
+    assert spec.check((1, 2)) == ([1, 2], [])  # a tuple is JSON's array
+    _, problems = spec.check([1, "b"])
     assert [str(p) for p in problems] == ["[1]: 'b' is not of type 'integer'"]
 
 
@@ -294,7 +348,7 @@ def test_react_function_calling_final_answer_takes_the_types_schema(tmp_path: Pa
     first, second = openai_server.chat_requests
     (final,) = [t for t in first.body["tools"] if t["function"]["name"] == "final_answer"]
     answer_schema = final["function"]["parameters"]["properties"]["answer"]
-    assert answer_schema == OutputSpec.of(Report).json_schema  # type: ignore[union-attr]
+    assert answer_schema == OutputSpec(Report).json_schema()
     assert answer_schema["properties"]["items"]["items"]["properties"]["price"] == {"description": "in euros",
                                                                                      "type": "number"}
     tool_reply = [m for m in second.messages if m["role"] == "tool"][-1]

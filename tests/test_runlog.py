@@ -478,7 +478,7 @@ def test_jsonable_serialises_records_field_by_field() -> None:
     data = jsonable(result)
     assert data["run_id"] == "r" and data["status"] == "success"
     assert data["answer"] == {"$": "tuple", "v": [1, 2]}
-    assert data["steps"][0]["usage"] == {"input_tokens": 3, "output_tokens": 4, "requests": 1}
+    assert data["steps"][0]["usage"] == {"input_tokens": 3, "output_tokens": 4, "requests": 1, "cost": None}
     assert data["artifacts"] == ["/tmp/a.png"]
     json.dumps(data)  # all of it is JSON
 
@@ -538,7 +538,7 @@ def test_migration_from_version_2_keeps_runs(db: Path) -> None:
                               prompt="codeact", prompt_version="1"))
         assert log.get_run("new-1").agent == "codeact"
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     assert {"agent", "prompt", "prompt_version", "bench_episode", "owner_pid"} <= columns
 

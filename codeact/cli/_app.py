@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..runlog import RunLog
 
 BACKENDS = ("docker", "local", "restricted", "auto")
-STATUSES = ("running", "success", "max_steps", "error", "cancelled", "invalid_output")
+STATUSES = ("running", "success", "max_steps", "error", "cancelled", "budget_exceeded", "invalid_output")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -285,6 +285,27 @@ def package_settings(ctx: click.Context | None = None) -> dict[str, Any]:
     return {"packages": list(meta.get("packages") or ()), "package_policy": policy, "approve_installs": True}
 
 
+#: Where ``--no-images`` leaves its value for :func:`images_setting`.
+IMAGES_META = "codeact.no_images"
+
+
+def images_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--no-images``: the model gets no images; :func:`images_setting` reads it (it is not an argument)."""
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:
+            ctx.meta[IMAGES_META] = True
+
+    return click.option("--no-images", is_flag=True, expose_value=False, callback=store,
+                        help="Send the model no images (plots the code shows, image files, tool images); "
+                             "by default they go with the next observation [env: CODEACT_IMAGES=0].")(f)
+
+
+def images_setting(ctx: click.Context | None = None) -> bool | None:
+    """False after ``--no-images``; None otherwise (``$CODEACT_IMAGES`` decides, see :func:`config.images_enabled`)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    return False if ctx is not None and ctx.meta.get(IMAGES_META) else None
+
+
 #: Where the tool options (disclosure, skills, privacy) leave their values for :func:`make_agent`.
 TOOLS_META = "codeact.tool_settings"
 
@@ -395,6 +416,7 @@ def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = package_options(f)
     f = mcp_options(f)
     f = click.option("--no-log", is_flag=True, help="Do not record the run in the run log.")(f)
+    f = images_option(f)
     f = db_option(f)
     f = click.option("-o", "--output-dir", metavar="DIR", type=click.Path(file_okay=False),
                      help="Artifacts go to DIR/<run id>/ [env: CODEACT_OUTPUT_DIR].")(f)
@@ -497,7 +519,7 @@ def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
                              "to ask (pass --yes to approve such calls; for an MCP tool, list it in its "
                              "server's \"alwaysAllow\" or pass --allow-mcp-tools)")
             return False
-        renderer.approval_request(request.tool, request.arguments, request.step)
+        renderer.approval_request(request.tool, request.arguments, request.step, getattr(request, "agent", ""))
         try:
             allowed = click.confirm(f"Allow this call to {request.tool}?", default=False, err=True)
         except click.exceptions.Abort:

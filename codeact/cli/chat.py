@@ -28,6 +28,7 @@ from ._app import (
     RunCancelledByUser,
     UserError,
     agent_options,
+    images_setting,
     cli,
     drive,
     load_tools,
@@ -194,7 +195,7 @@ def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
     renderer, _ = renderers(output_root)
     assert renderer is not None
     tools = load_tools(tool_specs)
-    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting())
     backend = resolve_backend(backend, renderer)
     # MCP servers: connected once for the whole chat (all turns), closed when it ends.
     toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, renderer.warning)

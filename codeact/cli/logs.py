@@ -94,13 +94,17 @@ def logs_list(ctx: click.Context, db: str | None, limit: int, status: str | None
 
 @logs.command("show", context_settings=CONTEXT_SETTINGS)
 @click.argument("run_id", metavar="RUN", required=False)
+@click.option("--tree", "as_tree", is_flag=True,
+              help="Draw the run and the runs its tool calls started (agents called as tools), as a tree.")
 @db_option
 @click.pass_context
-def logs_show(ctx: click.Context, run_id: str | None, db: str | None) -> None:
-    """Show a run step by step: thoughts, code, tool calls, observations, answer.
+def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: bool) -> None:
+    """Show a run step by step: thoughts, code, tool calls, observations, answer, and its child runs.
 
     RUN is a run id or a unique prefix of one; without it, the last run.
     """
+    from ..render import Renderer
+
     log = _log_for_reading(_group_db(ctx, db))
     try:
         if run_id is None:
@@ -109,11 +113,28 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None) -> None:
                 raise UserError(f"the run log {log.path} is empty; run something first (try `codeact demo`)")
         else:
             record = log.get_run(run_id)
+        if as_tree:
+            Renderer(live=False).run_tree(log.summary(record.id),
+                                          lambda run: (log.children(run.id), _tool_names(log, run.id)))
+            return
+        children = log.children(record.id)
+        names = _tool_names(log, record.id) if children else {}
+        events = log.get_events(record.id)  # what the steps table does not hold: compactions of the history
     finally:
         log.close()
-    from ..render import Renderer
+    renderer = Renderer(live=False)
+    renderer.run_record(record, events)
+    renderer.child_runs(children, names)
 
-    Renderer(live=False).run_record(record)
+
+def _tool_names(log: RunLog, run_id: str) -> dict[str, str]:
+    """The tool each child run of ``run_id`` was called as (its ToolCall events name the child run)."""
+    names: dict[str, str] = {}
+    for event in log.get_events(run_id):
+        payload = event["payload"]
+        if event["type"] == "ToolCall" and isinstance(payload, dict) and payload.get("child_run_id"):
+            names[str(payload["child_run_id"])] = str(payload.get("name", ""))[:100]
+    return names
 
 
 @logs.command("export", context_settings=CONTEXT_SETTINGS)
@@ -133,6 +154,7 @@ def logs_export(ctx: click.Context, run_id: str, jsonl_out: str | None, ipynb_ou
     log = _log_for_reading(_group_db(ctx, db))
     try:
         record = log.get_run(run_id)
+        children = log.children(record.id)
     finally:
         log.close()
     out = jsonl_out or ipynb_out
@@ -148,9 +170,9 @@ def logs_export(ctx: click.Context, run_id: str, jsonl_out: str | None, ipynb_ou
         if out == "-":
             import nbformat
 
-            click.echo(nbformat.writes(_export.to_notebook(record)))
+            click.echo(nbformat.writes(_export.to_notebook(record, children)))
             return
-        _export.export_notebook(record, out)
+        _export.export_notebook(record, out, children)
         fmt = "a notebook"
     click.echo(f"Exported run {record.id} ({len(record.steps)} steps) as {fmt} to {out}")
 

@@ -17,6 +17,8 @@ from ._app import (
     backend_option,
     db_option,
     agent_options,
+    images_option,
+    images_setting,
     load_tools,
     resolve_backend,
     open_log,
@@ -73,7 +75,7 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     output_root = cfg.output_root(output_dir)
     renderer, notes = renderers(output_root, as_json)
     tools = load_tools(tool_specs)
-    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting())
     backend = resolve_backend(backend, notes)
     # MCP servers: connected once for the whole run, closed (their processes stopped) however it ends.
     toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, notes.warning)
@@ -137,6 +139,7 @@ def load_output_schema(path: str) -> Any:
               help="Artifacts go to DIR/<run id>/ [env: CODEACT_OUTPUT_DIR].")
 @db_option
 @click.option("--no-log", is_flag=True, help="Do not record the run in the run log.")
+@images_option
 def demo(backend: str, model: str | None, base_url: str | None, api_key: str | None, max_steps: int,
          timeout: float, output_dir: str | None, db: str | None, no_log: bool) -> None:
     """Analyse a bundled sales data set end to end: growth by region and a chart.
@@ -150,11 +153,13 @@ def demo(backend: str, model: str | None, base_url: str | None, api_key: str | N
     from ..demo import DEMO_TASK, demo_csv, scripted_demo_model
 
     if cfg.model_configured(model):
-        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, scripted=False)
+        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, scripted=False,
+                                    images=images_setting())
         click.echo(f"Running the demo with model {model_obj.name} at {model_obj.base_url}.")
     else:
         click.echo("No model configured (set CODEACT_MODEL or pass --model): replaying a scripted demo model.")
         model_obj = scripted_demo_model()
+        model_obj.vision = cfg.images_enabled(images_setting())
     output_root = cfg.output_root(output_dir)
     renderer, _ = renderers(output_root)
     assert renderer is not None

@@ -15,7 +15,9 @@
 * Otherwise the content blocks become one ``str``: text as it is, each
   image, audio clip or binary resource saved as a run artifact and shown by
   a short stand-in (``[image/png, 12,345 bytes, saved as mcp_files_1.png]``),
-  a resource link as a line that says how to read it.
+  a resource link as a line that says how to read it. An image saved through
+  the run (``RunContext.add_artifact``) also goes to the model with the step's
+  observation (:mod:`codeact.images`; the agents collect it there).
 * ``isError`` raises :class:`~codeact.errors.MCPToolError` with the server's
   message, which the code in the sandbox can catch.
 """

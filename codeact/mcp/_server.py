@@ -135,11 +135,18 @@ class SandboxSessions:
         self.options = options
         self._sessions: dict[int, _Session] = {}
         self._by_stream: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
-        self._starting = 0
+        #: Sessions whose sandbox is starting (a first start or a restore).
+        self._starting: list[_Session] = []
 
     @property
     def count(self) -> int:
         return len(self._sessions)
+
+    def _in_use(self) -> int:
+        """Sandboxes held or starting: a session counts once; a start counts on its own only for a session that
+        ended meanwhile or one that keeps its old sandbox while a restore starts the new one."""
+        extra = sum(1 for s in self._starting if s.closed or s.sandbox is not None)
+        return len(self._sessions) + extra
 
     async def for_request(self, ctx: Any) -> _Session:
         """The calling session's sandbox, started on first use.
@@ -162,7 +169,7 @@ class SandboxSessions:
         anchor = connection.outbound if modern else connection
         session = self._by_stream.get(anchor) if modern else connection.state.get("codeact_session")
         if session is None or session.closed:
-            if len(self._sessions) + self._starting >= self.options.max_sessions:
+            if self._in_use() >= self.options.max_sessions:
                 raise ToolError(f"all {self.options.max_sessions} sandboxes of this server are in use (one per client "
                                 "session); close another session, wait for idle ones to expire, or restart the server "
                                 "with a higher --max-sessions")
@@ -181,11 +188,11 @@ class SandboxSessions:
     async def sandbox(self, session: _Session) -> Any:
         """The session's sandbox (started here on first use; call with ``session.lock`` held)."""
         if session.sandbox is None:
-            self._starting += 1
+            self._starting.append(session)
             try:
                 session.sandbox = await asyncio.to_thread(self._open)
             finally:
-                self._starting -= 1
+                self._starting.remove(session)
             if session.closed:  # the client went away while its sandbox started
                 await asyncio.to_thread(session.sandbox.close)
                 session.sandbox = None
@@ -243,13 +250,13 @@ class SandboxSessions:
 
         factory = DockerSandbox if self.options.backend == "docker" else LocalSandbox
         options = {"timeout": self.options.execution_timeout, **self.options.sandbox_options}
-        self._starting += 1
+        self._starting.append(session)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the CLI warned about an unsafe backend once, at start
                 new = await asyncio.to_thread(restore, factory, snap, (), **options)
         finally:
-            self._starting -= 1
+            self._starting.remove(session)
         await self.reset(session)
         if session.closed:
             await asyncio.to_thread(new.close)

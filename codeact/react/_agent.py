@@ -16,14 +16,16 @@ from .._run import (
     AgentRuns,
     Approvals,
     Approver,
-    elide_history,
     invoke_tool,
     model_turn,
     open_log,
     recorder,
     result_of,
 )
-from ..errors import CodeActError, ConfigError, ModelError, RunCancelled, ToolArgumentError
+from ..agent_tool import begin_run
+from ..compaction import Compactor, Condenser, compacted_call, compaction_events
+from ..compaction import check_options as check_compaction
+from ..errors import BudgetExceeded, CodeActError, ConfigError, ModelError, RunCancelled, ToolArgumentError
 from ..events import (
     ErrorEvent,
     Event,
@@ -36,6 +38,8 @@ from ..events import (
     ToolCall,
     ToolProgress,
 )
+from ..config import images_enabled
+from ..images import StepImages, attach_images, is_image_mime, step_images, wants_images
 from ..messages import Message, ModelResponse
 from ..observation import truncate_middle
 from ..output import DEFAULT_RETRIES, AnswerCheck, OutputSpec, gave_up
@@ -68,7 +72,10 @@ class _TurnState:
     result: RunResult | None = None
     artifact_files: int = 0
     artifact_bytes: int = 0
+    #: (name, bytes) of the images tools saved during the current step, for the model (codeact.images).
+    images: list[tuple[str, bytes]] = field(default_factory=list)
     trace: Any = None  # the run's OpenTelemetry spans (codeact.telemetry); None when tracing is off
+    link: Any = None  # the run's place in a tree of agents (codeact.agent_tool.RunLink)
     check: AnswerCheck = field(default_factory=lambda: AnswerCheck(None))  # the answer against output_type
 
 
@@ -97,11 +104,15 @@ class ReActAgent(AgentRuns):
             default database, or ``None``/``False`` to keep no log.
         stream_model: ask the model for streamed output (``TextDelta`` events).
         observation_limit: characters of one tool result the model sees (head and tail kept).
-        history_budget: approximate tokens of history; beyond it older observations are elided.
+        history_budget: tokens the prompt may take before compaction folds old steps (None: no budget of
+            its own); with a known context window, the smaller of this and 75% of the window
+            (see :mod:`codeact.compaction`).
+        condenser: ``"fold"`` or ``"summary"`` (as for :class:`~codeact.agent.CodeActAgent`).
         system_prompt: a template overriding the format's prompt (``$tools``, ``$files``).
         output_dir: where files tools save with ``RunContext.add_artifact`` go
             (``<output_dir>/<run id>/``), within ``limits``' per-run caps.
-        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply).
+        limits: a :class:`~codeact.agent.RunLimits` (its per-run artifact caps apply, and its image
+            limits: images tools save go to the model after the step's tool results, see :mod:`codeact.images`).
         output_retries: with ``output_type=`` (:mod:`codeact.output`), how many times an
             answer that does not fit goes back to the model before the run ends with
             status ``invalid_output`` (a run's own ``output_retries=`` wins).
@@ -132,7 +143,8 @@ class ReActAgent(AgentRuns):
         log: RunLog | str | os.PathLike[str] | bool | None = True,
         stream_model: bool = False,
         observation_limit: int = 8000,
-        history_budget: int = 60_000,
+        history_budget: int | None = 60_000,
+        condenser: Condenser = "fold",
         system_prompt: str | None = None,
         output_dir: str | os.PathLike[str] | None = None,
         limits: RunLimits | None = None,
@@ -156,7 +168,9 @@ class ReActAgent(AgentRuns):
         self.deps = deps
         self.stream_model = stream_model
         self.observation_limit = observation_limit
+        check_compaction(condenser, history_budget=history_budget)
         self.history_budget = history_budget
+        self.condenser: Condenser = condenser
         self.system_prompt = system_prompt
         #: The system prompt's recorded name and version (codeact.prompts).
         self.prompt = load_prompt(self.kind) if system_prompt is None else Prompt.custom(system_prompt)
@@ -198,6 +212,10 @@ class ReActSession:
     def __init__(self, agent: ReActAgent) -> None:
         self.agent = agent
         self.messages: list[Message] = []
+        #: Index in ``messages`` of each turn's task (compaction folds whole turns); no kernel to list.
+        self._turn_starts: list[int] = []
+        self._compactor = Compactor(agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
+                                    files=lambda: self._files)
         self._files: list[FileDescription] = []
         self._approvals = Approvals(agent.approve)
         self._tools = {t.name: t for t in agent.tools}
@@ -266,6 +284,7 @@ class ReActSession:
         state = _TurnState(run_id, check=AnswerCheck(
             output, agent.output_retries if output_retries is None else output_retries,
             final="final_answer(answer=...)"))
+        state.link = begin_run(agent, run_id, agent.kind)
         result = RunResult(run_id=run_id, task=task)
         state.result = result
         started = time.perf_counter()
@@ -275,7 +294,8 @@ class ReActSession:
         state.trace = telemetry.start_run(agent=agent.kind, run_id=run_id, model=agent.model, backend=HOST, task=task)
         yield emit(RunStarted(run_id=run_id, task=task, model=getattr(agent.model, "name", "?"), backend=HOST,
                               tools=[t.name for t in self._tool_list], files=[p.name for p in file_paths],
-                              agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version))
+                              agent=agent.kind, prompt=agent.prompt.name, prompt_version=agent.prompt.version,
+                              **state.link.started_fields()))
         try:
             if missing:
                 raise CodeActError(f"file not found: {', '.join(missing)}")
@@ -310,10 +330,14 @@ class ReActSession:
             result.status = "cancelled"
             result.error = "the caller stopped the run" if isinstance(exc, GeneratorExit) else "interrupted (Ctrl-C)"
             result.duration = time.perf_counter() - started
+            state.link.finish()
             emit(RunFinished(run_id=run_id, result=result))
             if state.trace is not None:
                 state.trace.end(result)
             raise
+        except BudgetExceeded as exc:
+            result.status, result.error = "budget_exceeded", str(exc)
+            yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc), kind="budget", fatal=True))
         except (ModelError, CodeActError) as exc:
             result.status, result.error = "error", str(exc)
             yield emit(ErrorEvent(run_id=run_id, step=state.step, message=str(exc),
@@ -324,6 +348,7 @@ class ReActSession:
         result.duration = time.perf_counter() - started
         if result.status in ("success", "max_steps"):
             yield emit(FinalAnswer(run_id=run_id, step=state.step, answer=result.answer, status=result.status))
+        state.link.finish()
         if state.trace is not None:
             state.trace.end(result)
         yield emit(RunFinished(run_id=run_id, result=result))
@@ -336,11 +361,12 @@ class ReActSession:
         if not self.messages:
             self.messages.append(Message("system", self._system_prompt()))
             self.messages.append(Message("user", task))
-            return
-        extra = ""
-        if new_files:
-            extra = "\n\nNew files given with this task:\n" + "\n".join(f.render() for f in new_files)
-        self.messages.append(Message("user", task + extra))
+        else:
+            extra = ""
+            if new_files:
+                extra = "\n\nNew files given with this task:\n" + "\n".join(f.render() for f in new_files)
+            self.messages.append(Message("user", task + extra))
+        self._turn_starts.append(len(self.messages) - 1)
 
     def _system_prompt(self) -> str:
         import string
@@ -357,10 +383,16 @@ class ReActSession:
               cancel: threading.Event | None) -> Iterator[Event]:
         agent = self.agent
         fmt = agent.format
-        response: ModelResponse = yield from _relay(
-            model_turn(agent.model, self._context_messages(), step, run_id=state.run_id, stream=agent.stream_model,
-                       cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list, _schema(state))), emit)
-        result.usage = result.usage + step.usage
+        state.link.before_model_call(agent.model)  # the budget (the whole tree's) has room for it
+
+        def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
+            return model_turn(agent.model, messages, step, run_id=state.run_id, stream=agent.stream_model,
+                              cancel=cancel, trace=state.trace, tools=fmt.tools_param(self._tool_list, _schema(state)))
+
+        response: ModelResponse = yield from _relay(compaction_events(compacted_call(
+            self._compactor, self.messages, self._turn_starts, ask, run_id=state.run_id, step=step.index),
+            step, state.trace), emit)
+        state.link.spent(step, result, agent.model)  # result.usage; BudgetExceeded when spent
         decision = fmt.parse(response)
         if decision.problem is not None:
             step.error = decision.problem
@@ -391,11 +423,14 @@ class ReActSession:
         text = outcomes[0].text if len(outcomes) == 1 else "\n".join(f"[{o.call.name}] {o.text}" for o in outcomes)
         if decision.note:
             text += "\n" + decision.note
+        shown = self._step_images(state)
+        if shown.note:
+            text += "\n" + shown.note
         step.observation = text
         step.error = errors[-1] if errors else None
         yield emit(Observation(run_id=state.run_id, step=step.index, text=text, error=step.error,
                                duration=time.perf_counter() - calls_started))
-        self.messages.extend(fmt.turn_messages(response, outcomes, decision.note))
+        self.messages.extend(attach_images(fmt.turn_messages(response, outcomes, decision.note), shown))
 
     def _call(self, call: ActionCall, step: Step, state: _TurnState,
               emit: Callable[[Event], Event]) -> Generator[Event, None, CallOutcome]:
@@ -444,7 +479,7 @@ class ReActSession:
             with run_hooks(self._run_hooks(state, tool, reported)):
                 value = invoke_tool(tool, arguments, run_id=state.run_id, step=step.index, deps=agent.deps,
                                     approvals=self._approvals, report=reported.append,
-                                    trace=state.trace, call_id=call.call_id)
+                                    trace=state.trace, call_id=call.call_id, link=state.link)
         except ToolArgumentError as exc:
             yield from _flush(reported, step, emit)
             return (yield from invalid(str(exc)))
@@ -480,6 +515,8 @@ class ReActSession:
             path = write_confined(directory, name, bytes(data))
             state.artifact_files += 1
             state.artifact_bytes += len(data)
+            if is_image_mime(mime):
+                state.images.append((name, bytes(data)))
             if state.result is not None:
                 state.result.artifacts.append(path)
             return name
@@ -497,30 +534,29 @@ class ReActSession:
         hint = f" Did you mean {close[0]!r}?" if close else ""
         return f"there is no tool named {name!r}.{hint} The tools are: {', '.join(names)}."
 
+    def _step_images(self, state: _TurnState) -> StepImages:
+        """The images the step's tools saved, as the model gets them (none when the model takes none)."""
+        candidates, state.images = state.images, []
+        if not candidates or not wants_images(self.agent.model, images_enabled()):
+            return StepImages()
+        limits = self.agent.limits
+        return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
+
     def _context_messages(self) -> list[Message]:
-        """The history, with older observations elided when it outgrows the token budget."""
-        return elide_history(self.messages, self.agent.history_budget, _elide_observation)
+        """The history as the model sees it now (what compaction folded so far applied)."""
+        return self._compactor.view(self.messages, self._turn_starts)
 
 
 def _schema(state: _TurnState) -> dict[str, Any] | None:
     """The JSON Schema of the turn's answer (its ``output_type``), or None."""
     spec = state.check.spec
-    return spec.json_schema if spec is not None else None
+    return spec.json_schema() if spec is not None else None
 
 
 def observation_text(value: Any, limit: int) -> str:
     """What the model sees of a tool's result: a string as it is, anything else as its repr, capped."""
     text = value if isinstance(value, str) else show(preview(value))
     return truncate_middle(text, limit)
-
-
-def _elide_observation(message: Message) -> Message | None:
-    if message.role == "tool":
-        return Message("tool", f"[elided to fit the context: {len(message.content)} characters]",
-                       tool_call_id=message.tool_call_id)
-    if message.role == "user" and message.content.startswith("Observation:"):
-        return Message("user", f"Observation: [elided to fit the context: {len(message.content)} characters]")
-    return None
 
 
 def _best_answer(result: RunResult) -> Any:

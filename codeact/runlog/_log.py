@@ -112,6 +112,15 @@ class RunLog:
         """
         return self._db.read(lambda conn: _queries.list_runs(conn, limit, status, bench_episode))
 
+    def summary(self, run_id: str) -> RunSummary:
+        """A run without its steps, by id or unique prefix (RunNotFound when there is none)."""
+        return self._db.read(lambda conn: _queries.get_summary(conn, run_id))
+
+    def children(self, run_id: str) -> list[RunSummary]:
+        """The runs that tool calls of run ``run_id`` (id or unique prefix) started: agents called as tools
+        (``agent.as_tool``), oldest first; each names its ``parent_step``."""
+        return self._db.read(lambda conn: _queries.list_children(conn, run_id))
+
     def resolve(self, run_id_or_prefix: str) -> str:
         """The full id of the run that ``run_id_or_prefix`` names (an id or a unique prefix).
 

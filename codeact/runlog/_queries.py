@@ -12,15 +12,27 @@ from ._json import loads
 from ._records import ArtifactRecord, ErrorRecord, RunRecord, RunSummary, StepRecord, ToolCallRecord
 
 _SUMMARY_COLUMNS = """id, task, model, backend, status, started, finished, duration, steps,
-                      input_tokens, output_tokens, requests, error, agent"""
+                      input_tokens, output_tokens, requests, error, agent, parent_run_id, parent_step"""
 
 
 def _summary(r: Any) -> RunSummary:
     return RunSummary(
         id=r[0], task=r[1] or "", model=r[2], backend=r[3], status=r[4], started=r[5], finished=r[6],
         duration=r[7], step_count=r[8] or 0, usage=Usage(r[9] or 0, r[10] or 0, r[11] or 0), error=r[12],
-        agent=r[13],
+        agent=r[13], parent_run_id=r[14], parent_step=r[15],
     )
+
+
+def get_summary(conn: sqlite3.Connection, key: str) -> RunSummary:
+    rid = resolve(conn, key)
+    return _summary(conn.execute(f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE id = ?", (rid,)).fetchone())
+
+
+def list_children(conn: sqlite3.Connection, key: str) -> list[RunSummary]:
+    """The runs started by tool calls of run ``key`` (agents called as tools), in the order they started."""
+    rid = resolve(conn, key)
+    return [_summary(r) for r in conn.execute(
+        f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY started, rowid", (rid,)).fetchall()]
 
 
 def list_runs(conn: sqlite3.Connection, limit: int | None, status: str | None,
@@ -89,7 +101,7 @@ def get_run(conn: sqlite3.Connection, key: str) -> RunRecord:
     r = conn.execute(
         """SELECT id, task, model, backend, tools, files, status, answer, answer_type, error,
                   started, finished, duration, input_tokens, output_tokens, requests,
-                  agent, prompt, prompt_version, bench_episode
+                  agent, prompt, prompt_version, bench_episode, parent_run_id, parent_step
            FROM runs WHERE id = ?""",
         (run_id,),
     ).fetchone()
@@ -135,7 +147,8 @@ def get_run(conn: sqlite3.Connection, key: str) -> RunRecord:
         id=r[0], task=r[1] or "", model=r[2], backend=r[3], tools=loads(r[4], []) or [], files=loads(r[5], []) or [],
         status=r[6], answer=loads(r[7]), answer_type=r[8], error=r[9], started=r[10], finished=r[11], duration=r[12],
         usage=Usage(r[13] or 0, r[14] or 0, r[15] or 0), steps=steps, artifacts=artifacts.get(0, []), errors=errors,
-        agent=r[16], prompt=r[17], prompt_version=r[18], bench_episode=r[19],
+        agent=r[16], prompt=r[17], prompt_version=r[18], bench_episode=r[19], parent_run_id=r[20],
+        parent_step=r[21],
     )
 
 

@@ -5,7 +5,8 @@ Each handler runs inside the write transaction :meth:`RunLog.record` opens.
 and ``Observation`` fill in their step; ``FinalAnswer`` sets the answer and
 status; ``ErrorEvent`` marks its step (or the run when fatal); ``RunFinished``
 finalises the run from its :class:`RunResult`. ``CodeOutput`` keeps a step's
-live output until its observation arrives; ``TextDelta`` is not stored.
+live output until its observation arrives; ``Compacted`` adds a summary call's
+usage to the run's; ``TextDelta`` is not stored.
 Every other event (and an event type this version does not know) goes to
 the raw ``events`` table only.
 
@@ -27,6 +28,7 @@ from typing import Any
 from ..events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -86,13 +88,15 @@ def record(conn: sqlite3.Connection, event: Event) -> None:
 def _run_started(conn: sqlite3.Connection, event: RunStarted) -> None:
     conn.execute(
         """INSERT INTO runs (id, task, model, backend, tools, files, status, started,
-                             owner_host, owner_pid, owner_start, agent, prompt, prompt_version)
-           VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)
+                             owner_host, owner_pid, owner_start, agent, prompt, prompt_version,
+                             parent_run_id, parent_step)
+           VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (id) DO UPDATE SET task = excluded.task, model = excluded.model,
              backend = excluded.backend, tools = excluded.tools, files = excluded.files,
              started = COALESCE(runs.started, excluded.started), owner_host = excluded.owner_host,
              owner_pid = excluded.owner_pid, owner_start = excluded.owner_start, agent = excluded.agent,
-             prompt = excluded.prompt, prompt_version = excluded.prompt_version""",
+             prompt = excluded.prompt, prompt_version = excluded.prompt_version,
+             parent_run_id = excluded.parent_run_id, parent_step = excluded.parent_step""",
         (
             event.run_id,
             clean(event.task),
@@ -107,6 +111,8 @@ def _run_started(conn: sqlite3.Connection, event: RunStarted) -> None:
             clean(getattr(event, "agent", None)),
             clean(getattr(event, "prompt", None)) or None,
             clean(getattr(event, "prompt_version", None)) or None,
+            clean(getattr(event, "parent_run_id", None)) or None,
+            getattr(event, "parent_step", None),
         ),
     )
 
@@ -177,6 +183,17 @@ def _error_event(conn: sqlite3.Connection, event: ErrorEvent) -> None:
                      (clean(event.message), event.run_id, event.step))
     if event.fatal:
         conn.execute("UPDATE runs SET error = COALESCE(error, ?) WHERE id = ?", (clean(event.message), event.run_id))
+
+
+def _compacted(conn: sqlite3.Connection, event: Compacted) -> None:
+    # A summary's model call (condenser="summary") counts in the run's usage; the event itself is in `events`.
+    u = event.usage
+    if u.requests or u.total_tokens:
+        conn.execute(
+            """UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+                 requests = requests + ? WHERE id = ?""",
+            (u.input_tokens, u.output_tokens, u.requests, event.run_id),
+        )
 
 
 def _run_finished(conn: sqlite3.Connection, event: RunFinished) -> None:
@@ -250,6 +267,7 @@ HANDLERS: dict[str, Handler] = {
     "Observation": _observation,
     "FinalAnswer": _final_answer,
     "ErrorEvent": _error_event,
+    "Compacted": _compacted,
     "RunFinished": _run_finished,
 }
 

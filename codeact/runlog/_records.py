@@ -93,6 +93,9 @@ class RunSummary:
     usage: Usage
     error: str | None = None
     agent: str | None = None
+    #: The run whose tool call started this one (an agent called as a tool), and its step; None otherwise.
+    parent_run_id: str | None = None
+    parent_step: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +133,9 @@ class RunRecord:
     prompt: str | None = None
     prompt_version: str | None = None
     bench_episode: str | None = None
+    #: The run whose tool call started this one (an agent called as a tool), and its step; None otherwise.
+    parent_run_id: str | None = None
+    parent_step: int | None = None
 
     @property
     def ok(self) -> bool:

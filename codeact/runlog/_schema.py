@@ -41,7 +41,7 @@ from typing import Any
 
 
 #: Current schema version, stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # One entry per version: MIGRATIONS[i] upgrades a database from version i to
 # i + 1. Each is a tuple of single statements (not a script) because
@@ -169,6 +169,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX IF NOT EXISTS snapshots_session ON snapshots (session, saved)",
         "ALTER TABLE runs ADD COLUMN session TEXT",
         "CREATE INDEX IF NOT EXISTS runs_session ON runs (session)",
+    ),
+    (
+        # Version 5: agents as tools. A child run names the run (and step) whose tool call started it;
+        # no foreign key, so that a child outlives a parent deleted with `logs rm`.
+        "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
+        "ALTER TABLE runs ADD COLUMN parent_step INTEGER",
+        "CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id)",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

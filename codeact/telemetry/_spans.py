@@ -267,6 +267,28 @@ class RunTrace:
         span = self.tracer.start_span(f"chat {name}", context=self.ctx, kind=SpanKind.CLIENT, attributes=attributes)
         return ChatTrace(span, self.content)
 
+    def compacted(self, event: Any) -> None:
+        """A ``compact_history`` span for a :class:`~codeact.events.Compacted` event (its time and counts)."""
+        end = int(event.time * 1e9)
+        attributes: dict[str, Any] = {
+            "codeact.step": int(event.step),
+            "codeact.compaction.reason": str(event.reason),
+            "codeact.compaction.observations_masked": int(event.observations_masked),
+            "codeact.compaction.actions_shortened": int(event.actions_shortened),
+            "codeact.compaction.turns_folded": int(event.turns_folded),
+            "codeact.compaction.tokens_before": int(event.tokens_before),
+            "codeact.compaction.tokens_after": int(event.tokens_after),
+            "codeact.compaction.budget": int(event.budget),
+        }
+        if event.window:
+            attributes["codeact.compaction.window"] = int(event.window)
+        if event.usage.requests:
+            attributes["gen_ai.usage.input_tokens"] = int(event.usage.input_tokens)
+            attributes["gen_ai.usage.output_tokens"] = int(event.usage.output_tokens)
+        span = self.tracer.start_span("compact_history", context=self.ctx, attributes=attributes,
+                                      start_time=end - int(max(event.seconds, 0.0) * 1e9))
+        span.end(end_time=end)
+
     # --- code actions ----------------------------------------------------------------------------
 
     def action(self, step: int, code: str) -> ActionTrace:

@@ -39,7 +39,6 @@ from ..agent import (
 from ..errors import CodeActError, RunCancelled, SavedSessionError
 from ..events import CodeAction, CodeOutput, ErrorEvent, Event, Observation, RunFinished, RunResult, RunStarted, Step
 from ..events import PackageInstall, ToolCall, ToolProgress
-from ..messages import Message
 from ..observation import format_observation, truncate_middle
 from ._variables import LISTING_CODE, LISTING_TIMEOUT, VariableListing, parse_listing
 
@@ -212,7 +211,7 @@ class WorkspaceChat(ChatSession):
         finally:
             self._note_due = False
 
-    def _context_messages(self) -> list[Message]:
+    def _before_model_call(self) -> None:
         # The turn's first request: the user's message is the last one; the notes go on top of it (and
         # stay there, so later turns still see what the user did).
         if getattr(self, "_note_due", False) and self.messages and self.messages[-1].role == "user":
@@ -220,7 +219,6 @@ class WorkspaceChat(ChatSession):
             notes = self._take_notes()
             if notes and isinstance(self.messages[-1].content, str):
                 self.messages[-1] = replace(self.messages[-1], content=notes + self.messages[-1].content)
-        return super()._context_messages()
 
     # --- the variables panel --------------------------------------------------------------------
 

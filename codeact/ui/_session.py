@@ -449,7 +449,7 @@ class UISession:
         """The agent's approver: ask the page and wait for its answer (on the agent's worker thread)."""
         aid = uuid.uuid4().hex[:12]
         call = {"id": aid, "run_id": request.run_id, "step": request.step, "tool": request.tool,
-                **_approval_details(request)}
+                "agent": getattr(request, "agent", ""), **_approval_details(request)}
         if self._options.auto_approve:
             self.publish({"type": "ApprovalResolved", **call, "allowed": True,
                           "reason": "approved automatically (--yes)"})

@@ -21,6 +21,7 @@ from sandbox.result import strip_ansi
 from ..events import (
     CodeAction,
     CodeOutput,
+    Compacted,
     ErrorEvent,
     Event,
     FinalAnswer,
@@ -31,6 +32,7 @@ from ..events import (
     TextDelta,
     ToolCall,
 )
+from ..compaction import compacted_text
 from ..parsing import parse_reply
 from ..values import preview, show
 
@@ -126,7 +128,7 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
     elif isinstance(event, ToolCall):
         out.update(name=event.name, arguments={str(k): shown(v, 2000) for k, v in event.arguments.items()},
                    result=None if event.error else shown(event.result), error=event.error,
-                   duration=event.duration)
+                   duration=event.duration, child_run_id=event.child_run_id, child_status=event.child_status)
     elif isinstance(event, Observation):
         out.update(text=event.text, stdout=strip_ansi(event.stdout), stderr=strip_ansi(event.stderr),
                    error=event.error,
@@ -140,6 +142,9 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
         out.update(status=event.status, answer=answer_wire(event.answer))
     elif isinstance(event, ErrorEvent):
         out.update(message=event.message, kind=event.kind, fatal=event.fatal)
+    elif isinstance(event, Compacted):
+        out.update(text=compacted_text(event), reason=event.reason, tokens_before=event.tokens_before,
+                   tokens_after=event.tokens_after, turns_folded=event.turns_folded)
     elif isinstance(event, RunFinished):
         r = event.result
         out.update(status=r.status, error=r.error, duration=r.duration, steps=len(r.steps),

@@ -413,6 +413,14 @@
         card.appendChild(el('div', 'tool-result', `→ ${ev.result}`));
       }
       card.appendChild(el('span', 'duration', fmtSeconds(ev.duration)));
+      if (ev.child_run_id) {
+        // An agent called as a tool: its run is a block of its own, folded (`codeact logs show <id>`).
+        const child = el('details', 'child-run');
+        child.appendChild(el('summary', null, `child run ${ev.child_run_id} (${ev.name}): ${ev.child_status}`));
+        child.appendChild(card);
+        box.appendChild(child);
+        return;
+      }
       box.appendChild(card);
     }
 
@@ -422,7 +430,8 @@
       const card = this.toolCard(ev);
       card.classList.add('approval', 'pending');
       card.dataset.approval = ev.id;
-      card.insertBefore(el('div', 'approval-title', 'This tool call needs your approval'), card.firstChild);
+      const asker = ev.agent ? ` (asked by the agent ${ev.agent})` : '';
+      card.insertBefore(el('div', 'approval-title', `This tool call needs your approval${asker}`), card.firstChild);
       const buttons = el('div', 'approval-buttons');
       const yes = el('button', 'approve primary', 'Approve');
       const no = el('button', 'deny danger', 'Deny');
@@ -550,6 +559,11 @@
       const target = ev.step ? this.step(ev).el : this.turn(ev.run_id).el;
       const box = el('div', ev.fatal ? 'error-event fatal' : 'error-event', ev.message);
       target.appendChild(box);
+    }
+
+    onCompacted(ev) {
+      const target = this.turn(ev.run_id).el;
+      target.appendChild(el('div', 'compacted', ev.text || 'earlier turns condensed'));
     }
 
     onRunFinished(ev) {
