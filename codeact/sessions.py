@@ -358,15 +358,7 @@ def resume_note(record: Any, conv: Conversation, report: Any) -> str:
     where = f"after step {record.step}" + (f" of the turn {_quote(conv.task)}" if conv.task else "")
     lines = [f"[Note: this session was restored from a snapshot saved {when}, {where}. The Python session "
              "is a new sandbox holding what the snapshot saved."]
-    restored = list(report.restored)
-    lines.append(f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
-                 + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
-                                                   if report.packages else "") + ".")
-    lost_vars = [f"{name} ({_cut(why, 200)})" for name, why in list(report.not_saved) + list(report.failed)]
-    if lost_vars:
-        lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
-                     + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "") + ".")
-    lines += [n for n in report.notices[:10]]
+    lines += _restored_lines(report)
     if conv.lost:
         lines.append("Lost:")
         lines += [f"- {item}" for item in conv.lost[:10]]
@@ -389,18 +381,22 @@ def recovery_note(snap: Any, why: str, report: Any) -> str:
     lines = [f"[Note: the Python session was lost ({_cut(why, 300)}). It continues in a new sandbox restored from "
              f"this session's last save ({when}). Anything the code did after that save is gone."]
     if report is not None:
-        restored = list(report.restored)
-        lines.append(f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
-                     + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
-                                                       if report.packages else "") + ".")
-        lost_vars = [f"{name} ({_cut(why_, 200)})" for name, why_ in list(report.not_saved) + list(report.failed)]
-        if lost_vars:
-            lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
-                         + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "")
-                         + ".")
-        lines += [n for n in report.notices[:10]]
+        lines += _restored_lines(report)
     lines.append("[End of note.]")
     return "\n".join(lines) + "\n\n"
+
+
+def _restored_lines(report: Any) -> list[str]:
+    """What a restore brought back and what it could not (a :class:`sandbox.snapshot.RestoreReport`), as note lines."""
+    restored = list(report.restored)
+    lines = [f"Restored: {len(restored)} variables" + (f" ({_names(restored)})" if restored else "")
+             + f", {report.files} files" + (f", packages {', '.join(report.packages[:20])}"
+                                           if report.packages else "") + "."]
+    lost_vars = [f"{name} ({_cut(why, 200)})" for name, why in list(report.not_saved) + list(report.failed)]
+    if lost_vars:
+        lines.append("Not restored (define them again if you need them): " + "; ".join(lost_vars[:NOTE_NAMES])
+                     + (f"; and {len(lost_vars) - NOTE_NAMES} more" if len(lost_vars) > NOTE_NAMES else "") + ".")
+    return lines + list(report.notices[:10])
 
 
 def _names(names: Sequence[str]) -> str:
