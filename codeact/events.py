@@ -169,6 +169,8 @@ class Compacted(Event):
     reason: str = "budget"
     observations_masked: int = 0
     actions_shortened: int = 0
+    #: Earlier turns' user messages cut to their head and a line saying where their content went.
+    messages_shortened: int = 0
     turns_folded: int = 0
     turns_folded_total: int = 0
     tokens_before: int = 0
