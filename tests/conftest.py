@@ -5,6 +5,8 @@
   (``CI=true``): there they must run. Tests marked ``@pytest.mark.docker``
   go through it automatically.
 * ``openai_server``: a started :class:`tests.openai_server.OpenAITestServer`.
+* ``llama_server``: llama.cpp's server on a small real model, one for the session
+  (:mod:`tests.llama_server`; the real-server tier).
   Shared fixtures live here and are asked for by name, never imported into a test module.
 * Leak check: when the session ends, nothing a sandbox creates may be left —
   containers or volumes labelled ``io.codeact.sandbox`` by this process,
@@ -33,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.openai_server import OpenAITestServer
+from tests.llama_server import llama_server  # noqa: F401 - the session fixture of the real-server tier
 from tests.phoenix_server import phoenix  # noqa: F401 - the session fixture of the tracing tests
 
 # Before anything creates a temporary file: every sbx-*/sandbox-work-* directory
