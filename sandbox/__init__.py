@@ -57,6 +57,7 @@ __all__ = [
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
     "PackagePolicy", "PackageInstallError", "Snapshot", "SnapshotStore", "SnapshotError", "RestoreReport",
+    "NetworkPolicy", "NetworkPolicyError", "NetworkRecord",
 ]
 
 _LAZY = {
@@ -66,6 +67,9 @@ _LAZY = {
     "RestrictedSandbox": ".restricted",
     "SandboxPool": ".pool",
     "PackagePolicy": ".packages",
+    "NetworkPolicy": ".network",
+    "NetworkPolicyError": ".network",
+    "NetworkRecord": ".network",
     "EnginePool": ".engine_pool",
     "Engine": ".engines",
     "Snapshot": ".snapshot",

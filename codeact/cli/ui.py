@@ -31,7 +31,7 @@ DEFAULT_PORT = 8765
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@agent_options
+@agent_options(allow_flag="--sandbox-allow-host")  # --allow-host: the browser's host names (below)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback needs an explicit --token (and warns).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
