@@ -329,56 +329,76 @@ def test_secret_header_used_but_never_visible_inside(box: Any, servers: Servers)
     assert status is None and "use http://tls.test/" in text
     # Now the attacker looks for it: environment of every process it can read, every file it can read,
     # and the kernel's own memory (the proxy's answers passed through it). Searched by a prefix and the
-    # hash of the whole: the searching code never holds the secret itself.
-    prefix = SECRET[:12].encode()
-    digest = hashlib.sha256(SECRET.encode()).hexdigest()
-    r = box.run(f"""
-import hashlib, os, re, subprocess
-PREFIX, DIGEST, N = {prefix!r}, {digest!r}, {len(SECRET)}
-def hits(data):
-    found, i = 0, data.find(PREFIX)
-    while i >= 0:
-        found += hashlib.sha256(data[i:i + N]).hexdigest() == DIGEST
-        i = data.find(PREFIX, i + 1)
-    return found
-where = []
-for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
-    try:
-        with open(f'/proc/{{pid}}/environ', 'rb') as f:
-            if hits(f.read()):
-                where.append('environ of ' + pid)
-    except OSError:
-        pass
-files = subprocess.run(['grep', '-rlF', '--devices=skip', '-s', PREFIX.decode(), '/', '--exclude-dir=proc',
-                        '--exclude-dir=sys', '--exclude-dir=dev'], capture_output=True).stdout.decode().split()
-for path in files:
-    try:
-        with open(path, 'rb') as f:
-            if hits(f.read()):
-                where.append(path)
-    except OSError:
-        pass
-regions = 0
-with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
-    for line in maps:
-        m = re.match(r'([0-9a-f]+)-([0-9a-f]+) r', line)
-        if not m or '[vvar' in line or '[vsyscall' in line:
-            continue
-        start, end = int(m.group(1), 16), int(m.group(2), 16)
-        try:
-            mem.seek(start)
-            data = mem.read(end - start)
-        except (OSError, ValueError, OverflowError):
-            continue
-        regions += 1
-        if hits(data):
-            where.append('kernel memory ' + line.split()[0])
-import json
-print(json.dumps({{"where": where, "regions": regions, "files": len(files)}}))
-""")
+    # hash of the whole: the searching code never holds the secret itself. First a decoy built the same
+    # way and planted in a file, the environment of a child process and the kernel's memory: the search
+    # must find it there, or its "nothing found" below would mean nothing.
+    decoy = "Bearer sk-" + secrets_module.token_hex(16)
+    box.upload(decoy.encode(), "decoy.txt")
+    r = box.run(SEARCH + "\n"
+                "held = open('/workspace/decoy.txt').read()\n"
+                "child = subprocess.Popen(['sleep', '30'], env={'DECOY': held})\n"
+                f"try:\n    print(json.dumps(search({decoy[:12].encode()!r}, {_digest(decoy)!r}, {len(decoy)})))\n"
+                "finally:\n    child.kill(); child.wait()\n"
+                "import os; os.remove('/workspace/decoy.txt')")
+    assert r.ok, r
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "/workspace/decoy.txt" in found["where"], found
+    assert any(w.startswith("kernel memory") for w in found["where"]), found
+    assert any(w.startswith("environ of") for w in found["where"]), found
+    r = box.run(f"print(json.dumps(search({SECRET[:12].encode()!r}, {_digest(SECRET)!r}, {len(SECRET)})))")
     assert r.ok, r
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert found["where"] == [] and found["regions"] > 10, found
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: The attacker's search, defined in the kernel: ``search(prefix, sha256 hex of the whole, length)``.
+SEARCH = r"""
+import hashlib, json, os, re, subprocess
+def search(prefix, digest, n):
+    def hits(data):
+        found, i = 0, data.find(prefix)
+        while i >= 0:
+            found += hashlib.sha256(data[i:i + n]).hexdigest() == digest
+            i = data.find(prefix, i + 1)
+        return found
+    where = []
+    for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+        try:
+            with open(f'/proc/{pid}/environ', 'rb') as f:
+                if hits(f.read()):
+                    where.append('environ of ' + pid)
+        except OSError:
+            pass
+    files = subprocess.run(['grep', '-rlF', '--devices=skip', '-s', prefix.decode(), '/', '--exclude-dir=proc',
+                            '--exclude-dir=sys', '--exclude-dir=dev'], capture_output=True).stdout.decode().split()
+    for path in files:
+        try:
+            with open(path, 'rb') as f:
+                if hits(f.read()):
+                    where.append(path)
+        except OSError:
+            pass
+    regions = 0
+    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:
+        for line in maps:
+            m = re.match(r'([0-9a-f]+)-([0-9a-f]+) r', line)
+            if not m or '[vvar' in line or '[vsyscall' in line:
+                continue
+            start, end = int(m.group(1), 16), int(m.group(2), 16)
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except (OSError, ValueError, OverflowError):
+                continue
+            regions += 1
+            if hits(data):
+                where.append('kernel memory ' + line.split()[0])
+    return {"where": where, "regions": regions, "files": len(files)}
+"""
 
 
 @pytest.mark.docker
