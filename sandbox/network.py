@@ -434,8 +434,8 @@ class NetworkProxy:
         self._active = 0
         self._closed = False
         self._tls: ssl.SSLContext | None = None
+        #: Started by the first listen(): a sandbox that never starts leaves no thread.
         self._thread = threading.Thread(target=self._run, name="sandbox-network-proxy", daemon=True)
-        self._thread.start()
 
     @property
     def active(self) -> int:
@@ -462,6 +462,8 @@ class NetworkProxy:
             sock.close()
             raise SandboxError("the network proxy is closed")
         sock.setblocking(False)
+        if not self._thread.is_alive():
+            self._thread.start()
 
         async def start() -> None:
             server = await asyncio.start_server(self._client, sock=sock, limit=self.policy.max_header_bytes)
@@ -471,7 +473,7 @@ class NetworkProxy:
 
     def stop_listening(self) -> None:
         """Close the listening sockets (a container that goes away); open connections end too."""
-        if self._closed:
+        if self._closed or not self._thread.is_alive():
             return
 
         async def stop() -> None:
@@ -489,8 +491,11 @@ class NetworkProxy:
             return
         self.stop_listening()
         self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        else:
+            self._loop.close()
 
     # --- one connection ---------------------------------------------------------------------------
 

@@ -534,6 +534,9 @@ def test_nothing_left_after_close(servers: Servers, docker_ready: None) -> None:
 
     client = docker_client()
     networks = {n.id for n in client.networks.list()}
+    never = DockerSandbox(network=_policy(servers))  # made, never started: no thread, nothing to leave
+    never.close()
+    assert not _proxy(never)._thread.is_alive() and _proxy(never)._closed
     sb = DockerSandbox(network=_policy(servers))
     with sb:
         assert sb.run("import urllib.request as u; u.urlopen('http://api.test:%d/')" % servers.http_port).ok
@@ -583,3 +586,23 @@ def test_agent_logs_network_requests(servers: Servers, tmp_path: Path, docker_re
     assert hosts == {("api.test", True, 200), ("nope.test", False, 403)}
     assert all(SECRET not in json.dumps(e) for e in events)
     log.close()
+
+
+def test_request_events_reach_the_page_and_the_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from codeact.events import NetworkRequest
+    from codeact.render import Renderer
+    from codeact.ui._wire import event_wire
+
+    record = {"host": "evil.test", "port": 80, "method": "GET", "allowed": False, "status": 403,
+              "reason": "the sandbox network policy refuses evil.test", "duration": 0.002}
+    event = NetworkRequest(run_id="r", step=1, host="evil.test", method="GET", allowed=False, status=403,
+                           record=record)
+    wire = event_wire(event, lambda mime, data: "")
+    assert wire["type"] == "NetworkRequest" and wire["port"] == 80 and "refuses evil.test" in wire["reason"]
+    out = io.StringIO()
+    Renderer(console=Console(file=out, width=200), err_console=Console(file=io.StringIO()), live=False).event(event)
+    assert "evil.test:80 refused" in out.getvalue()

@@ -132,6 +132,7 @@ def _serve(host: str, port: int, token: str | None, no_browser: bool, max_sessio
         "model": getattr(model, "name", "?"),
         "base_url": getattr(model, "base_url", None),
         "backend": backend,
+        "network": list(policy.allow) if (policy := agent_opts.get("sandbox_options", {}).get("network")) else [],
         "tools": [{"name": t.name, "requires_approval": bool(t.requires_approval)} for t in tools],
         "mcp_servers": mcp_servers,
         "max_steps": options["max_steps"],
