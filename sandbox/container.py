@@ -235,6 +235,7 @@ class DockerKernel:
         """The proxy's listening socket on the container's loopback (see :mod:`sandbox.network`), made before
         any code runs there; without it the container has no network and the session does not start."""
         assert self.proxy is not None
+        self.proxy.stop_listening()  # a previous container's socket, if it was not stopped
         why = None
         if self._netns is None:
             why = ("it needs a Docker engine on this machine and a host process allowed to enter the "
@@ -520,6 +521,14 @@ class DockerSandbox(KernelSandbox):
         if network is not None and not isinstance(network, (bool, NetworkPolicy)):
             raise TypeError(f"network= takes False, True or a sandbox.NetworkPolicy, not {type(network).__name__}")
         policy = network if isinstance(network, NetworkPolicy) else None
+        if policy is not None and (runtime or "runc") != "runc":
+            raise BackendUnavailable(f"a network policy needs the runc runtime, not {runtime!r}: the proxy's "
+                                     "socket lives in the container's network namespace, which a runtime with a "
+                                     "network stack of its own (gVisor) does not use")
+        if policy is not None and not is_local(docker):
+            raise BackendUnavailable(f"a network policy needs a Docker engine on this machine, not "
+                                     f"{describe(docker)}: the proxy's socket is made in the container's network "
+                                     "namespace (see sandbox.network)")
         if network is True:
             warnings.warn(
                 "DockerSandbox(network=True): sandboxed code can reach your network and the internet",

@@ -534,14 +534,27 @@ def test_nothing_left_after_close(servers: Servers, docker_ready: None) -> None:
 
     client = docker_client()
     networks = {n.id for n in client.networks.list()}
+    from sandbox import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match="runc runtime"):
+        DockerSandbox(network=_policy(servers), runtime="runsc")
+    with pytest.raises(TypeError, match="NetworkPolicy"):
+        DockerSandbox(network=["api.test"])  # type: ignore[arg-type]
     never = DockerSandbox(network=_policy(servers))  # made, never started: no thread, nothing to leave
     never.close()
     assert not _proxy(never)._thread.is_alive() and _proxy(never)._closed
     sb = DockerSandbox(network=_policy(servers))
+    fetch = "import urllib.request as u; print(u.urlopen('http://api.test:%d/').status)" % servers.http_port
     with sb:
-        assert sb.run("import urllib.request as u; u.urlopen('http://api.test:%d/')" % servers.http_port).ok
+        assert sb.run(fetch).stdout.strip() == "200"
         name = sb.name
         proxy = _proxy(sb)
+        # The container goes away under the session: the new one gets the proxy's socket, the old one's is closed.
+        old = sb._kernel.container_id
+        client.api.remove_container(old, force=True)
+        r = sb.run(fetch)
+        assert r.stdout.strip() == "200" and sb._kernel.container_id != old, r
+        assert len(proxy._servers) == 1
         listening = {os.readlink(f"/proc/self/fd/{sock.fileno()}") for server in proxy._servers
                      for sock in server.sockets}
         assert len(listening) == 1
