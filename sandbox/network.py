@@ -281,6 +281,9 @@ class NetworkPolicy:
             value = getattr(self, attr)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise NetworkPolicyError(f"{attr} must be a positive number of seconds, not {value!r}")
+        if not isinstance(self.name, str) or not self.name.isprintable() or not self.name.isascii() \
+                or not 0 < len(self.name) <= 100:
+            raise NetworkPolicyError("name must be printable ASCII on one line, at most 100 characters")
         if self.ca_bundle is not None and not isinstance(self.ca_bundle, str):
             put(self, "ca_bundle", str(self.ca_bundle))
 
@@ -298,7 +301,8 @@ class NetworkPolicy:
     def allows(self, host: str) -> bool:
         """Whether the (normalised) host name or address ``host`` matches ``allow``."""
         host = _normal_host(host)
-        return any(pattern == host or (pattern.startswith("*.") and host.endswith(pattern[1:]))
+        literal = _ip(host) is not None  # an address matches only itself, never a wildcard
+        return any(pattern == host or (not literal and pattern.startswith("*.") and host.endswith(pattern[1:]))
                    for pattern in self.allow)
 
     def port_allowed(self, port: int) -> bool:
@@ -530,8 +534,10 @@ class NetworkProxy:
             if method == "CONNECT":
                 conn.kind = "tunnel"
                 host, port = _split_host_port(target, None)
+                body = None  # a tunnel: bytes both ways until either end closes
             else:
                 host, port, path = _absolute_url(target)
+                body = _body_length(headers)
             conn.host, conn.port = host, port
             secrets = self.policy.secrets.get(host)
             if conn.kind == "tunnel" and secrets:
@@ -572,7 +578,8 @@ class NetworkProxy:
                 forwarded = _request_head(method, path, host, conn.port, headers, secrets or {})
                 up_writer.write(forwarded)
                 conn.sent += len(forwarded)
-            await self._relay(reader, writer, up_reader, up_writer, conn, parse_response=conn.kind != "tunnel")
+            await self._relay(reader, writer, up_reader, up_writer, conn, parse_response=conn.kind != "tunnel",
+                              body=body)
         except _Refused as refused:
             await self._answer(writer, conn, refused)
             return
@@ -631,13 +638,18 @@ class NetworkProxy:
 
     async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter,
                      up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter, conn: _Conn,
-                     parse_response: bool) -> None:
+                     parse_response: bool, body: int | None = None) -> None:
+        """Relay until the answer ends. ``body``: bytes of request body to pass on (then nothing more from the
+        client: no second request rides on the first), or None for everything the client sends."""
         idle = self.policy.idle_timeout
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upward: bool) -> None:
+            left = body if upward else None
             while True:
+                if left is not None and left <= 0:
+                    return
                 try:
-                    data = await asyncio.wait_for(src.read(65536), idle)
+                    data = await asyncio.wait_for(src.read(65536 if left is None else min(left, 65536)), idle)
                 except (asyncio.TimeoutError, TimeoutError):
                     if time.monotonic() - conn.last >= idle:
                         conn.reason = conn.reason or f"idle for {idle:g} s"
@@ -650,6 +662,8 @@ class NetworkProxy:
                                 dst.write_eof()
                     return
                 conn.last = time.monotonic()
+                if left is not None:
+                    left -= len(data)
                 if upward:
                     conn.sent += len(data)
                 else:
@@ -739,6 +753,22 @@ def _parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
             raise _bad(f"a malformed header line: {line[:80]!r}")
         headers.append((name, value.strip()))
     return parts[0].upper(), parts[1], headers
+
+
+def _body_length(headers: list[tuple[str, str]]) -> int | None:
+    """Bytes of request body after the head (None: chunked, relayed as it comes); 400 for framing that two
+    parsers could read differently (the stuff of request smuggling)."""
+    lengths = {v.strip() for n, v in headers if n.lower() == "content-length"}
+    codings = [v.strip().lower() for n, v in headers if n.lower() == "transfer-encoding"]
+    if codings and lengths:
+        raise _bad("a request may not have both Content-Length and Transfer-Encoding")
+    if codings:
+        if codings != ["chunked"]:
+            raise _bad("the only Transfer-Encoding the proxy passes on is chunked")
+        return None
+    if len(lengths) > 1 or any(not v.isdigit() or len(v) > 15 for v in lengths):
+        raise _bad("a request needs one Content-Length, a number")
+    return int(lengths.pop()) if lengths else 0
 
 
 def _split_host_port(text: str, default: int | None) -> tuple[str, int]:
