@@ -112,6 +112,12 @@ def test_cli_options_make_the_policy(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "must hold an object" in result.output
     result = runner.invoke(cli, ["run", "--allow-host", "https://api.test", "hi"])
     assert result.exit_code != 0 and "not a URL" in result.output
+    result = CliRunner(env={"CODEACT_ALLOW_HOSTS": "api.test https://evil.test"}).invoke(cli, ["run", "hi"])
+    assert result.exit_code != 0 and "not a URL" in result.output
+    for command in (["chat"], ["bench", "run"], ["mcp", "serve"]):
+        assert "--allow-host" in runner.invoke(cli, [*command, "--help"]).output, command
+    ui_help = runner.invoke(cli, ["ui", "--help"]).output
+    assert "--sandbox-allow-host" in ui_help and "--network-secrets" in ui_help
 
 
 # --------------------------------------------------------------------------- servers on loopback
