@@ -284,8 +284,13 @@ class NetworkPolicy:
         if not isinstance(self.name, str) or not self.name.isprintable() or not self.name.isascii() \
                 or not 0 < len(self.name) <= 100:
             raise NetworkPolicyError("name must be printable ASCII on one line, at most 100 characters")
-        if self.ca_bundle is not None and not isinstance(self.ca_bundle, str):
+        if self.ca_bundle is not None:
             put(self, "ca_bundle", str(self.ca_bundle))
+            try:
+                ssl.create_default_context(cafile=self.ca_bundle)
+            except (OSError, ssl.SSLError) as exc:
+                raise NetworkPolicyError(f"ca_bundle {self.ca_bundle!r} is not a readable PEM file of CA "
+                                         f"certificates ({exc})") from None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # picklable (Ray workers, process pools)
         fields = {f: getattr(self, f) for f in self.__dataclass_fields__}
@@ -549,7 +554,11 @@ class NetworkProxy:
             tls = None
             if conn.kind != "tunnel" and secrets:
                 conn.kind = "https"
-                tls = self._tls_context()
+                try:
+                    tls = self._tls_context()
+                except (OSError, ssl.SSLError) as exc:
+                    raise _Refused(502, "Bad gateway", f"the host's CA certificates cannot be loaded: {exc}") \
+                        from None
                 if port == 80 and not _explicit_port(target):
                     port = conn.port = 443
             address = await self._check(host, port)
