@@ -441,6 +441,8 @@ class NetworkProxy:
         self._servers: list[asyncio.AbstractServer] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._active = 0
+        #: The most connections open at once so far (never above the policy's max_connections).
+        self.peak = 0
         self._closed = False
         self._tls: ssl.SSLContext | None = None
         #: Started by the first listen(): a sandbox that never starts leaves no thread.
@@ -519,6 +521,7 @@ class NetworkProxy:
                                record=False)
             return
         self._active += 1
+        self.peak = max(self.peak, self._active)
         self._tasks.add(task)
         upstream: asyncio.StreamWriter | None = None
         try:

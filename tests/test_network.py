@@ -489,7 +489,9 @@ print(sorted((a.decode(), list(answers.values()).count(a)) for a in set(answers.
 """)
     assert r.ok, r
     counts = dict(json.loads(r.stdout.strip().replace("(", "[").replace(")", "]").replace("'", '"')))
-    assert counts.get("HTTP/1.1 503", 0) >= 292 and sum(counts.values()) == 300, counts
+    # (A slow machine may free and refill the 8 places while the flood is still being made.)
+    assert set(counts) <= {"HTTP/1.1 503", "HTTP/1.1 408"} and sum(counts.values()) == 300, counts
+    assert counts["HTTP/1.1 503"] >= 250 and _proxy(box).peak == 8, (counts, _proxy(box).peak)
     assert box.run("for s in held: s.close()").ok
     _wait_idle(box)
     r = box.run("""
