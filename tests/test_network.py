@@ -530,7 +530,7 @@ print(huge[:12], answer[:12], round(slow, 1))
 """)
     assert r.ok, r
     assert "b'HTTP/1.1 431'" in r.stdout and "b'HTTP/1.1 408'" in r.stdout, r.stdout
-    assert float(r.stdout.split()[-1]) < 6  # cut at header_timeout (2 s), not when the client pleases
+    assert float(r.stdout.split()[-1]) < 10  # cut at header_timeout (2 s); the whole head would take 30 s
     # An idle tunnel is closed after idle_timeout (3 s).
     r = box.run(f"""
 import socket, time
@@ -542,7 +542,8 @@ rest = s.recv(100)
 print(first[:12], rest, round(time.monotonic() - t, 1))
 """)
     assert r.ok, r
-    assert "b'HTTP/1.1 200'" in r.stdout and " b'' " in r.stdout and float(r.stdout.split()[-1]) < 8, r.stdout
+    # idle_timeout is 3 s: the tunnel is closed then, not when the client pleases
+    assert "b'HTTP/1.1 200'" in r.stdout and " b'' " in r.stdout and float(r.stdout.split()[-1]) < 12, r.stdout
     _wait_idle(box)
     status, _ = _value(box, "get(f'http://api.test:{HTTP}/after')")  # still serving
     assert status == 200
