@@ -38,6 +38,7 @@ from .errors import (
     FunctionRegistrationError,
     ImageNotFound,
     KernelStartError,
+    NetworkPolicyError,
     PackageInstallError,
     SandboxClosed,
     SandboxError,
@@ -68,7 +69,6 @@ _LAZY = {
     "SandboxPool": ".pool",
     "PackagePolicy": ".packages",
     "NetworkPolicy": ".network",
-    "NetworkPolicyError": ".network",
     "NetworkRecord": ".network",
     "EnginePool": ".engine_pool",
     "Engine": ".engines",
@@ -138,7 +138,9 @@ def open_sandbox(
     :class:`BackendUnavailable` saying how to fix it. ``local`` and
     ``restricted`` run code without isolation and warn with
     :class:`UnsafeBackendWarning`. ``options`` go to the backend's
-    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...).
+    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...);
+    ``network=NetworkPolicy(allow=[...])`` opens HTTP(S) to listed hosts only
+    (docker; see :mod:`sandbox.network`).
     """
     if backend in ("docker", "auto"):
         from .container import DockerSandbox

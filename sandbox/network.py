@@ -101,7 +101,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
-from .errors import SandboxError
+from .errors import NetworkPolicyError, SandboxError
 
 #: The port the proxy listens on, on the container's loopback (each container has a namespace of its own).
 PROXY_PORT = 3128
@@ -109,6 +109,9 @@ PROXY_PORT = 3128
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 #: The environment variable that lists the hosts whose requests get secrets (names only, comma-separated).
 SECRET_HOSTS_ENV = "SANDBOX_NETWORK_SECRET_HOSTS"
+__all__ = ["NetworkPolicy", "NetworkPolicyError", "NetworkRecord", "NetworkProxy", "NetworkLog", "PROXY_PORT",
+           "PROXY_URL", "SECRET_HOSTS_ENV", "public"]
+
 #: Records kept on a sandbox (the oldest go first); listeners see every one.
 MAX_RECORDS = 10_000
 
@@ -122,10 +125,6 @@ _RESERVED_HEADERS = frozenset({
 #: Hop-by-hop request headers the proxy drops before forwarding.
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
                           "trailer", "upgrade"})
-
-
-class NetworkPolicyError(SandboxError, ValueError):
-    """A :class:`NetworkPolicy` that cannot be used; the message says which entry and what to write."""
 
 
 def _normal_host(host: str) -> str:
