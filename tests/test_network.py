@@ -20,6 +20,7 @@ import socket
 import ssl
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,11 +275,20 @@ def test_proxy_refuses_malformed_requests(servers: Servers) -> None:
 # --------------------------------------------------------------------------- through a real sandbox
 
 @pytest.fixture(scope="module")
-def box(servers: Servers, docker_ready: None) -> Iterator[Any]:
+def box(servers: Servers, docker_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from sandbox import DockerSandbox
+    from sandbox.packages import PackagePolicy
 
     policy = _policy(servers, max_connections=8, header_timeout=2.0, idle_timeout=3.0)
-    with DockerSandbox(network=policy, timeout=60) as sb:
+    wheelhouse = tmp_path_factory.mktemp("wheelhouse")
+    with zipfile.ZipFile(wheelhouse / "house_pkg-1.0-py3-none-any.whl", "w") as z:  # exists nowhere but here
+        z.writestr("house_pkg/__init__.py", "WHERE = 'wheelhouse'\n")
+        z.writestr("house_pkg-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: house_pkg\nVersion: 1.0\n")
+        z.writestr("house_pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr("house_pkg-1.0.dist-info/RECORD", "")
+    packages = PackagePolicy(cache_dir=str(tmp_path_factory.mktemp("package-cache")), wheelhouse=str(wheelhouse),
+                             offline=True)
+    with DockerSandbox(network=policy, timeout=60, package_policy=packages) as sb:
         sb.upload(servers.ca.read_bytes(), "ca.pem")
         r = sb.run(f"""
 import json, ssl, urllib.request, urllib.error
@@ -417,6 +427,15 @@ def search(prefix, digest, n):
                 where.append('kernel memory ' + line.split()[0])
     return {"where": where, "regions": regions, "files": len(files)}
 """
+
+
+@pytest.mark.docker
+def test_install_works_as_without_a_policy(box: Any) -> None:
+    """Packages still come from the host (here: an offline wheelhouse), never through the proxy."""
+    before = len(box.network_requests)
+    r = box.run("install('house-pkg')\nimport house_pkg\nprint(house_pkg.WHERE)")
+    assert r.ok and r.stdout.strip().endswith("\nwheelhouse"), r
+    assert len(box.network_requests) == before
 
 
 @pytest.mark.docker
