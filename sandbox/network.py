@@ -682,30 +682,34 @@ class NetworkProxy:
                 dst.write(data)
                 await dst.drain()
 
-        if parse_response:
-            try:
-                head = await asyncio.wait_for(up_r.readuntil(b"\r\n\r\n"), idle)
-            except asyncio.LimitOverrunError:
-                raise _Refused(502, "Bad gateway", f"{conn.host} answered with a head over "
-                                                   f"{self.policy.max_header_bytes} bytes") from None
-            except (asyncio.TimeoutError, TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                raise _Refused(502, "Bad gateway", f"{conn.host} did not answer") from None
-            conn.status, rewritten = _response_head(head)
-            conn.received += len(rewritten)
-            client_w.write(rewritten)
-            await client_w.drain()
+        # The body goes up while the answer's head is awaited (a client that sent "Expect: 100-continue"
+        # sends it after the 100, which is passed on as it is).
         up = asyncio.ensure_future(pipe(client_r, up_w, True))
-        down = asyncio.ensure_future(pipe(up_r, client_w, False))
+        down: asyncio.Future[None] | None = None
         try:
+            while parse_response:
+                try:
+                    head = await asyncio.wait_for(up_r.readuntil(b"\r\n\r\n"), idle)
+                except asyncio.LimitOverrunError:
+                    raise _Refused(502, "Bad gateway", f"{conn.host} answered with a head over "
+                                                       f"{self.policy.max_header_bytes} bytes") from None
+                except (asyncio.TimeoutError, TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    raise _Refused(502, "Bad gateway", f"{conn.host} did not answer") from None
+                conn.status, rewritten = _response_head(head)
+                interim = conn.status is not None and 100 <= conn.status < 200
+                out = head if interim else rewritten
+                conn.received += len(out)
+                client_w.write(out)
+                await client_w.drain()
+                parse_response = interim
+            down = asyncio.ensure_future(pipe(up_r, client_w, False))
             # The answer's end ends the connection; a client that stops sending does not.
             await down
-            if not up.done():
-                up.cancel()
         finally:
             for t in (up, down):
-                if not t.done():
+                if t is not None and not t.done():
                     t.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
+            await asyncio.gather(*(t for t in (up, down) if t is not None), return_exceptions=True)
 
     async def _answer(self, writer: asyncio.StreamWriter, conn: _Conn, refused: _Refused,
                       record: bool = True) -> None:

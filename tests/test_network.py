@@ -137,8 +137,13 @@ def _handler(seen: _Seen) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
+        def do_POST(self) -> None:
+            self.do_GET()
+
         def do_GET(self) -> None:
-            seen.requests.append({"path": self.path, "headers": dict(self.headers)})
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode() if length else ""
+            seen.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
             body = json.dumps({"path": self.path, "tls": isinstance(self.connection, ssl.SSLSocket)}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -261,6 +266,14 @@ def test_proxy_refuses_malformed_requests(servers: Servers) -> None:
                "GET /two HTTP/1.1\r\nHost: internal\r\n\r\n").encode()
         assert _raw(port, two).startswith(b"HTTP/1.1 200")
         assert [r["path"] for r in servers.seen.requests[count:]] == ["/one"]
+        # A body by its Content-Length, after "100 Continue" from the server.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+            c.sendall(f"POST http://api.test:{servers.http_port}/post HTTP/1.1\r\nContent-Length: 5\r\n"
+                      "Expect: 100-continue\r\n\r\n".encode())
+            assert c.recv(100).startswith(b"HTTP/1.1 100")
+            c.sendall(b"hello")
+            answer = b"".join(iter(lambda: c.recv(65536), b""))
+        assert answer.startswith(b"HTTP/1.1 200") and servers.seen.requests[-1]["body"] == "hello"
         ok = _raw(port, f"GET http://api.test:{servers.http_port}/x HTTP/1.1\r\nHost: evil.test\r\n"
                         "Proxy-Authorization: x\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\n\r\n".encode())
         assert ok.startswith(b"HTTP/1.1 200") and b"Connection: close" in ok
