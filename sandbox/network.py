@@ -755,7 +755,9 @@ def _parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
         text = head.decode("latin-1")
     except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
         raise _bad("the request head is not text") from None
-    lines = text.split("\r\n")
+    lines = text[:-4].split("\r\n")
+    if any(c in line for line in lines for c in "\r\n\0"):  # a bare CR or LF: two parsers, two requests
+        raise _bad("a request head may break lines only with CRLF")
     parts = lines[0].split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not _TOKEN.match(parts[0]):
         raise _bad("not an HTTP/1.x request line")

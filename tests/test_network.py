@@ -257,6 +257,8 @@ def test_proxy_refuses_malformed_requests(servers: Servers) -> None:
         assert _raw(port, b"CONNECT api.test HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
         assert _raw(port, b"GET http://u:p@api.test/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
         assert _raw(port, b"garbage\r\n\r\n").startswith(b"HTTP/1.1 400")
+        injected = f"GET http://api.test:{servers.http_port}/ HTTP/1.1\r\nX-A: 1\nHost: internal\r\n\r\n"
+        assert _raw(port, injected.encode()).startswith(b"HTTP/1.1 400")
         smuggle = (f"POST http://api.test:{servers.http_port}/a HTTP/1.1\r\nContent-Length: 5\r\n"
                    "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n").encode()
         assert _raw(port, smuggle).startswith(b"HTTP/1.1 400")
