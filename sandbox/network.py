@@ -651,8 +651,46 @@ class NetworkProxy:
                      up_r: asyncio.StreamReader, up_w: asyncio.StreamWriter, conn: _Conn,
                      parse_response: bool, body: int | None = None) -> None:
         """Relay until the answer ends. ``body``: bytes of request body to pass on (then nothing more from the
-        client: no second request rides on the first), or None for everything the client sends."""
+        client: no second request rides on the first), :data:`CHUNKED` for a chunked body (passed on to its last
+        chunk, no further), or None for everything the client sends (a tunnel)."""
         idle = self.policy.idle_timeout
+
+        async def line(src: asyncio.StreamReader) -> bytes:
+            try:
+                data = await asyncio.wait_for(src.readuntil(b"\r\n"), idle)
+            except asyncio.LimitOverrunError:
+                raise _Refused(400, "Bad request", "a chunk line is too long") from None
+            conn.last = time.monotonic()
+            return data
+
+        async def chunked(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            """A chunked body, chunk by chunk, through its trailer; then nothing more."""
+            while True:
+                size_line = await line(src)
+                size_text = size_line.split(b";", 1)[0].strip()
+                if not size_text or len(size_text) > 15 or any(c not in b"0123456789abcdefABCDEF" for c in size_text):
+                    return  # not a chunk: the rest goes nowhere, the server sees a short body
+                size = int(size_text, 16)
+                dst.write(size_line)
+                conn.sent += len(size_line)
+                if size == 0:
+                    while True:  # trailer lines, then the empty line that ends the body
+                        trailer = await line(src)
+                        dst.write(trailer)
+                        conn.sent += len(trailer)
+                        if trailer == b"\r\n":
+                            await dst.drain()
+                            return
+                left = size + 2  # the data and its CRLF
+                while left > 0:
+                    data = await asyncio.wait_for(src.read(min(left, 65536)), idle)
+                    if not data:
+                        return
+                    left -= len(data)
+                    conn.last = time.monotonic()
+                    conn.sent += len(data)
+                    dst.write(data)
+                    await dst.drain()
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, upward: bool) -> None:
             left = body if upward else None
@@ -684,7 +722,7 @@ class NetworkProxy:
 
         # The body goes up while the answer's head is awaited (a client that sent "Expect: 100-continue"
         # sends it after the 100, which is passed on as it is).
-        up = asyncio.ensure_future(pipe(client_r, up_w, True))
+        up = asyncio.ensure_future(chunked(client_r, up_w) if body == CHUNKED else pipe(client_r, up_w, True))
         down: asyncio.Future[None] | None = None
         try:
             while parse_response:
@@ -772,8 +810,12 @@ def _parse_head(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
     return parts[0].upper(), parts[1], headers
 
 
-def _body_length(headers: list[tuple[str, str]]) -> int | None:
-    """Bytes of request body after the head (None: chunked, relayed as it comes); 400 for framing that two
+#: ``_body_length`` of a chunked body.
+CHUNKED = -1
+
+
+def _body_length(headers: list[tuple[str, str]]) -> int:
+    """Bytes of request body after the head (:data:`CHUNKED`: chunk by chunk); 400 for framing that two
     parsers could read differently (the stuff of request smuggling)."""
     lengths = {v.strip() for n, v in headers if n.lower() == "content-length"}
     codings = [v.strip().lower() for n, v in headers if n.lower() == "transfer-encoding"]
@@ -782,7 +824,7 @@ def _body_length(headers: list[tuple[str, str]]) -> int | None:
     if codings:
         if codings != ["chunked"]:
             raise _bad("the only Transfer-Encoding the proxy passes on is chunked")
-        return None
+        return CHUNKED
     if len(lengths) > 1 or any(not v.isdigit() or len(v) > 15 for v in lengths):
         raise _bad("a request needs one Content-Length, a number")
     return int(lengths.pop()) if lengths else 0

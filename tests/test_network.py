@@ -140,9 +140,21 @@ def _handler(seen: _Seen) -> type[http.server.BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self.do_GET()
 
+        def parse_request(self) -> bool:
+            ok = super().parse_request()
+            if "/keep" in self.path:  # a server that ignores "Connection: close" reads what follows the request
+                self.close_connection = False
+            return ok
+
         def do_GET(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length).decode() if length else ""
+            if self.headers.get("Transfer-Encoding") == "chunked":
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size).decode()
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b""):
+                    pass
             seen.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
             body = json.dumps({"path": self.path, "tls": isinstance(self.connection, ssl.SSLSocket)}).encode()
             self.send_response(200)
@@ -248,7 +260,7 @@ def _raw(port: int, data: bytes, timeout: float = 5.0) -> bytes:
 
 
 def test_proxy_refuses_malformed_requests(servers: Servers) -> None:
-    proxy = NetworkProxy(_policy(servers))
+    proxy = NetworkProxy(_policy(servers, idle_timeout=1.0))
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     proxy.listen(listener)
@@ -264,10 +276,15 @@ def test_proxy_refuses_malformed_requests(servers: Servers) -> None:
         assert _raw(port, smuggle).startswith(b"HTTP/1.1 400")
         # A second request riding on the first's connection never reaches the server.
         count = len(servers.seen.requests)
-        two = (f"GET http://api.test:{servers.http_port}/one HTTP/1.1\r\n\r\n"
+        two = (f"GET http://api.test:{servers.http_port}/keep-one HTTP/1.1\r\n\r\n"
                "GET /two HTTP/1.1\r\nHost: internal\r\n\r\n").encode()
         assert _raw(port, two).startswith(b"HTTP/1.1 200")
-        assert [r["path"] for r in servers.seen.requests[count:]] == ["/one"]
+        assert [r["path"] for r in servers.seen.requests[count:]] == ["/keep-one"]
+        count = len(servers.seen.requests)
+        chunked = (f"POST http://api.test:{servers.http_port}/keep-chunked HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                   "\r\n5\r\nhello\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: internal\r\n\r\n").encode()
+        assert _raw(port, chunked).startswith(b"HTTP/1.1 200")
+        assert [(r["path"], r["body"]) for r in servers.seen.requests[count:]] == [("/keep-chunked", "hello")]
         # A body by its Content-Length, after "100 Continue" from the server.
         with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
             c.sendall(f"POST http://api.test:{servers.http_port}/post HTTP/1.1\r\nContent-Length: 5\r\n"
