@@ -21,6 +21,9 @@ a default.
 ``CODEACT_SNAPSHOT_KEEP``  snapshots kept per session (``--keep-snapshots``; default 3, ``all`` keeps every one)
 ``CODEACT_IMAGES``         ``0`` sends the model no images (``--no-images``; default on: the plots and
                            images of a step go to the model with its observation)
+``CODEACT_ALLOW_HOSTS``    hosts the sandboxed code may reach through the host's proxy (``--allow-host``;
+                           space- or comma-separated; docker backend; see ``sandbox.network``)
+``CODEACT_NETWORK_SECRETS``  a JSON file of headers the proxy adds per host (``--network-secrets``)
 =========================  ===========================================================
 
 Importing this module is cheap: models are imported when one is built.

@@ -38,6 +38,7 @@ from .errors import (
     FunctionRegistrationError,
     ImageNotFound,
     KernelStartError,
+    NetworkPolicyError,
     PackageInstallError,
     SandboxClosed,
     SandboxError,
@@ -57,6 +58,7 @@ __all__ = [
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
     "PackagePolicy", "PackageInstallError", "Snapshot", "SnapshotStore", "SnapshotError", "RestoreReport",
+    "NetworkPolicy", "NetworkPolicyError", "NetworkRecord",
 ]
 
 _LAZY = {
@@ -66,6 +68,8 @@ _LAZY = {
     "RestrictedSandbox": ".restricted",
     "SandboxPool": ".pool",
     "PackagePolicy": ".packages",
+    "NetworkPolicy": ".network",
+    "NetworkRecord": ".network",
     "EnginePool": ".engine_pool",
     "Engine": ".engines",
     "Snapshot": ".snapshot",
@@ -134,7 +138,9 @@ def open_sandbox(
     :class:`BackendUnavailable` saying how to fix it. ``local`` and
     ``restricted`` run code without isolation and warn with
     :class:`UnsafeBackendWarning`. ``options`` go to the backend's
-    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...).
+    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...);
+    ``network=NetworkPolicy(allow=[...])`` opens HTTP(S) to listed hosts only
+    (docker; see :mod:`sandbox.network`).
     """
     if backend in ("docker", "auto"):
         from .container import DockerSandbox

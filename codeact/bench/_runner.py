@@ -94,6 +94,9 @@ class BenchConfig:
     #: Run the episodes as Ray tasks across a cluster: a :class:`RayOptions`, or just its address
     #: (``"auto"``, ``"host:port"``, ``"local"``). ``None`` runs them on threads here.
     ray: RayOptions | str | None = None
+    #: The CodeAct sandboxes' network allow-list (a :class:`sandbox.NetworkPolicy`; docker backend), or None
+    #: for no network. Never written to the results (its secrets stay in this process and the Ray workers).
+    network: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.ray, str):
@@ -132,6 +135,11 @@ class BenchConfig:
             raise BenchError("a model is listed twice in --model")
         if not 0 < float(self.max_error_share) <= 1:
             raise BenchError("max_error_share must be > 0 and <= 1 (1 never stops a run)")
+        if self.network is not None and self.ray is not None:
+            raise BenchError("network= (--allow-host) applies to episodes run here; with --ray the workers would "
+                             "need the policy's secrets: run without --ray")
+        if self.network is not None and self.backend != "docker":
+            raise BenchError("network= (--allow-host) needs the docker backend")
         if self.ray is not None:
             if not isinstance(self.ray, RayOptions):
                 raise BenchError(f"ray must be RayOptions(...) or an address string, not {type(self.ray).__name__}")
@@ -291,7 +299,8 @@ class _Runner:
         from sandbox import DockerSandbox, SandboxPool
 
         timeout = self.config.execution_timeout
-        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout), size=size)
+        network = self.config.network
+        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout, network=network or False), size=size)
 
     #: Seconds the pre-flight waits for the pool's first sandbox (an image pull or a slow engine).
     SANDBOX_PREFLIGHT_TIMEOUT = 120.0
@@ -547,8 +556,9 @@ class _Runner:
             from ..agent import CodeActAgent
 
             # A sandbox from the pool is started and ours to close; without a pool the agent opens one.
+            network = {"network": self.config.network} if self.config.network is not None else {}
             return CodeActAgent(model, tools, sandbox=sandbox if sandbox is not None else self.config.backend,
-                                max_steps=limit, log=self.log,
+                                sandbox_options=network, max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
                                 tool_disclosure=_disclosure(kind, task))

@@ -285,6 +285,65 @@ def package_settings(ctx: click.Context | None = None) -> dict[str, Any]:
     return {"packages": list(meta.get("packages") or ()), "package_policy": policy, "approve_installs": True}
 
 
+#: Where the network options leave their values for :func:`network_settings`.
+NETWORK_META = "codeact.network"
+ALLOW_HOSTS_ENV = "CODEACT_ALLOW_HOSTS"
+NETWORK_SECRETS_ENV = "CODEACT_NETWORK_SECRETS"
+
+
+def network_options(allow_flag: str = "--allow-host") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--allow-host`` (``allow_flag``: ``codeact ui`` already has an ``--allow-host`` of its own) and
+    ``--network-secrets``: the sandbox's network allow-list (read with :func:`network_settings`)."""
+    def store(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+        def put(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+            if not value:
+                return
+            from sandbox.network import NetworkPolicy, NetworkPolicyError
+
+            try:  # a bad pattern or file is said now, before anything starts
+                NetworkPolicy.from_options(value if key == "allow" else (), None if key == "allow" else value)
+            except NetworkPolicyError as exc:
+                raise click.BadParameter(str(exc)) from None
+            ctx.meta.setdefault(NETWORK_META, {})[key] = value
+        return put
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option("--network-secrets", metavar="FILE", type=click.Path(dir_okay=False),
+                         envvar=NETWORK_SECRETS_ENV, expose_value=False, callback=store("secrets"),
+                         help='A JSON file {"host": {"Header": "value"}}: headers the host-side proxy adds to the '
+                              "code's requests to that host (which it allows); the sandbox never sees them. The "
+                              f"code uses http:// URLs for these hosts; the proxy speaks HTTPS [env: "
+                              f"{NETWORK_SECRETS_ENV}].")(f)
+        f = click.option(allow_flag, "allow_network_hosts", metavar="PATTERN", multiple=True,
+                         envvar=ALLOW_HOSTS_ENV, expose_value=False, callback=store("allow"),
+                         help="A host the sandboxed code may reach over HTTP(S), e.g. api.example.com or "
+                              "*.example.org (repeatable; docker backend). Everything else stays unreachable "
+                              f"[env: {ALLOW_HOSTS_ENV}, comma-separated].")(f)
+        return f
+    return decorate
+
+
+def network_settings(ctx: click.Context | None = None, *, backend: str | None = None) -> Any:
+    """The :class:`sandbox.NetworkPolicy` of :func:`network_options`, or None without them."""
+    ctx = ctx or click.get_current_context(silent=True)
+    meta = None
+    while ctx is not None and meta is None:
+        meta = ctx.meta.get(NETWORK_META)
+        ctx = ctx.parent
+    if not meta:
+        return None
+    from sandbox.network import NetworkPolicy, NetworkPolicyError
+
+    try:
+        policy = NetworkPolicy.from_options(meta.get("allow") or (), meta.get("secrets"))
+    except NetworkPolicyError as exc:
+        raise ConfigError(f"network allow-list: {exc}") from None
+    if policy is not None and backend is not None and backend != "docker":
+        raise ConfigError(f"a network allow-list (--allow-host) needs the docker backend (the {backend} backend "
+                          "has no network boundary to open)")
+    return policy
+
+
 #: Where ``--no-images`` leaves its value for :func:`images_setting`.
 IMAGES_META = "codeact.no_images"
 
@@ -408,10 +467,19 @@ def agent_settings(*, backend: str | None = None) -> dict[str, Any]:
     Read it while the command runs (the click context is per thread) and hand it
     to :func:`make_agent` when agents are made later on other threads.
     """
-    return {**package_settings(), **tool_settings(backend=backend)}
+    out = {**package_settings(), **tool_settings(backend=backend)}
+    policy = network_settings(backend=backend)
+    if policy is not None:
+        out["sandbox_options"] = {"network": policy}
+    return out
 
 
-def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
+def agent_options(f: Callable[..., Any] | None = None, *, allow_flag: str = "--allow-host") -> Any:
+    """The options of commands that run an agent (``@agent_options``, or ``@agent_options(allow_flag=...)`` where
+    ``--allow-host`` means something else)."""
+    if f is None:
+        return lambda g: agent_options(g, allow_flag=allow_flag)
+    f = network_options(allow_flag)(f)
     f = tool_options(f)
     f = package_options(f)
     f = mcp_options(f)

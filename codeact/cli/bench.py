@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli
+from ._app import CONTEXT_SETTINGS, UserError, cli, network_options, network_settings
 
 AGENTS = ("codeact", "react-fc", "react-json", "react-text")
 BACKENDS = ("docker", "local", "restricted")
@@ -169,6 +169,7 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
                    "OPENAI_API_KEY from their own environment).")
 @click.option("--ray-max-retries", type=click.IntRange(min=0), default=None, metavar="N",
               help="Times an episode whose Ray worker or node died runs again elsewhere (default 3).")
+@network_options()
 def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], base_url: str | None,
               api_key: str | None, temperature: float, seed: int, repeats: int, concurrency: int, out: str,
               backend: str, task_patterns: tuple[str, ...], max_turns: int | None, episode_timeout: float,
@@ -212,7 +213,7 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
         concurrency=concurrency, backend=backend, out=out, tasks=list(task_patterns), max_turns=max_turns,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
         price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,
-        preflight=not no_preflight,
+        preflight=not no_preflight, network=network_settings(backend=backend),
         ray=_ray_options(ray_address, ray_cpus_per_episode, ray_memory_per_episode, ray_engines, ray_pass_api_key,
                          ray_max_retries),
     )

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli, disclosure_options, load_tools, model_options, tool_settings
+from ._app import (CONTEXT_SETTINGS, UserError, cli, disclosure_options, load_tools, model_options, network_options,
+                   network_settings, tool_settings)
 
 if TYPE_CHECKING:
     from ..mcp import MCPServerConfig, MCPToolset
@@ -123,6 +124,7 @@ def mcp() -> None:
 @click.option("--db", metavar="PATH", type=click.Path(dir_okay=False),
               help="Run log database run_task records its runs in [env: CODEACT_DB].")
 @click.option("--no-log", is_flag=True, help="Do not record run_task's runs in the run log.")
+@network_options()
 def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, token: str | None, backend: str | None,
           memory: str | None, cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float,
           output_limit: int, model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
@@ -165,6 +167,9 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
         if name == "restricted":
             raise UserError("--packages needs the docker (or local) backend; the restricted one cannot install")
         sandbox_options["packages"] = wanted
+    policy = network_settings(backend=name)
+    if policy is not None:
+        sandbox_options["network"] = policy
     model_obj = None
     if cfg.model_configured(model) or cfg.scripted_replies_path() is not None:
         model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
