@@ -320,6 +320,26 @@ def test_a_long_chat_that_carries_data_answers_every_turn(tmp_path: Path, llama_
         log.close()
 
 
+def test_a_message_that_alone_exceeds_the_window_ends_the_turn_with_the_three_numbers(
+        llama_server: LlamaServer, recorder: Recorder) -> None:
+    model = real_model(recorder.base_url, llama_server)
+    agent = CodeActAgent(model, sandbox="restricted", log=False, max_steps=2)
+    digits = " ".join(str(i % 10) for i in range(1400))  # ~2,800 tokens: more than the whole window
+    with agent.session() as chat:
+        result = chat.send(f"Sum these numbers: {digits}")
+        assert result.status == "error" and result.error
+        match = re.search(r"the system prompt takes ~([\d,]+) tokens, the current message ~([\d,]+), and "
+                          r"(\d+) for the reply \(max_tokens\)", result.error)
+        assert match, result.error
+        system, message, reply = (int(g.replace(",", "")) for g in match.groups())
+        assert system + message + reply > llama_server.n_ctx and reply == REPLY_TOKENS
+        assert f"{llama_server.n_ctx:,} tokens" in result.error
+        assert 1 <= len(recorder.exchanges) <= 6 and not recorder.answered()  # refused, retried a bounded time
+        # The session goes on: a message that fits is answered.
+        after = chat.send("Say hello.")
+    assert after.status in CLASSIFIED - {"error"}, after.error
+
+
 # --------------------------------------------------------------------------- images
 
 
