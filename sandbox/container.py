@@ -102,6 +102,25 @@ def docker_client(timeout: float = 120, engine: Any = None) -> Any:
     return connect(engine, timeout=timeout)
 
 
+def engine_runtimes(client: Any) -> list[str]:
+    """The container runtimes the engine of ``client`` has (``runc``, and ``runsc`` where gVisor is registered)."""
+    return sorted((client.info().get("Runtimes") or {}).keys())
+
+
+def unknown_runtime(client: Any, runtime: str) -> BackendUnavailable:
+    """The error for a runtime the engine does not have: what it has, and how to add one."""
+    try:
+        have = ", ".join(engine_runtimes(client)) or "none"
+    except Exception:
+        have = "?"
+    how = ("for gVisor: `apt-get install runsc`, then add it to the engine's /etc/docker/daemon.json as "
+           '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", '
+           '"--network=none"]}} and reload dockerd (kill -HUP)') if runtime == "runsc" else \
+        'install it and add it to "runtimes" in the engine\'s /etc/docker/daemon.json, then reload dockerd (kill -HUP)'
+    return BackendUnavailable(f"the Docker engine {describe(client)} has no runtime {runtime!r} (it has: {have}); "
+                              f"choose one it has, or {how}")
+
+
 def _raw_socket(attached: Any) -> socket.socket:
     """The socket under docker-py's attach result (it wraps Unix sockets in SocketIO)."""
     return getattr(attached, "_sock", attached)
@@ -207,8 +226,7 @@ class DockerKernel:
             raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
-                raise BackendUnavailable(
-                    f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=...") from exc
+                raise unknown_runtime(self.client, self.runtime) from exc
             raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
         except OSError as exc:  # requests' connection errors and timeouts are OSErrors
             raise self._engine_gone(exc) from exc

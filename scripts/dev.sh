@@ -3,7 +3,7 @@
 #
 #   scripts/dev.sh demo         # venv (the package only) + Docker engine + sandbox image, then `codeact demo`
 #   scripts/dev.sh test         # that, plus the test tooling (test extras, Phoenix, Ray, Chromium, sshd,
-#                               # MCP test servers, bfcl-eval), then ruff, mypy and the whole pytest suite
+#                               # MCP test servers, bfcl-eval, gVisor), then ruff, mypy and the whole pytest suite
 #   scripts/dev.sh setup        # only the demo's setup
 #   scripts/dev.sh setup-test   # only the test suite's setup
 #
@@ -162,6 +162,61 @@ if not is_prepared():
 PY
 }
 
+ensure_gvisor() {
+  # The gVisor tier of the tests (tests/test_boundary*.py and the hostile-code tests run on runc and runsc):
+  # Debian's runsc, registered with the local engine as the runtime "runsc" with its ptrace platform (the KVM
+  # platform needs /dev/kvm and hangs in some VMs) and no network (runsc refuses a network in the root network
+  # namespace). The engine's daemon.json is merged (other keys stay) and dockerd reloads it on SIGHUP: the engine
+  # is never restarted. CI needs it; elsewhere a failure only warns and the gVisor tests skip.
+  if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then return 0; fi
+  if gvisor_register; then return 0; fi
+  if [ "${CI:-}" = "true" ]; then log "CI=true needs gVisor (runsc) registered with the Docker engine"; exit 1; fi
+  log "Could not set up gVisor (runsc): the gVisor tests will skip"
+}
+
+gvisor_register() {
+  if ! is_root; then
+    log "Not root: install runsc and add it to /etc/docker/daemon.json yourself (the gVisor tests will skip)."
+    return 1
+  fi
+  local pid
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+    log "No dockerd of this machine (/var/run/docker.pid): gVisor can only be registered with a local engine."
+    return 1
+  fi
+  if ! command -v runsc >/dev/null 2>&1; then
+    log "Installing gVisor (Debian's runsc) for the gVisor tests"
+    apt_install runsc || return 1
+  fi
+  log "Registering runsc with the Docker engine (/etc/docker/daemon.json, then SIGHUP)"
+  mkdir -p /etc/docker
+  "$PY" - "$(command -v runsc)" <<'PY' || return 1
+import json, os, sys
+path = "/etc/docker/daemon.json"
+try:
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+except FileNotFoundError:
+    config = {}
+if not isinstance(config, dict):
+    sys.exit(f"{path} does not hold a JSON object: not touched")
+runtimes = config.setdefault("runtimes", {})
+runtimes["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--platform=ptrace", "--network=none"]}
+with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+PY
+  kill -HUP "$pid"
+  for _ in $(seq 1 30); do
+    if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then return 0; fi
+    sleep 1
+  done
+  log "dockerd did not list runsc after a reload; see its log"
+  return 1
+}
+
 setup_test_tools() {
   # What only the test suite uses; the demo never installs it.
   ensure_venv test
@@ -179,6 +234,8 @@ setup() {
   if [ "${1:-demo}" = test ]; then setup_test_tools; else ensure_venv demo; fi
   if ensure_docker; then
     ensure_image || docker_ok=0
+    # After the engine is up: gVisor registers with it (the test suite's set-up only).
+    if [ "${1:-demo}" = test ]; then ensure_gvisor; fi
   else
     docker_ok=0
   fi
