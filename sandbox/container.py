@@ -102,6 +102,18 @@ def docker_client(timeout: float = 120, engine: Any = None) -> Any:
     return connect(engine, timeout=timeout)
 
 
+#: Runtimes whose containers run on the host's kernel: only there can the host reach a container's sockets
+#: from its network namespace (:mod:`sandbox._netns`). gVisor (runsc) and VM runtimes (kata) have a kernel of
+#: their own; their kernels' calls take the Docker API's exec stream.
+HOST_KERNEL_RUNTIMES = frozenset({"runc", "crun", "youki"})
+
+
+def shares_host_kernel(runtime: str | None) -> bool:
+    """Whether containers of ``runtime`` (None: the engine's default, runc almost everywhere) run on the
+    host's kernel."""
+    return runtime is None or runtime in HOST_KERNEL_RUNTIMES
+
+
 def engine_runtimes(client: Any) -> list[str]:
     """The container runtimes the engine of ``client`` has (``runc``, and ``runsc`` where gVisor is registered)."""
     return sorted((client.info().get("Runtimes") or {}).keys())
@@ -149,7 +161,8 @@ class DockerKernel:
         self.exec_id: str | None = None
         self._count = 0
         #: Whether to try reaching each kernel directly (see start_kernel); the container's namespace once held.
-        self.direct_link = direct_link
+        #: Not under a runtime with a kernel of its own (gVisor): its sockets are not in any host namespace.
+        self.direct_link = direct_link and shares_host_kernel(runtime)
         self._netns: ContainerNetns | None = None
         #: Whether the current kernel's stream is the direct one (else the Docker API's exec stream).
         self.linked_directly = False

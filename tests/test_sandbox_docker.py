@@ -33,11 +33,12 @@ def client(docker_ready):
 
 
 @pytest.fixture(scope="module")
-def limited(docker_ready):
-    """A session with small limits, shared by the tests that probe them."""
+def limited(runtime):
+    """A session with small limits, shared by the tests that probe them: one on runc, one on gVisor (runsc)."""
     from sandbox import DockerSandbox
 
-    with DockerSandbox(memory=MEMORY, workspace_size="16m", tmp_size="16m", pids=256, cpus=1.0, timeout=20) as sb:
+    with DockerSandbox(memory=MEMORY, workspace_size="16m", tmp_size="16m", pids=256, cpus=1.0, timeout=20,
+                       runtime=runtime) as sb:
         yield sb
 
 
