@@ -6,6 +6,19 @@ versions (the numbers are the findings of the boundary issue), and then the
 test checks the HOST: files (contents, modes, owners) outside the run's
 output directory, memory, time, and containers left behind. Targets are
 files the test creates itself, never real host files.
+
+Tests that take the ``runtime`` fixture run on runc and on gVisor (runsc;
+see README, Security): the ones whose defence rests on the container's
+kernel (the supervisor's signals and /proc, kernel deaths and the OOM
+killer, mount flags and open-file limits, what the container can write, the
+kernel the code talks to) and the ones where runsc changes the path of the
+kernel's stream (under gVisor the host cannot reach the kernel's socket
+directly, so calls take the Docker API's exec stream: floods, large and
+malformed frames). Under runsc a subset of the parametrized cases runs, to
+keep the added time near a minute and a half: call and output floods,
+garbage and oversized frames, and the deaths a child holding the stream,
+the OOM killer and a self-SIGKILL. Where gVisor behaves differently the test
+states the difference as its expectation for runsc.
 """
 
 from __future__ import annotations
