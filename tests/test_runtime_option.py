@@ -45,8 +45,10 @@ def test_every_surface_lists_the_option_and_its_variable() -> None:
 
 
 def test_a_runtime_needs_the_docker_backend(tmp_path: Path) -> None:
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["done"]))
     proc = codeact("run", "x", "--backend", "local", "--runtime", "runsc", "--db", str(tmp_path / "runs.db"),
-                   environ=env(CODEACT_SCRIPTED_REPLIES=str(tmp_path / "none.json")))
+                   environ=env(CODEACT_SCRIPTED_REPLIES=str(replies)))
     assert proc.returncode == 2, proc.stderr
     assert "--runtime=runsc: a container runtime needs the docker backend" in proc.stderr
     assert "Traceback" not in proc.stderr
