@@ -880,6 +880,58 @@ def test_killed_owner_leaves_no_container_and_the_run_is_marked_interrupted(tmp_
     assert "interrupted" in record.steps[0].observation
 
 
+_STOPPING_OWNER = """
+import sys, threading, time
+from sandbox import DockerSandbox
+sb = DockerSandbox(runtime=sys.argv[1], timeout=20).start()
+sb.run("1")
+run = threading.Thread(target=sb.run, args=("import os, signal\\nos.kill(1, signal.SIGSTOP)",), daemon=True)
+run.start()
+state = "?"
+for _ in range(15):  # the supervisor's state as its container's /proc says: T once the signal arrived
+    ended = not run.is_alive()  # the run came back: the supervisor relayed its end
+    got = sb.container.exec_run(["python3", "-c", "print(open('/proc/1/stat').read().split()[2])"], user="1001")
+    state = got.output.decode().strip()
+    if state == "T" or ended:
+        break
+    time.sleep(0.2)
+print("READY", sb.container.id, state, flush=True)
+time.sleep(600)
+"""
+
+
+def test_code_that_stops_its_supervisor_then_loses_its_owner(runtime: str) -> None:
+    """runc drops SIGSTOP to the namespace's init: the owner's death still ends the container. gVisor delivers
+    it: a stopped supervisor cannot see its stream close, and the container may outlive its owner (measured:
+    from a few seconds to more than 20) until reap() (run by the next codeact start on the engine, or
+    `codeact sandbox reap`) removes it."""
+    import docker
+
+    from sandbox import reap
+
+    client = docker.from_env()
+    proc = subprocess.Popen([sys.executable, "-c", _STOPPING_OWNER, runtime], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY"), line
+        container, state = line.split()[1:3]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc.stdout.close()
+    if runtime == "runc":
+        assert state != "T", state
+        killed = time.monotonic()
+        while client.containers.list(all=True, filters={"id": container}) and time.monotonic() - killed < 10:
+            time.sleep(0.2)
+        assert not client.containers.list(all=True, filters={"id": container}), "the container outlived its owner"
+    else:
+        assert state == "T", state
+        reap(client)
+        assert not client.containers.list(all=True, filters={"id": container}), "reap() left it"
+
+
 # --- hardening options ------------------------------------------------------------------------------------------------
 
 
