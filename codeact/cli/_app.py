@@ -165,7 +165,8 @@ def cli(otel: bool = False) -> None:
 
     \b
     Environment: CODEACT_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY (the model);
-    CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_DEBUG=1 (tracebacks).
+    CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_RUNTIME (e.g. runsc: gVisor);
+    CODEACT_DEBUG=1 (tracebacks).
     """
     if otel:
         from .. import telemetry
