@@ -651,6 +651,11 @@ def test_malformed_messages_become_errors_not_host_exceptions(attack: str, runti
         r = sb.run(MALFORMED[attack], list_files=True)  # never raises
         assert r.files is None or all(isinstance(f.path, str) for f in r.files)
         after = sb.run("print('usable')")
+        if runtime == "runsc" and after.error is not None and after.error.type == "ProtocolError":
+            # On the exec stream (gVisor's only one) the call stream and the Jupyter stream are not ordered:
+            # garbage written at the end of a run can reach the host during the next one, which reports it.
+            assert "the kernel was stopped" in after.error.message, after.error
+            after = sb.run("print('usable')")
         assert after.stdout.endswith("usable\n"), after
 
 
