@@ -50,8 +50,8 @@ from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, Kerne
 BackendName = Literal["auto", "docker", "local", "restricted"]
 
 __all__ = [
-    "open_sandbox", "docker_available", "Sandbox", "SessionSource", "EnginePool", "Engine", "DockerSandbox",
-    "LocalSandbox", "RestrictedSandbox",
+    "open_sandbox", "docker_available", "runtime_problem", "Sandbox", "SessionSource", "EnginePool", "Engine",
+    "DockerSandbox", "LocalSandbox", "RestrictedSandbox",
     "SandboxPool", "reap", "HostFunction", "HostCall", "current_call", "FunctionSpec", "Limits",
     "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "KernelRestart", "Elided", "FileInfo",
     "SandboxError",
@@ -111,6 +111,18 @@ def docker_available(image: str | None = None) -> str | None:
         if not image_exists(tag, client):
             return f"the sandbox image {tag} is not built (run `codeact image build`)"
         return None
+    except BackendUnavailable as exc:
+        return str(exc)
+
+
+def runtime_problem(runtime: str, client: Any = None) -> str | None:
+    """``None`` when the Docker engine (``client``, default: the one the ``docker`` CLI would use) has the
+    container runtime ``runtime`` (e.g. ``runsc``), else what is wrong and what to do."""
+    try:
+        from .container import docker_client, engine_runtimes, unknown_runtime
+
+        client = client or docker_client(timeout=10)
+        return None if runtime in engine_runtimes(client) else str(unknown_runtime(client, runtime))
     except BackendUnavailable as exc:
         return str(exc)
 

@@ -103,6 +103,37 @@ def docker_client(timeout: float = 120, engine: Any = None) -> Any:
     return connect(engine, timeout=timeout)
 
 
+#: Runtimes whose containers run on the host's kernel: only there can the host reach a container's sockets
+#: from its network namespace (:mod:`sandbox._netns`). gVisor (runsc) and VM runtimes (kata) have a kernel of
+#: their own; their kernels' calls take the Docker API's exec stream.
+HOST_KERNEL_RUNTIMES = frozenset({"runc", "crun", "youki"})
+
+
+def shares_host_kernel(runtime: str | None) -> bool:
+    """Whether containers of ``runtime`` (None: the engine's default, runc almost everywhere) run on the
+    host's kernel."""
+    return runtime is None or runtime in HOST_KERNEL_RUNTIMES
+
+
+def engine_runtimes(client: Any) -> list[str]:
+    """The container runtimes the engine of ``client`` has (``runc``, and ``runsc`` where gVisor is registered)."""
+    return sorted((client.info().get("Runtimes") or {}).keys())
+
+
+def unknown_runtime(client: Any, runtime: str) -> BackendUnavailable:
+    """The error for a runtime the engine does not have: what it has, and how to add one."""
+    try:
+        have = ", ".join(engine_runtimes(client)) or "none"
+    except Exception:
+        have = "?"
+    how = ("for gVisor: `apt-get install runsc`, then add it to the engine's /etc/docker/daemon.json as "
+           '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", '
+           '"--network=none"]}} and reload dockerd (kill -HUP)') if runtime == "runsc" else \
+        'install it and add it to "runtimes" in the engine\'s /etc/docker/daemon.json, then reload dockerd (kill -HUP)'
+    return BackendUnavailable(f"the Docker engine {describe(client)} has no runtime {runtime!r} (it has: {have}); "
+                              f"choose one it has, or {how}")
+
+
 def _raw_socket(attached: Any) -> socket.socket:
     """The socket under docker-py's attach result (it wraps Unix sockets in SocketIO)."""
     return getattr(attached, "_sock", attached)
@@ -131,7 +162,8 @@ class DockerKernel:
         self.exec_id: str | None = None
         self._count = 0
         #: Whether to try reaching each kernel directly (see start_kernel); the container's namespace once held.
-        self.direct_link = direct_link
+        #: Not under a runtime with a kernel of its own (gVisor): its sockets are not in any host namespace.
+        self.direct_link = direct_link and shares_host_kernel(runtime)
         self._netns: ContainerNetns | None = None
         #: The host-side proxy of a network policy (sandbox.network): it listens in each container's namespace.
         self.proxy = proxy
@@ -211,8 +243,7 @@ class DockerKernel:
             raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
-                raise BackendUnavailable(
-                    f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=...") from exc
+                raise unknown_runtime(self.client, self.runtime) from exc
             raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
         except OSError as exc:  # requests' connection errors and timeouts are OSErrors
             raise self._engine_gone(exc) from exc

@@ -76,6 +76,8 @@ class BenchConfig:
     repeats: int = 1
     concurrency: int = 4
     backend: str = "docker"
+    #: The Docker engine's container runtime for the CodeAct sandboxes (``runsc`` for gVisor); None: the engine's.
+    runtime: str | None = None
     out: str | os.PathLike[str] = "results"
     tasks: Sequence[str] = ()  # glob patterns over task ids or suite/id keys
     max_turns: int | None = None  # overrides every task's turn limit
@@ -118,6 +120,8 @@ class BenchConfig:
             raise BenchError("an agent is listed twice in --agents")
         if self.backend not in BACKENDS:
             raise BenchError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.runtime and self.backend != "docker":
+            raise BenchError(f"runtime {self.runtime!r} needs the docker backend, not {self.backend}")
         for name in ("repeats", "concurrency"):
             if int(getattr(self, name)) < 1:
                 raise BenchError(f"{name} must be at least 1")
@@ -296,11 +300,19 @@ class _Runner:
                 reason = reason.split("; ")[0] + "; " + cfg.docker_fix_hint()  # not "install Docker"
             raise BenchError(f"CodeAct episodes need the Docker sandbox, which is not ready: {reason}; "
                              "`codeact doctor` shows what to fix (or choose --backend local knowingly)")
+        runtime = self.config.runtime
+        if runtime:
+            from sandbox import runtime_problem
+
+            problem = runtime_problem(runtime)
+            if problem is not None:
+                raise BenchError(f"CodeAct episodes cannot use the runtime {runtime!r}: {problem}")
         from sandbox import DockerSandbox, SandboxPool
 
         timeout = self.config.execution_timeout
         network = self.config.network
-        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout, network=network or False), size=size)
+        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout, runtime=runtime, network=network or False),
+                                size=size)
 
     #: Seconds the pre-flight waits for the pool's first sandbox (an image pull or a slow engine).
     SANDBOX_PREFLIGHT_TIMEOUT = 120.0
@@ -556,9 +568,13 @@ class _Runner:
             from ..agent import CodeActAgent
 
             # A sandbox from the pool is started and ours to close; without a pool the agent opens one.
-            network = {"network": self.config.network} if self.config.network is not None else {}
+            options: dict[str, Any] = {}
+            if self.config.network is not None:
+                options["network"] = self.config.network
+            if self.config.runtime:
+                options["runtime"] = self.config.runtime
             return CodeActAgent(model, tools, sandbox=sandbox if sandbox is not None else self.config.backend,
-                                sandbox_options=network, max_steps=limit, log=self.log,
+                                sandbox_options=options or None, max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
                                 tool_disclosure=_disclosure(kind, task))
