@@ -38,6 +38,9 @@ from codeact.messages import Message, ModelResponse
 from codeact.runlog import RunLog
 from tests.llama_server import LlamaServer
 
+#: A small model on 2 shared cores takes seconds per request.
+pytestmark = pytest.mark.timeout(900)
+
 #: Statuses a run may end with; "error" only where a test says why it is acceptable.
 CLASSIFIED = {"success", "max_steps", "invalid_output", "error", "cancelled", "budget_exceeded", "interrupted"}
 #: Tokens a reply may take: the model rambles, and the window is small.
@@ -285,6 +288,7 @@ def test_the_window_is_learned_from_the_servers_real_error(llama_server: LlamaSe
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(2400)
 def test_a_long_chat_that_carries_data_answers_every_turn(tmp_path: Path, llama_server: LlamaServer,
                                                           recorder: Recorder) -> None:
     # 25 turns, each message carrying 300 numbers (~600 tokens here), against a 2,048-token window the server
