@@ -106,8 +106,24 @@ class PodmanService:
             self.proc.wait(timeout=30)
         self.proc = None
 
+    def _kill_leftovers(self) -> None:
+        """Kill the processes that name this service's root: the conmon of each exec session (a kernel's link)
+        waits 300 s (Podman's exit delay) before it runs its clean-up, which would mount the storage again
+        under a removed root."""
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(self.root).encode() in cmdline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+
     def remove(self) -> None:
         self.stop()
+        self._kill_leftovers()
         # The storage's overlay and shm mounts, deepest first, then the storage itself (a tmpfs).
         for line in reversed(Path("/proc/mounts").read_text().splitlines()):
             target = line.split()[1]
