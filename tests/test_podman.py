@@ -337,3 +337,45 @@ def test_save_on_podman_restore_into_a_pool_there_and_on_docker(podman: PodmanSe
     with DockerSandbox.restore(snap, functions=[double]) as on_docker:  # the engine the docker CLI would use
         assert on_docker.engine != podman.engine
         assert on_docker.run("print(total(), open('notes.txt').read())").stdout == "6 kept\n"
+
+
+OWNER = """
+import sys, time
+from sandbox import DockerSandbox
+sb = DockerSandbox(engine=sys.argv[1])
+sb.start()
+sb.run("x = 1")
+print("READY", flush=True)
+time.sleep(600)
+"""
+
+
+def test_owner_killed_leaves_nothing_on_podman_after_a_reap(podman: PodmanService, podman_image: str) -> None:
+    """The container goes by itself when its owner is killed (its stream closes); Podman keeps the session's
+    named volumes, labelled with the dead owner, and the next reap removes them."""
+    import sys
+
+    from sandbox.container import reap
+
+    repo = Path(__file__).resolve().parents[1]
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, podman.url], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)})
+    client = podman.client()
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == b"READY"
+        assert len(podman.sandbox_containers(owner.pid)) == 1
+        owner.kill()
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while podman.sandbox_containers(owner.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert podman.sandbox_containers(owner.pid) == []  # no reaper ran: the supervisor ended it
+        left = [v["Name"] for v in client.api.volumes(filters={"label": f"{LABEL}.pid={owner.pid}"})["Volumes"]
+                or []]
+        assert len(left) == 2, left  # /workspace and the package volume
+        reap(client)
+        assert client.api.volumes(filters={"label": f"{LABEL}.pid={owner.pid}"})["Volumes"] in (None, [])
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
