@@ -10,7 +10,8 @@ codeact speaks (docker-py), so codeact reaches it like any engine: a URL,
 The OCI runtime is runc when it is installed: crun, Podman's default, refuses
 hosts that mix cgroup v1 and v2 (this machine), and runc works everywhere
 Podman does. The session fixture :func:`podman` starts one service for the
-whole test session; it fails at the end if a sandbox container is left on it.
+whole test session; it fails at the end if a sandbox container or volume is
+left on it.
 """
 
 from __future__ import annotations
@@ -143,11 +144,9 @@ def can_start_podman() -> str | None:
 
 @pytest.fixture(scope="session")
 def podman(docker_ready: None) -> Iterator[PodmanService]:
-    """A started rootful Podman service for the whole test session, with the sandbox image on it.
-
-    The image comes from the machine's Docker engine (``docker save`` streamed into Podman's load through
-    both APIs, :func:`sandbox.image.ensure_image`). Skips where Podman cannot run; fails in CI.
-    """
+    """A started rootful Podman service for the whole test session, without images (the tests put the sandbox
+    image there). Skips where Podman cannot run; fails in CI. At the end, a sandbox container or volume left
+    on it fails the session's last test."""
     reason = can_start_podman()
     if reason is not None:
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
@@ -160,5 +159,7 @@ def podman(docker_ready: None) -> Iterator[PodmanService]:
         if service.proc is not None:
             left = service.sandbox_containers()
             assert left == [], f"sandbox containers left on the Podman engine: {left}"
+            volumes = service.client(30).api.volumes(filters={"label": LABEL})["Volumes"] or []
+            assert volumes == [], f"sandbox volumes left on the Podman engine: {volumes}"
     finally:
         service.remove()

@@ -5,7 +5,8 @@ image build`` builds the image there, ``codeact demo`` runs there with
 ``DOCKER_HOST`` pointing at its socket, a CodeAct chat of two turns talks to
 the real ``openai`` client, a session saved there is restored there (into a
 ``SandboxPool``'s warm session) and on Docker. Hostile code checks the walls
-from inside; the host checks where the containers were and that none is left.
+from inside; the host checks where the containers were and that none is left,
+also when the owner is killed.
 
 One defence is set differently on Podman, and the tests say so: the
 container's RLIMIT_NPROC (``sandbox.container.PODMAN_NPROC``, see there why).
