@@ -2,7 +2,7 @@
 
 Podman serves the Docker API (``podman system service``) and codeact talks to
 it as to any engine (:func:`sandbox.engines.is_podman` tells them apart). The
-walls are the same; four settings need other words there, each because
+walls are the same; a few settings need other words there, each because
 Podman would otherwise weaken a wall or refuse the container:
 
 * **RLIMIT_NPROC** (:data:`NPROC`). Docker leaves it alone (the container
@@ -24,6 +24,9 @@ Podman would otherwise weaken a wall or refuse the container:
 * **/run and /var/tmp** (:data:`READ_ONLY_TMPFS`). With a read-only root
   filesystem Podman mounts writable tmpfs there (its ``--read-only-tmpfs``),
   which Docker does not: codeact mounts them read-only and empty instead.
+* **Helper containers** (package volumes, bytecode): open files and processes
+  are said too (:func:`helper_ulimits`), for the same reason; their scratch
+  volumes stay anonymous (a directory on disk, removed with the helper).
 * The runtime: crun (Podman's usual one) refuses hosts that mix cgroup v1 and
   v2; runc works (``podman --runtime runc system service``): :func:`start_hint`
   says so when a start fails that way.
@@ -36,11 +39,22 @@ from typing import Any
 
 #: RLIMIT_NPROC (soft and hard) of a session's processes on Podman (see the module docs).
 NPROC = 32768
+#: RLIMIT_NOFILE of codeact's helper containers on Podman (Podman would set 1048576, as for NPROC).
+HELPER_NOFILE = 4096
 #: tmpfs mounts on Podman beside /tmp: read-only and empty, where Podman would mount writable ones.
 READ_ONLY_TMPFS = {"/run": "ro,size=64k,nosuid,nodev,noexec", "/var/tmp": "ro,size=64k,nosuid,nodev,noexec"}
 #: Seconds a closing session waits for Podman to let go of its volumes (it removes the container meanwhile).
 VOLUME_RELEASE_TIMEOUT = 10.0
 _PAGE = 4096
+
+
+def helper_ulimits() -> list[Any]:
+    """Limits for codeact's own helper containers on Podman (they compile packages; no sandbox code runs
+    there): what Docker would give them is the engine's, what Podman would give them its runtime may not set."""
+    from docker.types import Ulimit
+
+    return [Ulimit(name="nofile", soft=HELPER_NOFILE, hard=HELPER_NOFILE),
+            Ulimit(name="nproc", soft=NPROC, hard=NPROC)]
 
 
 def named_volumes(client: Any, mounts: list[Any], made: list[str]) -> list[Any]:
