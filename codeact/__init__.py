@@ -40,6 +40,7 @@ __all__ = [
     "Model",
     "ModelError",
     "ModelResponse",
+    "NetworkPolicy",
     "OpenAIModel",
     "OutputSpec",
     "OutputTypeError",
@@ -87,6 +88,7 @@ _EXPORTS = {
     "AgentToolError": ".errors",
     "RunLimits": ".agent",
     "Prices": ".budget",
+    "NetworkPolicy": "sandbox.network",  # the sandbox's network allow-list, for CodeActAgent(sandbox_options=...)
 }
 assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the same things"
 
@@ -102,6 +104,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .react import ReActAgent, ReActSession
     from .runlog import RunLog
     from .tools import RunContext, Tool, load_tools, tool
+    from sandbox.network import NetworkPolicy
 
 
 def __getattr__(name: str) -> Any:

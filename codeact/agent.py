@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
@@ -73,7 +74,7 @@ from .output import DEFAULT_RETRIES, AnswerCheck, OutputSpec, gave_up
 from .parsing import parse_reply
 from .prompting import FileDescription, render_system_prompt
 from .prompts import Prompt, load_prompt
-from .events import PackageInstall, ToolProgress
+from .events import NetworkRequest, PackageInstall, ToolProgress
 from .tools import Tool, ensure_tools
 from .tools._context import RunHooks, run_hooks
 from .catalog import DEFAULT_TOOL_BUDGET, Disclosure, ToolSurface, check_disclosure
@@ -456,6 +457,9 @@ class ChatSession:
         self._closed = False
         self._approvals = Approvals(agent.approve)
         self._installs_seen: set[int] = set()  # package install records already reported as events
+        #: Network records that ended while no code ran (a tunnel a session kept open): reported with the next
+        #: action. Bounded: a flood of them keeps the newest.
+        self._network_pending: collections.deque[Any] = collections.deque(maxlen=1000)
         #: The privacy filter's placeholders of this session (host side only), or None.
         self._redactor = agent.privacy.session() if agent.privacy is not None else None
         #: How the tools appear in the sandbox and the prompt (set when the sandbox opens).
@@ -551,6 +555,7 @@ class ChatSession:
             listeners = getattr(getattr(sb, "packages", None), "listeners", None)
             if listeners is not None and self._on_install in listeners:
                 listeners.remove(self._on_install)
+            self._forget_network(sb)
             with contextlib.suppress(Exception):  # gone already: closing only forgets it
                 sb.close()
             self._sandbox = None
@@ -591,6 +596,7 @@ class ChatSession:
         listeners = getattr(getattr(self._sandbox, "packages", None), "listeners", None)
         if listeners is not None and self._on_install in listeners:  # a sandbox the caller owns outlives us
             listeners.remove(self._on_install)
+        self._forget_network(self._sandbox)
         if self._sandbox is not None and self._owned:
             self._sandbox.close()
         self._sandbox = None
@@ -819,7 +825,7 @@ class ChatSession:
                     if isinstance(item, ToolCall):
                         step.tool_calls.append(item)
                         yield emit(item)
-                    elif isinstance(item, (CodeOutput, ToolProgress, PackageInstall)):
+                    elif isinstance(item, (CodeOutput, ToolProgress, PackageInstall, NetworkRequest)):
                         yield emit(item)
                     else:
                         exec_result = item
@@ -938,6 +944,9 @@ class ChatSession:
             packages = getattr(self._sandbox, "packages", None)
             if packages is not None and hasattr(packages, "listeners"):
                 packages.listeners.append(self._on_install)
+            network = getattr(self._sandbox, "network_listeners", None)
+            if isinstance(network, list):
+                network.append(self._on_network)
             self._tools_now = {t.name: t for t in self.agent.tools}
             self._sources = {id(t.toolset): (t.toolset, t.toolset.version) for t in self.agent.tools
                              if getattr(t, "toolset", None) is not None}
@@ -1026,6 +1035,20 @@ class ChatSession:
             self._installs_seen.add(id(record))
             state.report(_install_event(record, state.run_id, state.step))  # type: ignore[arg-type]
             _trace_install(state.trace, record, state.action_ctx)
+
+    def _on_network(self, record: Any) -> None:
+        """A request through the sandbox's network proxy ended (the proxy's thread): an event of the running
+        action, or of the next one."""
+        state = self._state
+        if state is not None and state.tool_events is not None:
+            state.report(_network_event(record, state.run_id, state.step))  # type: ignore[arg-type]
+        else:
+            self._network_pending.append(record)
+
+    def _forget_network(self, sb: Any) -> None:
+        listeners = getattr(sb, "network_listeners", None)
+        if isinstance(listeners, list) and self._on_network in listeners:
+            listeners.remove(self._on_network)
 
     def _package_events(self, state: _RunState) -> list[PackageInstall]:
         """Installs not yet reported (those of ``packages=``, made while the sandbox opened)."""
@@ -1253,6 +1276,8 @@ class ChatSession:
         closing the generator), the code in the sandbox is interrupted first.
         """
         events: queue.Queue[Any] = queue.Queue()
+        while self._network_pending:  # requests that ended between actions
+            events.put(_network_event(self._network_pending.popleft(), state.run_id, state.step))
         state.tool_events = events
         state.user_interrupted = False
         state.running_code = True
@@ -1514,6 +1539,12 @@ def _restore_sandbox(spec: Any, snap: Any, functions: list[HostFunction], option
             span.set_attribute("codeact.snapshot.restored_variables", len(report.restored))
             span.set_attribute("codeact.snapshot.failed_variables", len(report.failed))
         return sandbox
+
+
+def _network_event(record: Any, run_id: str, step: int) -> NetworkRequest:
+    data = record.to_json()
+    return NetworkRequest(run_id=run_id, step=step, host=data["host"], method=data["method"],
+                          allowed=data["allowed"], status=data["status"], record=data)
 
 
 def _install_event(record: Any, run_id: str, step: int) -> PackageInstall:

@@ -6,9 +6,12 @@ send before every model call. When the next prompt would pass the **budget**,
 the oldest steps are folded, in this order, each stage only as far as needed:
 
 1. old observations are masked (a one-line stand-in saying how long they were);
-2. old actions (assistant messages) become a one-line stand-in: how many lines
+2. earlier turns' user messages, when long, keep their head and a line saying
+   where the rest went: the kernel variables that turn's code assigned and the
+   kernel still holds (read from the kernel's live namespace), else the run log;
+3. old actions (assistant messages) become a one-line stand-in: how many lines
    of code ran and which names they assigned; long prose is cut;
-3. whole old turns are folded into one "session so far" block, appended to the
+4. whole old turns are folded into one "session so far" block, appended to the
    system message: the user's messages (shortened), the answers given, the
    files in the workspace and **the kernel's live namespace** (names, types,
    shapes or lengths, a short repr) read from the sandbox at the moment of
@@ -17,7 +20,11 @@ the oldest steps are folded, in this order, each stage only as far as needed:
    (its usage is the :class:`~codeact.events.Compacted` event's and the run's).
 
 Never folded: the system prompt, the current task, the last ``keep_steps``
-steps of the current turn. Once compaction starts it goes down to
+steps of the current turn. The budget is a target, not a wall: a prompt that
+stays over it after folding is still sent, and a run ends with
+:class:`ContextTooLarge` only when the endpoint refuses a prompt that has
+nothing left to fold, or when the system prompt, the current message and the
+reply's room alone exceed a known window (the error quotes the three numbers). Once compaction starts it goes down to
 ``AFTER_SHARE`` of the budget, and what is folded stays folded (the block is
 rebuilt only when more turns are folded): endpoints that cache prompt
 prefixes see the same prefix step after step.
@@ -45,6 +52,7 @@ Example (what a session's model call does)::
 from __future__ import annotations
 
 import ast
+import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,9 +71,19 @@ AFTER_SHARE = 0.6
 #: Steps of the current turn kept whole (an assistant message and its observation each).
 KEEP_STEPS = 2
 #: Retries of one model call after a context-length error, each with a smaller target.
-MAX_RETRIES = 4
+MAX_RETRIES = 5
+#: Prompts (estimated tokens) shorter than this do not calibrate the count: fixed overheads
+#: (chat template, tool schemas) would dominate the ratio.
+CALIBRATE_MIN_TOKENS = 200
+#: The most the endpoint's count may exceed the estimate by (a bound on what a response can teach).
+MAX_SCALE = 8.0
+#: Characters of the "session so far" block once the endpoint refused a prompt with nothing else left to fold.
+MIN_BLOCK_CHARS = 600
 #: Characters of a user message, an answer, a repr as the "session so far" block shows them.
 TASK_CHARS = 300
+#: An earlier turn's user message longer than this may be cut to its head (TASK_CHARS) and a line
+#: saying where the rest went.
+TASK_FOLD_CHARS = 800
 ANSWER_CHARS = 300
 PROSE_CHARS = 400
 #: Turns the block lists one by one (older ones are counted); variables and files it lists.
@@ -102,6 +120,10 @@ class _Folded:
     block: str = ""
     summary: str = ""
     keep_steps: int = KEEP_STEPS
+    #: How hard to fold after refusals: 0 as configured; 1 no step of the current turn kept whole;
+    #: 2 the block cut to MIN_BLOCK_CHARS too. Back to 0 when a turn starts.
+    level: int = 0
+    turns_seen: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,6 +132,7 @@ class _Fold:
 
     masked: int = 0
     shortened: int = 0
+    tasks: int = 0
     turns: int = 0
     usage: Usage = field(default_factory=Usage)
 
@@ -147,6 +170,10 @@ class Compactor:
         self.files = files
         self.redact = redact
         self._learned: int | None = None  # a window a context-length error taught
+        #: Real tokens per estimated token, as the endpoint's own counts showed (usage, overflow errors):
+        #: a model whose tokenizer is unknown may need far more tokens than the estimate (SmolLM2 takes a
+        #: token per digit and per punctuation mark).
+        self.scale = 1.0
         self._state = _Folded(keep_steps=keep_steps)
         self._base: tuple[int, int] | None = None  # (id, length) of the history the state was made for
 
@@ -175,6 +202,23 @@ class Compactor:
             return share
         return self.history_budget if share is None else min(self.history_budget, share)
 
+    def count(self, messages: Sequence[Message]) -> int:
+        """Tokens ``messages`` take, as calibrated against the endpoint's own counts (:meth:`calibrate`)."""
+        tokens = count_tokens(self.model, messages)
+        return tokens if self.scale == 1.0 else math.ceil(tokens * self.scale)
+
+    def calibrate(self, sent: Sequence[Message], prompt_tokens: int | None, *, at_least: bool = False) -> None:
+        """Learn how the endpoint counts: ``prompt_tokens`` is what it said ``sent`` took (a response's
+        usage, or an overflow error's number). The latest ratio wins (``at_least``: only when larger), so a
+        history that changes kind (numbers, then code) is counted as the endpoint counts it now."""
+        if not isinstance(prompt_tokens, int) or prompt_tokens <= 0:
+            return
+        estimate = count_tokens(self.model, sent)
+        if estimate < CALIBRATE_MIN_TOKENS:
+            return
+        ratio = min(MAX_SCALE, max(1.0, prompt_tokens / estimate))
+        self.scale = max(self.scale, ratio) if at_least else ratio
+
     # --- what the model sees --------------------------------------------------------------------
 
     def view(self, messages: Sequence[Message], turn_starts: Sequence[int]) -> list[Message]:
@@ -196,37 +240,87 @@ class Compactor:
     def prepare(self, messages: Sequence[Message], turn_starts: Sequence[int], *, run_id: str = "",
                 step: int = 0) -> tuple[list[Message], Compacted | None]:
         """The messages for the next model call, folded further when they pass the budget; the event if so."""
+        state = self._state
+        if len(turn_starts) != state.turns_seen:  # a new turn: fold as configured again
+            state.turns_seen, state.level, state.keep_steps = len(turn_starts), 0, max(state.keep_steps, 1)
         view = self.view(messages, turn_starts)
         budget = self.budget
         if budget is None:
             return view, None
-        before = count_tokens(self.model, view)
+        before = self.count(view)
         if before <= budget:
             return view, None
         new, event = self._compact(messages, turn_starts, before, int(budget * AFTER_SHARE), "budget", run_id, step)
+        # The budget is a target; the window is not: a prompt the count puts past the window (with the reply's
+        # room) is folded harder before it is sent, as a refusal would have it.
+        window, reply = self.window, self._reply_room()
+        while window is not None and event.tokens_after + reply > window and state.level < 2:
+            self._harder(messages, turn_starts)
+            new, more = self._compact(messages, turn_starts, before, int(budget * AFTER_SHARE), "budget", run_id,
+                                      step)
+            event = merged(event, more)
         # Nothing left to fold: send what there is (the endpoint may still take it; if not, overflow() decides).
         return (new, event) if event.tokens_after < before else (view, None)
 
+    def _reply_room(self) -> int:
+        reply = getattr(self.model, "max_tokens", None)
+        return reply if isinstance(reply, int) and reply > 0 else 0
+
+    def _harder(self, messages: Sequence[Message], turn_starts: Sequence[int]) -> None:
+        """One level harder (see :attr:`_Folded.level`)."""
+        state = self._state
+        state.level += 1
+        if state.level == 1:
+            state.keep_steps = 0
+        elif state.turns:
+            state.block = self._block(self._folded_turns(messages, turn_starts), limit=MIN_BLOCK_CHARS)
+
     def overflow(self, exc: ContextOverflowError, messages: Sequence[Message], turn_starts: Sequence[int], *,
                  run_id: str = "", step: int = 0) -> tuple[list[Message], Compacted]:
-        """After the endpoint refused the prompt as too long: learn the window, fold harder.
+        """After the endpoint refused the prompt as too long: learn the window and the count, fold harder.
 
-        Raises :class:`ContextTooLarge` when nothing is left to fold.
+        Each refusal folds harder than the one before: to 70% of what was refused; then no step of the
+        current turn kept whole; then the "session so far" block cut short. Raises
+        :class:`ContextTooLarge` when nothing is left to fold: the system prompt, the current message and
+        the reply's room alone do not fit (its message quotes the three numbers).
         """
         view = self.view(messages, turn_starts)
-        before = count_tokens(self.model, view)
+        self.calibrate(view, exc.requested, at_least=True)
+        before = self.count(view)
         limit = exc.limit if isinstance(exc.limit, int) and exc.limit > 0 else None
         # Without the endpoint's number the window is below what was sent: aim well under it.
         learned = limit if limit is not None else int(before * 0.7)
         self._learned = learned if self._learned is None else min(self._learned, learned)
-        self._state.keep_steps = 1
+        state = self._state
+        state.keep_steps = min(state.keep_steps, 1)
         target = min(self.budget or learned, int(before * 0.7))
-        new, event = self._compact(messages, turn_starts, before, int(target * AFTER_SHARE), "overflow",
-                                   run_id, step)
-        if event.tokens_after >= before:
-            raise ContextTooLarge(too_large_message(self.model, view, limit, exc), limit=exc.limit,
-                                  requested=exc.requested)
-        return new, event
+        event: Compacted | None = None
+        while True:
+            new, more = self._compact(messages, turn_starts, before, int(target * AFTER_SHARE), "overflow",
+                                      run_id, step)
+            event = more if event is None else merged(event, more)
+            if event.tokens_after < before:
+                return new, event
+            if state.level >= 2:
+                raise ContextTooLarge(self.too_large(messages, turn_starts, exc), limit=exc.limit,
+                                      requested=exc.requested)
+            self._harder(messages, turn_starts)
+
+    def too_large(self, messages: Sequence[Message], turn_starts: Sequence[int], exc: BaseException) -> str:
+        """What does not fit when nothing is left to fold: the three numbers, and what to change."""
+        current = messages[turn_starts[-1]] if turn_starts else messages[-1]
+        system = self.count(messages[:1])
+        task = self.count([current])
+        reply = getattr(self.model, "max_tokens", None)
+        room = f"{reply:,} for the reply (max_tokens)" if isinstance(reply, int) and reply > 0 else \
+            "the reply's room (max_tokens is not set)"
+        window = self.window
+        size = f"{window:,} tokens" if window else "a size the endpoint did not name"
+        return (f"the current step alone does not fit the model's context window ({size}): the system prompt "
+                f"takes ~{system:,} tokens, the current message ~{task:,}, and {room}; everything older is "
+                f"folded already (the endpoint said: {one_line(str(exc), 200)}). Shorten the message or the file "
+                "it inlines (put data in a file and name it), lower observation_limit or max_tokens, or use a "
+                "model with a bigger context window.")
 
     # --- folding ------------------------------------------------------------------------------
 
@@ -242,9 +336,9 @@ class Compactor:
         started = time.perf_counter()
         fold = self._fold(messages, turn_starts, target)
         view = self.view(messages, turn_starts)
-        after = count_tokens(self.model, view)
+        after = self.count(view)
         event = Compacted(run_id=run_id, step=step, reason=reason, observations_masked=fold.masked,
-                          actions_shortened=fold.shortened, turns_folded=fold.turns,
+                          actions_shortened=fold.shortened, messages_shortened=fold.tasks, turns_folded=fold.turns,
                           turns_folded_total=self._state.turns, tokens_before=before, tokens_after=after,
                           budget=self.budget or 0, window=self.window, seconds=time.perf_counter() - started,
                           summary=bool(fold.usage.requests), usage=fold.usage)
@@ -258,15 +352,16 @@ class Compactor:
         first_kept = turn_starts[state.turns] if state.turns < len(turn_starts) else current
 
         # Counted once, then by difference (the count of a list is the sum of its messages' counts).
-        total = count_tokens(self.model, self.view(messages, turn_starts))
+        total = self.count(self.view(messages, turn_starts))
 
         def replace_with(i: int, new: Message) -> None:
             nonlocal total
-            total -= count_tokens(self.model, [messages[i]]) - count_tokens(self.model, [new])
+            total -= self.count([state.replaced.get(i, messages[i])]) - self.count([new])
             state.replaced[i] = new
 
         masked: list[int] = []
         shortened: list[int] = []
+        tasks: list[int] = []
         # 1. old observations
         for i in range(first_kept, tail):
             if total <= target:
@@ -275,7 +370,19 @@ class Compactor:
             if short is not None:
                 replace_with(i, short)
                 masked.append(i)
-        # 2. old actions
+        # 2. earlier turns' user messages (their data usually lives on in the kernel)
+        variables: dict[str, Any] | None = None
+        for k in range(state.turns, len(turn_starts) - 1):
+            i = turn_starts[k]
+            if total <= target:
+                break
+            if i in state.replaced or len(messages[i].content) <= TASK_FOLD_CHARS:
+                continue
+            if variables is None:
+                variables = self._live_variables()
+            replace_with(i, task_stand_in(messages[i], k + 1, messages[i + 1:turn_starts[k + 1]], variables))
+            tasks.append(i)
+        # 3. old actions
         for i in range(first_kept, tail):
             if total <= target:
                 break
@@ -285,7 +392,7 @@ class Compactor:
                 if short != m:
                     replace_with(i, short)
                     shortened.append(i)
-        # 3. whole old turns (never the current one)
+        # 4. whole old turns (never the current one)
         turns, usage = 0, Usage()
         if total > target:
             end = state.turns
@@ -298,13 +405,19 @@ class Compactor:
                 usage = self._fold_turns(messages, turn_starts, end)
         # What a folded turn held is counted as the turn, not again as masked or shortened.
         kept = turn_starts[state.turns] if state.turns < len(turn_starts) else len(messages)
-        return _Fold(sum(i >= kept for i in masked), sum(i >= kept for i in shortened), turns, usage)
+        return _Fold(sum(i >= kept for i in masked), sum(i >= kept for i in shortened), sum(i >= kept for i in tasks),
+                     turns, usage)
+
+    def _live_variables(self) -> dict[str, Any]:
+        """The kernel's variables now, by name (empty when there is no kernel or it cannot be read)."""
+        listing, _ = self._read_namespace()
+        return {v.name: v for v in listing.variables} if listing is not None else {}
 
     def _fits_without(self, messages: Sequence[Message], turn_starts: Sequence[int], turns: int,
                       target: int) -> bool:
         """Whether folding the first ``turns`` turns would fit (the block's own size estimated)."""
         rest = messages[turn_starts[turns]:]
-        estimate = count_tokens(self.model, [messages[0], *rest]) + 600
+        estimate = self.count([messages[0], *rest]) + 600
         return estimate <= target
 
     def _fold_turns(self, messages: Sequence[Message], turn_starts: Sequence[int], end: int) -> Usage:
@@ -313,8 +426,8 @@ class Compactor:
         if self.condenser == "summary":
             usage = self._summarise(messages[turn_starts[state.turns]:turn_starts[end]])
         state.turns = end
-        folded = [messages[turn_starts[k]:turn_starts[k + 1]] for k in range(end)]
-        state.block = self._block(folded)
+        state.block = self._block(self._folded_turns(messages, turn_starts),
+                                  limit=MIN_BLOCK_CHARS if state.level >= 2 else None)
         state.replaced = {i: m for i, m in state.replaced.items() if i >= turn_starts[end]}
         return usage
 
@@ -334,18 +447,27 @@ class Compactor:
         usage: Usage = response.usage
         return usage if usage.requests else replace(usage, requests=1)
 
-    def _block(self, turns: Sequence[Sequence[Message]]) -> str:
+    def _folded_turns(self, messages: Sequence[Message], turn_starts: Sequence[int]) -> list[Sequence[Message]]:
+        return [messages[turn_starts[k]:turn_starts[k + 1]] for k in range(self._state.turns)]
+
+    def _block(self, turns: Sequence[Sequence[Message]], *, limit: int | None = None) -> str:
         # The block is bounded by a share of the budget (a small window must still fit it and the current
         # step): the newest turns, files and variables first; what does not fit is counted.
-        limit = max(1500, int((self.budget or 20_000) * BLOCK_SHARE * 3))
+        if limit is None:
+            limit = max(1500, int((self.budget or 20_000) * BLOCK_SHARE * 3))
         head = [BLOCK_HEADER, f"{len(turns)} earlier turn(s) were folded to fit the context window."]
         if self._state.summary:
             head += ["", "Summary of them:", self._state.summary]
+        listing, failure = self._read_namespace()
+        variables = {v.name: v for v in listing.variables} if listing is not None else {}
         turn_lines: list[str] = []
         used, shown = 0, 0
         for number in range(len(turns), 0, -1):
             turn = turns[number - 1]
-            entry = [f"- turn {number}: {one_line(turn[0].content if turn else '', TASK_CHARS)}"]
+            said = turn[0].content if turn else ""
+            entry = [f"- turn {number}: {one_line(said, TASK_CHARS)}"]
+            if len(" ".join(said.split())) > TASK_CHARS:  # the line cut it: where the rest went
+                entry[0] += f" [{len(said):,} characters; {where_it_went(turn[1:], variables)}]"
             answer = answer_of(turn)
             if answer:
                 entry.append(f"  answer: {one_line(answer, ANSWER_CHARS)}")
@@ -360,7 +482,8 @@ class Compactor:
         if self.files is not None:
             lines += ["", *cut_lines(self._files_lines(), int(limit * 0.1), "files")]
         if self.namespace is not None:
-            lines += ["", *cut_lines(self._namespace_lines(), int(limit * 0.45), "variables (list them with dir())")]
+            lines += ["", *cut_lines(namespace_lines(listing, failure), int(limit * 0.45),
+                                     "variables (list them with dir())")]
             lines += ["", "The kernel still holds everything these turns defined: print any variable you need "
                           "rather than recomputing it."]
         text = "\n".join(lines)
@@ -380,25 +503,46 @@ class Compactor:
             lines.append(f"- ... and {len(files) - BLOCK_FILES} more")
         return lines
 
-    def _namespace_lines(self) -> list[str]:
+    def _read_namespace(self) -> tuple[Any, str]:
+        """The kernel's listing now, or None and why not."""
         try:
             listing = self.namespace() if self.namespace is not None else None
-        except Exception as exc:  # as for files
-            return [f"Variables in the kernel: could not be listed ({type(exc).__name__})."]
+        except Exception as exc:  # a listing that fails is said, the fold goes on
+            return None, f"could not be listed ({type(exc).__name__})"
         if listing is None or getattr(listing, "error", None):
-            reason = getattr(listing, "error", None) or "not listed"
-            return [f"Variables in the kernel: {reason}."]
-        variables = list(listing.variables)
-        if not variables:
-            return ["Variables in the kernel: none."]
-        lines = [f"Variables in the kernel now ({listing.total}):"]
-        for v in variables[:BLOCK_VARIABLES]:
-            kind = f"{v.type}, {v.size}" if getattr(v, "size", "") else v.type
-            lines.append(f"- {v.name} ({kind}): {one_line(v.repr, REPR_CHARS)}")
-        if listing.total > min(len(variables), BLOCK_VARIABLES):
-            lines.append(f"- ... and {listing.total - min(len(variables), BLOCK_VARIABLES)} more "
-                         "(list them with dir())")
-        return lines
+            return None, str(getattr(listing, "error", None) or "not listed")
+        return listing, ""
+
+
+def namespace_lines(listing: Any, failure: str) -> list[str]:
+    """The block's lines for the kernel's variables (:class:`codeact._namespace.VariableListing`)."""
+    if listing is None:
+        return [f"Variables in the kernel: {failure}."]
+    variables = list(listing.variables)
+    if not variables:
+        return ["Variables in the kernel: none."]
+    lines = [f"Variables in the kernel now ({listing.total}):"]
+    for v in variables[:BLOCK_VARIABLES]:
+        lines.append(f"- {v.name} ({described(v)}): {one_line(v.repr, REPR_CHARS)}")
+    if listing.total > min(len(variables), BLOCK_VARIABLES):
+        lines.append(f"- ... and {listing.total - min(len(variables), BLOCK_VARIABLES)} more "
+                     "(list them with dir())")
+    return lines
+
+
+def described(variable: Any) -> str:
+    """A variable's type and size, as the listing gives them: ``list, len 300``."""
+    return f"{variable.type}, {variable.size}" if getattr(variable, "size", "") else str(variable.type)
+
+
+def merged(first: Compacted, then: Compacted) -> Compacted:
+    """One event for two folds of the same call (counts added; sizes from before the first to after the last)."""
+    return replace(then, tokens_before=first.tokens_before, seconds=first.seconds + then.seconds,
+                   observations_masked=first.observations_masked + then.observations_masked,
+                   actions_shortened=first.actions_shortened + then.actions_shortened,
+                   messages_shortened=first.messages_shortened + then.messages_shortened,
+                   turns_folded=first.turns_folded + then.turns_folded, usage=first.usage + then.usage,
+                   summary=first.summary or then.summary)
 
 
 def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_starts: Sequence[int],
@@ -414,15 +558,18 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
         yield event
     for attempt in range(MAX_RETRIES + 1):
         try:
-            return (yield from call(view))
+            response = yield from call(view)
         except ContextTooLarge:
             raise
         except ContextOverflowError as exc:
             if attempt == MAX_RETRIES:
-                raise ContextTooLarge(too_large_message(compactor.model, view, exc.limit, exc),
+                raise ContextTooLarge(compactor.too_large(messages, turn_starts, exc),
                                       limit=exc.limit, requested=exc.requested) from exc
             view, event = compactor.overflow(exc, messages, turn_starts, run_id=run_id, step=step)
             yield event
+            continue
+        compactor.calibrate(view, getattr(response, "prompt_tokens", None))
+        return response
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -449,6 +596,9 @@ def compacted_text(event: Compacted) -> str:
     parts = []
     if event.turns_folded:
         parts.append(f"{event.turns_folded} turn{'s' if event.turns_folded != 1 else ''} folded")
+    if event.messages_shortened:
+        parts.append(f"{event.messages_shortened} earlier message{'s' if event.messages_shortened != 1 else ''} "
+                     "shortened")
     if event.actions_shortened:
         parts.append(f"{event.actions_shortened} code action{'s' if event.actions_shortened != 1 else ''} shortened")
     if event.observations_masked:
@@ -463,7 +613,8 @@ def compacted_from(payload: Any, *, run_id: str = "", step: int = 0) -> Compacte
     """A :class:`~codeact.events.Compacted` event back from its run-log payload (None when it is not one)."""
     if not isinstance(payload, dict):
         return None
-    fields = {"reason": str, "observations_masked": int, "actions_shortened": int, "turns_folded": int,
+    fields = {"reason": str, "observations_masked": int, "actions_shortened": int, "messages_shortened": int,
+              "turns_folded": int,
               "turns_folded_total": int, "tokens_before": int, "tokens_after": int, "budget": int}
     values: dict[str, Any] = {}
     for name, kind in fields.items():
@@ -486,21 +637,6 @@ def check_options(condenser: str, share: float = DEFAULT_SHARE, history_budget: 
         raise ConfigError(f"history_budget must be a positive number of tokens or None, got {history_budget!r}")
 
 
-def too_large_message(model: Any, view: Sequence[Message], limit: int | None, exc: BaseException) -> str:
-    """What is too big when even the current step alone does not fit, and what to change."""
-    parts: list[tuple[str, int]] = []
-    for i, m in enumerate(view):
-        what = ("the system prompt" if i == 0 else "the task" if m.role == "user" and i == 1
-                else "an observation" if m.role in ("user", "tool") else "a model reply")
-        parts.append((what, count_tokens(model, [m])))
-    biggest = sorted(parts, key=lambda p: -p[1])[:3]
-    window = f"{limit} tokens" if limit else "its size was not named"
-    sizes = ", ".join(f"{what} ~{n} tokens" for what, n in biggest)
-    return (f"the current step alone does not fit the model's context window ({window}; the endpoint said: "
-            f"{one_line(str(exc), 200)}). Largest parts: {sizes}. Lower observation_limit, shorten the task or "
-            "the file it inlines, or use a model with a bigger context window.")
-
-
 def default_elide(message: Message) -> Message | None:
     """The stand-in of an observation message (``Observation: ...`` from the user, or a tool result)."""
     if message.role == "tool":
@@ -509,6 +645,36 @@ def default_elide(message: Message) -> Message | None:
     if message.role == "user" and message.content.startswith("Observation:"):
         return Message("user", f"Observation: [elided to fit the context: {len(message.content)} characters]")
     return None
+
+
+def task_stand_in(message: Message, turn: int, replies: Sequence[Message], variables: dict[str, Any]) -> Message:
+    """An earlier turn's user message cut to its head, and a line saying where the rest went
+    (:func:`where_it_went`)."""
+    head = message.content[:TASK_CHARS].rstrip()
+    rest = len(message.content) - len(head)
+    text = (f"{head}\n[... {rest:,} more characters of turn {turn}'s message folded to fit the context window; "
+            f"{where_it_went(replies, variables)}]")
+    return replace(message, content=text)
+
+
+def where_it_went(replies: Sequence[Message], variables: dict[str, Any]) -> str:
+    """Where a folded user message's content lives on: the names the turn's code assigned that the kernel
+    still holds as collections, strings or frames (``variables``, by name, from the kernel's listing: those
+    with a size), else the run log."""
+    from .parsing import parse_reply
+
+    names: list[str] = []
+    for m in replies:
+        if m.role == "assistant":
+            parsed = parse_reply(m.content)
+            if parsed.has_code and parsed.code is not None:
+                names += [n for n in assigned_names(parsed.code)
+                          if n in variables and bool(getattr(variables[n], "size", "")) and n not in names]
+    if not names:
+        return "the whole message is in the run log (codeact logs show)"
+    shown = ", ".join(f"`{name}` ({described(variables[name])})" for name in names[:6])
+    more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+    return f"that turn's code stored it in {shown}{more}, which the kernel still holds: print what you need"
 
 
 def stand_in(message: Message) -> Message:

@@ -15,12 +15,17 @@ a default.
                            model (no network, deterministic). Not for normal use.
 ``CODEACT_BACKEND``        sandbox backend (``--backend``): ``docker`` (default), or
                            ``local`` / ``restricted`` to choose an unisolated one knowingly
+``CODEACT_RUNTIME``        the Docker engine's container runtime for the sandbox (``--runtime``), e.g.
+                           ``runsc`` (gVisor, registered with the engine); default: the engine's own
 ``CODEACT_DEBUG``          ``1`` shows tracebacks instead of one-line errors
 ``CODEACT_SNAPSHOT_DIR``   where saved sessions go (``--snapshot-dir``; default
                            ``<user data dir>/codeact/snapshots``)
 ``CODEACT_SNAPSHOT_KEEP``  snapshots kept per session (``--keep-snapshots``; default 3, ``all`` keeps every one)
 ``CODEACT_IMAGES``         ``0`` sends the model no images (``--no-images``; default on: the plots and
                            images of a step go to the model with its observation)
+``CODEACT_ALLOW_HOSTS``    hosts the sandboxed code may reach through the host's proxy (``--allow-host``;
+                           space- or comma-separated; docker backend; see ``sandbox.network``)
+``CODEACT_NETWORK_SECRETS``  a JSON file of headers the proxy adds per host (``--network-secrets``)
 =========================  ===========================================================
 
 Importing this module is cheap: models are imported when one is built.
@@ -42,6 +47,7 @@ OUTPUT_DIR_ENV = "CODEACT_OUTPUT_DIR"
 SCRIPTED_ENV = "CODEACT_SCRIPTED_REPLIES"
 DEBUG_ENV = "CODEACT_DEBUG"
 BACKEND_ENV = "CODEACT_BACKEND"
+RUNTIME_ENV = "CODEACT_RUNTIME"
 SNAPSHOT_DIR_ENV = "CODEACT_SNAPSHOT_DIR"
 SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
 IMAGES_ENV = "CODEACT_IMAGES"
@@ -77,6 +83,26 @@ def backend(option: str | None = None) -> Backend:
             return name
     raise ConfigError(f"unknown sandbox backend {value!r} (from {'--backend' if option else BACKEND_ENV}); "
                       f"choose one of {', '.join(BACKENDS)}")
+
+
+def runtime(option: str | None = None, *, backend: str = "docker") -> str | None:
+    """The Docker sandbox's container runtime from ``--runtime`` or ``$CODEACT_RUNTIME`` (e.g. ``runsc`` for
+    gVisor); None when neither is set: the engine's default runtime (runc).
+
+    Raises:
+        ConfigError: not a runtime name, or a runtime with a backend other than docker.
+    """
+    source = "--runtime" if (option or "").strip() else RUNTIME_ENV
+    value = (option or "").strip() or env(RUNTIME_ENV)
+    if not value:
+        return None
+    if not all(c.isalnum() or c in "._-" for c in value) or len(value) > 64:
+        raise ConfigError(f"{source}={value!r} is not a runtime name: give the name the Docker engine lists under "
+                          "Runtimes in `docker info` (e.g. runsc for gVisor, runc for the default)")
+    if backend != "docker":
+        raise ConfigError(f"{source}={value}: a container runtime needs the docker backend, not {backend} "
+                          f"(drop --backend {backend}, or unset {RUNTIME_ENV})")
+    return value
 
 
 def docker_fix_hint() -> str:

@@ -128,6 +128,21 @@ class PackageInstall(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NetworkRequest(Event):
+    """A request the code made through the sandbox's network policy (``sandbox.NetworkPolicy``), allowed or
+    refused. ``record`` is the proxy's record as JSON (``sandbox.network.NetworkRecord.to_json``): host, port,
+    method, allowed, status, bytes each way, duration, kind, reason, and the names (never the values) of the
+    secret headers it added. A request whose connection outlived its code action is reported with the next one.
+    """
+
+    host: str
+    method: str
+    allowed: bool
+    status: int | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Observation(Event):
     text: str  # exactly what the model will see
     stdout: str = ""
@@ -169,6 +184,8 @@ class Compacted(Event):
     reason: str = "budget"
     observations_masked: int = 0
     actions_shortened: int = 0
+    #: Earlier turns' user messages cut to their head and a line saying where their content went.
+    messages_shortened: int = 0
     turns_folded: int = 0
     turns_folded_total: int = 0
     tokens_before: int = 0

@@ -109,6 +109,9 @@ class ModelResponse:
     duration: float = 0.0  # seconds, wall time of the request (all retries included)
     model: str = ""
     finish_reason: str | None = None
+    #: The prompt's tokens as the endpoint itself counted them (None when it did not say, and
+    #: ``usage`` is an estimate): compaction calibrates its counts against it.
+    prompt_tokens: int | None = None
 
     @property
     def text(self) -> str:

@@ -98,6 +98,12 @@ def _prompt_tokens(messages: Sequence[Message]) -> int:
     return estimate_tokens(_message_chars(messages)) + image_tokens(messages)
 
 
+def _reported_prompt_tokens(usage: Any) -> int | None:
+    """The prompt tokens a response's usage object reports (None when absent or not a count)."""
+    value = getattr(usage, "prompt_tokens", None) if usage is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _message_chars(messages: Iterable[Message]) -> int:
     total = 0
     for m in messages:
@@ -277,6 +283,31 @@ class _Attempts:
                 reason=failure.reason,
             ) from exc
         return self.model._delay(self.count, failure.retry_after)
+
+
+class _ImageFallback:
+    """One call's fallback to text only (see :meth:`OpenAIModel._drop_images`): images are dropped after
+    the first failure of a request that had them; the model remembers it when the text-only request
+    that followed at once was answered (a failure right after proves nothing about the images)."""
+
+    def __init__(self, model: OpenAIModel) -> None:
+        self.model = model
+        self.dropped = False
+        self.cause: BaseException | None = None  # the failure the next answer would blame on the images
+
+    def drops(self, exc: BaseException, body: dict[str, Any]) -> bool:
+        if self.dropped or not self.model._drop_images(exc, body):
+            return False
+        self.dropped, self.cause = True, exc
+        return True
+
+    def failed(self) -> None:
+        self.cause = None
+
+    def answered(self) -> None:
+        if self.cause is not None:
+            self.model._remember_no_images(self.cause)
+            self.cause = None
 
 
 class _StreamState:
@@ -584,35 +615,58 @@ class OpenAIModel:
 
     # -- request / response
 
-    def _sent(self, messages: Sequence[Message]) -> Sequence[Message]:
+    def _sent(self, messages: Sequence[Message], *, images: bool = True) -> Sequence[Message]:
         """The messages as they go out: without image parts (each named in a line) when vision is off."""
-        if self.vision or not any(m.images for m in messages):
+        if (images and self.vision) or not any(m.images for m in messages):
             return messages
         from .images import without_images
 
         return without_images(messages)
 
-    def _images_rejected(self, exc: BaseException, body: dict[str, Any]) -> bool:
-        """True when ``exc`` is the endpoint refusing the image parts of the request ``body``: vision is then
-        off for this instance (every later request is text only) and one warning says so. A request without
-        image parts is never retried for this (no loop)."""
+    def _drop_images(self, exc: BaseException, body: dict[str, Any]) -> bool:
+        """True when the request ``body`` carried image parts and failed with ``exc`` in a way that
+        dropping them may fix: the call is then made again text only, once (never for a request
+        without image parts: no loop).
+
+        Any HTTP 4xx or 5xx qualifies but for the key (401, 403), the model's name (404), a rate limit
+        (429) and a prompt over the context window (compaction's business). Servers word "no images"
+        in many ways, and some just fail (llama.cpp's Python server: HTTP 500 "can only concatenate
+        str (not "list") to str"). An error that says so in words (:func:`_rejects_images`) turns
+        vision off at once; any other is remembered only once the text-only call has succeeded
+        (:meth:`_remember_no_images`).
+        """
         import openai
 
-        if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 415, 422, 500)
-                and _has_image_parts(body) and _rejects_images(_error_detail(exc))):
+        if not (isinstance(exc, openai.APIStatusError) and 400 <= exc.status_code < 600
+                and exc.status_code not in (401, 403, 404, 429) and _has_image_parts(body)):
             return False
-        with self._lock:
-            first, self.vision = self.vision, False
-        if first:
-            import warnings
-
-            warnings.warn(f"{self.base_url} (model {self.name!r}) does not take images ({_error_detail(exc)}); "
-                          "sending text only from now on (vision=False, --no-images or CODEACT_IMAGES=0 skip "
-                          "images from the start)", stacklevel=3)
+        detail = _error_detail(exc)
+        if _is_context_overflow(exc.code, detail, exc):
+            return False
+        if _rejects_images(detail):
+            self._remember_no_images(exc, said=True)
         return True
 
-    def _request(self, messages: Sequence[Message], tools: Sequence[dict] | None, *, stream: bool) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.name, "messages": [m.to_openai() for m in self._sent(messages)]}
+    def _remember_no_images(self, exc: BaseException, *, said: bool = False) -> None:
+        """Vision off for this instance (every later request is text only), with one warning."""
+        with self._lock:
+            first, self.vision = self.vision, False
+        if not first:
+            return
+        import warnings
+
+        status = getattr(exc, "status_code", "?")
+        why = (f"{_error_detail(exc)}" if said else
+               f"a request with image parts failed with HTTP {status}: {_error_detail(exc)}; the same request "
+               "without them was answered")
+        warnings.warn(f"{self.base_url} (model {self.name!r}) does not take images ({why}); sending text only "
+                      "from now on (vision=False, --no-images or CODEACT_IMAGES=0 skip images from the start)",
+                      stacklevel=4)
+
+    def _request(self, messages: Sequence[Message], tools: Sequence[dict] | None, *, stream: bool,
+                 images: bool = True) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.name,
+                                "messages": [m.to_openai() for m in self._sent(messages, images=images)]}
         if tools:
             body["tools"] = list(tools)
         if self.temperature is not None:
@@ -666,12 +720,14 @@ class OpenAIModel:
                 raise _MalformedResponse("a tool call has no function name")
             calls.append(ToolCallRequest(getattr(tc, "id", None) or f"call_{i}", fn.name, fn.arguments or ""))
         message = Message("assistant", content or "", tool_calls=tuple(calls))
+        reported = getattr(raw, "usage", None)
         return ModelResponse(
             message=message,
-            usage=self._usage(getattr(raw, "usage", None), messages, message),
+            usage=self._usage(reported, messages, message),
             duration=attempts.elapsed(),
             model=getattr(raw, "model", None) or self.name,
             finish_reason=getattr(choice, "finish_reason", None),
+            prompt_tokens=_reported_prompt_tokens(reported),
         )
 
     # -- error policy
@@ -773,14 +829,18 @@ class OpenAIModel:
         client = self._sync_client()
         body = self._request(messages, tools, stream=False)
         attempts = _Attempts(self)
+        fallback = _ImageFallback(self)
         while True:
             try:
                 raw = client.chat.completions.create(**body)
-                return self._response(raw, messages, attempts)
+                response = self._response(raw, messages, attempts)
+                fallback.answered()
+                return response
             except Exception as exc:
-                if self._images_rejected(exc, body):
-                    body = self._request(messages, tools, stream=False)  # again, text only
+                if fallback.drops(exc, body):
+                    body = self._request(messages, tools, stream=False, images=False)  # again, text only
                     continue
+                fallback.failed()
                 time.sleep(attempts.delay_after(exc))
 
     async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
@@ -796,14 +856,18 @@ class OpenAIModel:
         client = self._async_client()
         body = self._request(messages, tools, stream=False)
         attempts = _Attempts(self)
+        fallback = _ImageFallback(self)
         while True:
             try:
                 raw = await client.chat.completions.create(**body)
-                return self._response(raw, messages, attempts)
+                response = self._response(raw, messages, attempts)
+                fallback.answered()
+                return response
             except Exception as exc:
-                if self._images_rejected(exc, body):
-                    body = self._request(messages, tools, stream=False)  # again, text only
+                if fallback.drops(exc, body):
+                    body = self._request(messages, tools, stream=False, images=False)  # again, text only
                     continue
+                fallback.failed()
                 await asyncio.sleep(attempts.delay_after(exc))
 
     def stream(
@@ -828,9 +892,10 @@ class OpenAIModel:
         messages = list(messages)
         client = self._sync_client()
         attempts = _Attempts(self)
+        fallback = _ImageFallback(self)
         while True:
             state = _StreamState()
-            body = self._request(messages, tools, stream=True)
+            body = self._request(messages, tools, stream=True, images=not fallback.dropped)
             try:
                 chunks = client.chat.completions.create(**body)
                 try:
@@ -855,9 +920,11 @@ class OpenAIModel:
                 if self._rejects_stream_options(exc):
                     self._stream_usage = False
                     continue  # the server's fault, not a failed attempt: ask again without it
-                if self._images_rejected(exc, body):
+                if fallback.drops(exc, body):
                     continue  # again, text only
+                fallback.failed()
                 time.sleep(attempts.delay_after(exc))
+        fallback.answered()
         message = state.message()
         yield ModelResponse(
             message=message,
@@ -865,6 +932,7 @@ class OpenAIModel:
             duration=attempts.elapsed(),
             model=state.model or self.name,
             finish_reason=state.finish_reason,
+            prompt_tokens=_reported_prompt_tokens(state.usage),
         )
 
     def list_models(self) -> list[str]:

@@ -44,6 +44,7 @@ from .events import (
     FinalAnswer,
     ModelOutput,
     Observation,
+    NetworkRequest,
     PackageInstall,
     RunFinished,
     RunResult,
@@ -324,6 +325,15 @@ class Renderer:
         origin = "from the host's cache" if e.resolved_from_cache else f"{e.downloaded} downloaded"
         text = f"installed {added} ({size / 1e6:.1f} MB, {origin}, {e.seconds:.1f} s)"
         self.console.print(Text(safe(text[:2000]), style="dim"), soft_wrap=True)
+
+    def _on_NetworkRequest(self, e: NetworkRequest) -> None:
+        self.pause()
+        port = e.record.get("port")
+        if e.allowed:
+            text = f"network: {e.method} {e.host}:{port} -> {e.status}"
+        else:
+            text = f"network: {e.method} {e.host}:{port} refused ({e.record.get('reason') or e.status})"
+        self.console.print(Text(safe(text[:500]), style="dim" if e.allowed else "yellow"), soft_wrap=True)
 
     def _on_Observation(self, e: Observation) -> None:
         from .observation import NOTHING_PRINTED

@@ -38,6 +38,7 @@ from .errors import (
     FunctionRegistrationError,
     ImageNotFound,
     KernelStartError,
+    NetworkPolicyError,
     PackageInstallError,
     SandboxClosed,
     SandboxError,
@@ -49,14 +50,15 @@ from .result import Elided, ExecutionError, ExecutionResult, FunctionCall, Kerne
 BackendName = Literal["auto", "docker", "local", "restricted"]
 
 __all__ = [
-    "open_sandbox", "docker_available", "Sandbox", "SessionSource", "EnginePool", "Engine", "DockerSandbox",
-    "LocalSandbox", "RestrictedSandbox",
+    "open_sandbox", "docker_available", "runtime_problem", "Sandbox", "SessionSource", "EnginePool", "Engine",
+    "DockerSandbox", "LocalSandbox", "RestrictedSandbox",
     "SandboxPool", "reap", "HostFunction", "HostCall", "current_call", "FunctionSpec", "Limits",
     "ExecutionResult", "ExecutionError", "Output", "FunctionCall", "KernelRestart", "Elided", "FileInfo",
     "SandboxError",
     "BackendUnavailable", "ImageNotFound", "KernelStartError", "SandboxClosed", "FileTransferError",
     "FunctionRegistrationError", "UnsafeBackendWarning", "DEFAULT_TIMEOUT", "DEFAULT_OUTPUT_LIMIT",
     "PackagePolicy", "PackageInstallError", "Snapshot", "SnapshotStore", "SnapshotError", "RestoreReport",
+    "NetworkPolicy", "NetworkPolicyError", "NetworkRecord",
 ]
 
 _LAZY = {
@@ -66,6 +68,8 @@ _LAZY = {
     "RestrictedSandbox": ".restricted",
     "SandboxPool": ".pool",
     "PackagePolicy": ".packages",
+    "NetworkPolicy": ".network",
+    "NetworkRecord": ".network",
     "EnginePool": ".engine_pool",
     "Engine": ".engines",
     "Snapshot": ".snapshot",
@@ -111,6 +115,18 @@ def docker_available(image: str | None = None) -> str | None:
         return str(exc)
 
 
+def runtime_problem(runtime: str, client: Any = None) -> str | None:
+    """``None`` when the Docker engine (``client``, default: the one the ``docker`` CLI would use) has the
+    container runtime ``runtime`` (e.g. ``runsc``), else what is wrong and what to do."""
+    try:
+        from .container import docker_client, engine_runtimes, unknown_runtime
+
+        client = client or docker_client(timeout=10)
+        return None if runtime in engine_runtimes(client) else str(unknown_runtime(client, runtime))
+    except BackendUnavailable as exc:
+        return str(exc)
+
+
 def warn_unsafe(backend: str, stacklevel: int = 2) -> None:
     """Warn that ``backend`` (local, restricted) is not a security boundary, saying why."""
     warnings.warn(
@@ -134,7 +150,9 @@ def open_sandbox(
     :class:`BackendUnavailable` saying how to fix it. ``local`` and
     ``restricted`` run code without isolation and warn with
     :class:`UnsafeBackendWarning`. ``options`` go to the backend's
-    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...).
+    constructor (``timeout``, ``memory``, ``network``, ``limits``, ...);
+    ``network=NetworkPolicy(allow=[...])`` opens HTTP(S) to listed hosts only
+    (docker; see :mod:`sandbox.network`).
     """
     if backend in ("docker", "auto"):
         from .container import DockerSandbox

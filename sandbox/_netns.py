@@ -66,6 +66,24 @@ class ContainerNetns:
             sock.close()
             raise
 
+    def listen_tcp(self, host: str, port: int, backlog: int = 64) -> socket.socket:
+        """A TCP socket listening on ``host:port`` in the container's namespace (its loopback, say).
+
+        Raises:
+            OSError: the namespace cannot be entered or the address is taken.
+        """
+        pidfd = self._pidfd
+        if pidfd is None:
+            raise OSError("the container's namespace is no longer held")
+        sock = _socket_in_namespace(pidfd, socket.AF_INET)
+        try:
+            sock.bind((host, port))
+            sock.listen(backlog)
+            return sock
+        except BaseException:
+            sock.close()
+            raise
+
     def close(self) -> None:
         pidfd, self._pidfd = self._pidfd, None
         if pidfd is not None:
@@ -95,8 +113,8 @@ def container_netns(pid: int, container_id: str) -> ContainerNetns | None:
     return ContainerNetns(pidfd, container_id)
 
 
-def _socket_in_namespace(pidfd: int) -> socket.socket:
-    """A Unix stream socket that belongs to the namespace of ``pidfd``'s process.
+def _socket_in_namespace(pidfd: int, family: int = socket.AF_UNIX) -> socket.socket:
+    """A stream socket (Unix by default) that belongs to the namespace of ``pidfd``'s process.
 
     setns(2) changes the namespace of the calling *thread* only: a fresh thread
     joins, creates the socket (which keeps its namespace for life) and ends, so
@@ -110,7 +128,7 @@ def _socket_in_namespace(pidfd: int) -> socket.socket:
             if libc.setns(pidfd, _CLONE_NEWNET) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"cannot enter the container's network namespace: {os.strerror(err)}")
-            made["socket"] = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            made["socket"] = socket.socket(family, socket.SOCK_STREAM)
         except BaseException as exc:
             made["error"] = exc
 

@@ -57,6 +57,7 @@ from .functions import HostFunction
 from .hostfiles import UnsafePath, check_relative_path
 from .kernel import KernelSandbox
 from .limits import Limits
+from .network import PROXY_PORT, NetworkLog, NetworkPolicy, NetworkProxy, NetworkRecord
 
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
@@ -103,6 +104,37 @@ def docker_client(timeout: float = 120, engine: Any = None) -> Any:
     return connect(engine, timeout=timeout)
 
 
+#: Runtimes whose containers run on the host's kernel: only there can the host reach a container's sockets
+#: from its network namespace (:mod:`sandbox._netns`). gVisor (runsc) and VM runtimes (kata) have a kernel of
+#: their own; their kernels' calls take the Docker API's exec stream.
+HOST_KERNEL_RUNTIMES = frozenset({"runc", "crun", "youki"})
+
+
+def shares_host_kernel(runtime: str | None) -> bool:
+    """Whether containers of ``runtime`` (None: the engine's default, runc almost everywhere) run on the
+    host's kernel."""
+    return runtime is None or runtime in HOST_KERNEL_RUNTIMES
+
+
+def engine_runtimes(client: Any) -> list[str]:
+    """The container runtimes the engine of ``client`` has (``runc``, and ``runsc`` where gVisor is registered)."""
+    return sorted((client.info().get("Runtimes") or {}).keys())
+
+
+def unknown_runtime(client: Any, runtime: str) -> BackendUnavailable:
+    """The error for a runtime the engine does not have: what it has, and how to add one."""
+    try:
+        have = ", ".join(engine_runtimes(client)) or "none"
+    except Exception:
+        have = "?"
+    how = ("for gVisor: `apt-get install runsc`, then add it to the engine's /etc/docker/daemon.json as "
+           '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", '
+           '"--network=none"]}} and reload dockerd (kill -HUP)') if runtime == "runsc" else \
+        'install it and add it to "runtimes" in the engine\'s /etc/docker/daemon.json, then reload dockerd (kill -HUP)'
+    return BackendUnavailable(f"the Docker engine {describe(client)} has no runtime {runtime!r} (it has: {have}); "
+                              f"choose one it has, or {how}")
+
+
 def _raw_socket(attached: Any) -> socket.socket:
     """The socket under docker-py's attach result (it wraps Unix sockets in SocketIO)."""
     return getattr(attached, "_sock", attached)
@@ -119,7 +151,7 @@ class DockerKernel:
 
     def __init__(self, client: Any, image: str, *, name: str, memory: str, cpus: float, pids: int, nofile: int,
                  workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
-                 env: dict[str, str], direct_link: bool = True) -> None:
+                 env: dict[str, str], direct_link: bool = True, proxy: NetworkProxy | None = None) -> None:
         self.client = client
         self.image = image
         self.name = name
@@ -131,8 +163,11 @@ class DockerKernel:
         self.exec_id: str | None = None
         self._count = 0
         #: Whether to try reaching each kernel directly (see start_kernel); the container's namespace once held.
-        self.direct_link = direct_link
+        #: Not under a runtime with a kernel of its own (gVisor): its sockets are not in any host namespace.
+        self.direct_link = direct_link and shares_host_kernel(runtime)
         self._netns: ContainerNetns | None = None
+        #: The host-side proxy of a network policy (sandbox.network): it listens in each container's namespace.
+        self.proxy = proxy
         #: Whether the current kernel's stream is the direct one (else the Docker API's exec stream).
         self.linked_directly = False
         #: The session's packages (sandbox.packages.SessionPackages): their volumes, installs to redo.
@@ -162,7 +197,7 @@ class DockerKernel:
             tmpfs.update(_podman.READ_ONLY_TMPFS)
         return self.client.api.create_host_config(
             auto_remove=True,
-            network_mode="bridge" if self.network else "none",
+            network_mode="bridge" if self.network and self.proxy is None else "none",
             read_only=True,
             mem_limit=self.memory,
             memswap_limit=self.memory,  # no swap beyond the memory limit
@@ -197,6 +232,7 @@ class DockerKernel:
                 self.image, SUPERVISOR, name=f"{self.name}-{self._count}", user=f"{self.uid}:{self.uid}",
                 working_dir=WORKDIR, stdin_open=True, labels=self.labels(), host_config=self._host_config(),
                 environment={"PYTHONPATH": "/opt/sandbox/runtime", **_thread_pools(self.cpus), **self.env,
+                             **(self.proxy.policy.environment() if self.proxy is not None else {}),
                              # The supervisor starts the first kernel at once, with these (see kernel_request).
                              "SANDBOX_SPAWN": "1", "SANDBOX_NAMESPACE": "1", "SANDBOX_WORKDIR": WORKDIR,
                              "SANDBOX_KERNEL_PARENT": self.kernel_parent(), "SANDBOX_PACKAGES": self._package_paths()},
@@ -222,8 +258,7 @@ class DockerKernel:
             raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
-                raise BackendUnavailable(
-                    f"Docker does not know the runtime {self.runtime!r}; install it or drop runtime=...") from exc
+                raise unknown_runtime(self.client, self.runtime) from exc
             why = str(exc.explanation or exc)
             hint = _podman.start_hint(why) if is_podman(self.client) else ""
             raise KernelStartError(f"could not start the sandbox container: {why}{hint}") from exc
@@ -237,10 +272,32 @@ class DockerKernel:
 
     def _hold_namespace(self, pid: int) -> None:
         """Hold the network namespace of the container's first process ``pid`` (as the engine reported it) for
-        direct kernel links, where that is possible."""
+        direct kernel links, where that is possible, and open the network proxy's port in it."""
         self._release_namespace()
-        if self.direct_link and self.container_id is not None and is_local(self.client):
+        if (self.direct_link or self.proxy is not None) and self.container_id is not None and is_local(self.client):
             self._netns = container_netns(pid, self.container_id)
+        if self.proxy is not None:
+            self._open_proxy_port()
+
+    def _open_proxy_port(self) -> None:
+        """The proxy's listening socket on the container's loopback (see :mod:`sandbox.network`), made before
+        any code runs there; without it the container has no network and the session does not start."""
+        assert self.proxy is not None
+        self.proxy.stop_listening()  # a previous container's socket, if it was not stopped
+        why = None
+        if self._netns is None:
+            why = ("it needs a Docker engine on this machine and a host process allowed to enter the "
+                   "container's network namespace (root)")
+        else:
+            try:
+                self.proxy.listen(self._netns.listen_tcp("127.0.0.1", PROXY_PORT))
+                return
+            except OSError as exc:
+                why = (f"the container's loopback could not be reached ({exc.strerror or exc}); a runtime with a "
+                       "network stack of its own (gVisor) cannot take it")
+        self.stop()
+        raise BackendUnavailable(f"a network policy cannot work here: {why}. Run without network= (no network) "
+                                 "or with network=True (a full bridge, not an allow-list)")
 
     def _release_namespace(self) -> None:
         netns, self._netns = self._netns, None
@@ -251,12 +308,14 @@ class DockerKernel:
         """The kernel's link socket, reached from inside the container's namespace, with the ``H`` that tells the
         kernel it is the host's; None where that is not possible: the caller stays on the exec stream."""
         netns = self._netns
-        if netns is None or len(address.encode()) > 100:
+        if netns is None or not self.direct_link or len(address.encode()) > 100:
             return None
         try:
             sock = netns.connect(address, DIRECT_CONNECT_TIMEOUT)
         except OSError:
-            self._release_namespace()  # not here (a runtime with its own network stack): don't try again
+            self.direct_link = False  # not here (a runtime with its own network stack): don't try again
+            if self.proxy is None:
+                self._release_namespace()
             return None
         try:
             sock.sendall(b"H")
@@ -326,6 +385,8 @@ class DockerKernel:
 
     def stop(self) -> None:
         self._release_namespace()
+        if self.proxy is not None:
+            self.proxy.stop_listening()
         container, self.container_id = self.container_id, None
         volumes, self._volumes = self._volumes, []
         self.exec_id = None
@@ -379,6 +440,8 @@ class DockerKernel:
 
     def close(self) -> None:
         self.stop()
+        if self.proxy is not None:
+            self.proxy.close()
         if self.packages is not None:
             self.packages.close()  # its wheels may be evicted from the host's cache again
 
@@ -456,7 +519,12 @@ class DockerSandbox(KernelSandbox):
             print(r.stdout)        # sunny
 
     Every limit has an option. ``network=True`` gives the sandbox a bridge
-    network (warns: the code can then reach your network). ``runtime="runsc"``
+    network (warns: the code can then reach your network);
+    ``network=NetworkPolicy(allow=[...], secrets={...})`` gives it HTTP(S) to
+    the listed hosts only, through a proxy on the host that adds the
+    secrets as headers (:mod:`sandbox.network`); each request is a
+    :class:`~sandbox.network.NetworkRecord` in :attr:`network_requests` and
+    goes to the callables in :attr:`network_listeners`. ``runtime="runsc"``
     uses gVisor where it is installed. ``engine=`` picks a Docker engine (an
     :class:`~sandbox.engines.Engine` or a URL such as ``"tcp://host:2376"``;
     default: the one the ``docker`` CLI would use); a remote engine gets the
@@ -498,7 +566,7 @@ class DockerSandbox(KernelSandbox):
         nofile: int = 1024,
         workspace_size: str = "1g",
         tmp_size: str = "256m",
-        network: bool = False,
+        network: bool | NetworkPolicy | None = False,
         runtime: str | None = None,
         env: dict[str, str] | None = None,
         client: Any = None,
@@ -514,18 +582,33 @@ class DockerSandbox(KernelSandbox):
         _check_image(docker, self.image)
         self.engine = engine_of(docker)
         _reap_once(docker)
-        if network:
+        if network is not None and not isinstance(network, (bool, NetworkPolicy)):
+            raise TypeError(f"network= takes False, True or a sandbox.NetworkPolicy, not {type(network).__name__}")
+        policy = network if isinstance(network, NetworkPolicy) else None
+        if policy is not None and (runtime or "runc") != "runc":
+            raise BackendUnavailable(f"a network policy needs the runc runtime, not {runtime!r}: the proxy's "
+                                     "socket lives in the container's network namespace, which a runtime with a "
+                                     "network stack of its own (gVisor) does not use")
+        if policy is not None and not is_local(docker):
+            raise BackendUnavailable(f"a network policy needs a Docker engine on this machine, not "
+                                     f"{describe(docker)}: the proxy's socket is made in the container's network "
+                                     "namespace (see sandbox.network)")
+        if network is True:
             warnings.warn(
                 "DockerSandbox(network=True): sandboxed code can reach your network and the internet",
                 stacklevel=2,
             )
         self.name = f"codeact-sbx-{uuid.uuid4().hex[:12]}"
         self.memory, self.cpus, self.pids = memory, cpus, pids
-        self.network, self.runtime = network, runtime
+        self.network, self.runtime = network or False, runtime
         self._docker = docker
+        #: What went through the network policy's proxy (empty without one).
+        self._network_log = NetworkLog()
+        proxy = NetworkProxy(policy, self._network_log.add) if policy is not None else None
         process = DockerKernel(docker, self.image, name=self.name, memory=memory, cpus=cpus, pids=pids,
-                               nofile=nofile, workspace_size=workspace_size, tmp_size=tmp_size, network=network,
-                               runtime=runtime, env=dict(env or {}), direct_link=direct_link)
+                               nofile=nofile, workspace_size=workspace_size, tmp_size=tmp_size,
+                               network=bool(network), runtime=runtime, env=dict(env or {}), direct_link=direct_link,
+                               proxy=proxy)
         self._kernel = process
         from ._pkg_docker import session_packages
 
@@ -536,6 +619,22 @@ class DockerSandbox(KernelSandbox):
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,
                          start_timeout=start_timeout)
+
+    @property
+    def network_policy(self) -> NetworkPolicy | None:
+        """The session's :class:`~sandbox.network.NetworkPolicy`, or None (no network, or a full bridge)."""
+        return self.network if isinstance(self.network, NetworkPolicy) else None
+
+    @property
+    def network_requests(self) -> list[NetworkRecord]:
+        """The requests through the network policy's proxy so far (the newest 10,000), oldest first."""
+        return list(self._network_log.records)
+
+    @property
+    def network_listeners(self) -> list[Callable[[NetworkRecord], None]]:
+        """Callables given each :class:`~sandbox.network.NetworkRecord` as its request ends (on the proxy's
+        thread: they must not block). Append to it; remove yours when done."""
+        return self._network_log.listeners
 
     @property
     def container(self) -> Any:

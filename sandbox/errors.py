@@ -55,3 +55,8 @@ class PackageInstallError(SandboxError):
         super().__init__(message)
         self.kind = kind
         self.details = list(details)
+
+
+class NetworkPolicyError(SandboxError, ValueError):
+    """A :class:`sandbox.NetworkPolicy` (or its command-line options) that cannot be used; the message says
+    which entry and what to write instead."""

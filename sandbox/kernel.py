@@ -85,6 +85,11 @@ _KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON, wire.KIND_STARTED}
 #: Seconds the host keeps reading a kernel's stream after the supervisor said the kernel ended: what it
 #: wrote before it ended (a run's start, see ``run``) is still on its way through the engine.
 DEATH_DRAIN = 1.0
+#: Seconds the supervisor has to prepare the next kernel (it answers in milliseconds when it runs): past
+#: them it is taken for stopped, and the environment is recreated. Under gVisor the code can stop its
+#: supervisor (SIGSTOP reaches the namespace's init there); without this bound a run waited the whole
+#: ``start_timeout`` on top of its own time limit.
+PREPARE_TIMEOUT = 15.0
 
 
 @dataclass(frozen=True)
@@ -481,7 +486,8 @@ class KernelSandbox:
             self._send(wire.KIND_RESTART, json.dumps(request).encode())
         except ConnectionError:
             raise KernelStartError(f"the sandbox's supervisor is gone: {self._start_failure_detail()}") from None
-        if not self._wait_state(lambda: self._prepared is not None or not self._environment_alive(), deadline) \
+        prepared_by = min(deadline, time.monotonic() + PREPARE_TIMEOUT)
+        if not self._wait_state(lambda: self._prepared is not None or not self._environment_alive(), prepared_by) \
                 or self._prepared is None:
             raise KernelStartError(f"the sandbox's supervisor did not prepare a kernel: {self._start_failure_detail()}")
         self._kern_gen += 1

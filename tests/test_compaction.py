@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +18,8 @@ import pytest
 
 from codeact import CodeActAgent, ScriptedModel
 from codeact._namespace import parse_listing, read_namespace
-from codeact.compaction import BLOCK_HEADER, SUMMARY_PROMPT, Compactor, ContextTooLarge, assigned_names, compacted_text
+from codeact.compaction import (AFTER_SHARE, BLOCK_HEADER, SUMMARY_PROMPT, Compactor, ContextTooLarge, assigned_names,
+                                compacted_text)
 from codeact.context_window import count_tokens
 from codeact.errors import ContextOverflowError
 from codeact.events import Compacted, ErrorEvent, Observation, RunFinished
@@ -176,11 +178,45 @@ def test_when_the_current_step_alone_cannot_fit_the_error_says_what_to_change() 
     with pytest.raises(ContextTooLarge) as info:
         compactor.overflow(ContextOverflowError("maximum context length is 4096", limit=4096), messages, [1])
     text = str(info.value)
-    assert "the current step alone does not fit" in text and "4096 tokens" in text
-    # The task is named as the largest part, with its size (at least 10,000 tokens by any count).
-    match = re.search(r"Largest parts: the task ~(\d+) tokens", text)
-    assert match is not None and int(match.group(1)) >= 10_000
+    assert "the current step alone does not fit" in text and "4,096 tokens" in text
+    # The three numbers: the system prompt, the current message (at least 10,000 tokens by any count), the reply.
+    match = re.search(r"the system prompt takes ~(\d+) tokens, the current message ~([\d,]+), and the reply's room "
+                      r"\(max_tokens is not set\)", text)
+    assert match is not None and int(match.group(1)) < 20 and int(match.group(2).replace(",", "")) >= 10_000
     assert "observation_limit" in text and "bigger context window" in text
+
+
+def test_an_earlier_message_keeps_its_head_and_says_where_its_content_went() -> None:
+    from codeact._namespace import Variable, VariableListing
+
+    numbers = " ".join(str(i % 10) for i in range(1500))
+    messages = [Message("system", "You are a CodeAct agent."),
+                Message("user", f"Turn 1: store these numbers in data1: {numbers}"),
+                Message("assistant", code("data1 = [int(x) for x in NUMBERS.split()]\nprint(len(data1))")),
+                Message("user", "Observation:\n1500"),
+                Message("assistant", "Stored 1500 numbers."),
+                Message("user", f"Turn 2: the same for data2: {numbers}"),
+                Message("assistant", code("total = 0\nprint(total)")),
+                Message("user", "Observation:\n0"),
+                Message("assistant", "Done."),
+                Message("user", "Turn 3: what is the mean of data1?")]
+    starts = [1, 5, 9]
+    listing = VariableListing((Variable("data1", "list", "[0, 1, 2, ...]", "len 1500"),
+                               Variable("total", "int", "0")), total=2)
+    # A budget the two long messages' stand-ins meet (compaction folds to AFTER_SHARE of it): nothing else goes.
+    budget = int((tokens(messages) - 2 * tokens([messages[1]]) + 2 * 400 + 200) / AFTER_SHARE)
+    assert budget < tokens(messages)
+    compactor = Compactor(ScriptedModel([]), history_budget=budget, namespace=lambda: listing)
+    view, event = compactor.prepare(messages, starts)
+    assert event is not None and event.messages_shortened == 2 and event.turns_folded == 0
+    first, second = view[1].content, view[5].content
+    assert first.startswith("Turn 1: store these numbers in data1: 0 1 2 3")
+    assert ("more characters of turn 1's message folded to fit the context window; that turn's code stored it in "
+            "`data1` (list, len 1500), which the kernel still holds: print what you need]") in first
+    # turn 2's code stored no collection the kernel holds (`total` is a number): the run log has the message
+    assert second.startswith("Turn 2: the same for data2:") and "the whole message is in the run log" in second
+    assert view[-1] == messages[-1] and len(view) == len(messages)  # the current message whole, nothing dropped
+    assert "earlier messages shortened" in compacted_text(event)
 
 
 def test_compacted_text() -> None:
@@ -457,3 +493,76 @@ def test_a_compaction_is_a_span(spans: Any, tmp_path: Path) -> None:
     assert attributes["codeact.compaction.turns_folded"] == compactions[-1].turns_folded
     runs = {s.context.span_id: s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")}
     assert found[-1].parent.span_id in runs
+
+
+# --------------------------------------------------------------------------- long chats that carry data
+
+
+def fine_grained(window: Callable[[RecordedRequest], int], reply: Callable[[RecordedRequest], Any],
+                 sizes: list[int]) -> Callable[..., Any]:
+    """A ``default_reply`` for a model whose tokenizer is finer than codeact's estimate (as SmolLM2's, which
+    takes a token per digit and per punctuation mark): 2 characters a token, the window enforced in
+    llama.cpp's words, the prompt's count reported in ``usage`` as a real server does."""
+
+    def answer(request: RecordedRequest) -> Any:
+        used = sum(len(str(m.get("content") or "")) for m in request.messages) // 2
+        sizes.append(used)
+        limit = window(request)
+        if used > limit:
+            message = f"Requested tokens ({used}) exceed context window of {limit}"
+            return Fault("error", status=400, body={"error": {"message": message, "type": "internal_server_error",
+                                                              "param": None, "code": 400}})
+        out = reply(request)
+        return Reply(out, usage=(used, 10)) if isinstance(out, str) else replace(out, usage=(used, 10))
+
+    return answer
+
+
+def data_turn(request: RecordedRequest) -> Any:
+    """Turn k's message carries 300 numbers: code stores them in ``data{k}`` (copying them, as models do)."""
+    last = request.messages[-1]
+    if last.get("role") == "user" and str(last.get("content")).startswith("Observation:"):
+        return "Stored."
+    text = request.last_user_text
+    k = int(re.findall(r"Turn (\d+):", text)[-1])
+    numbers = text.rsplit(":", 1)[1].split()
+    return Reply(code(f"data{k} = [{', '.join(numbers)}]\nprint('mean', sum(data{k}) / len(data{k}))"))
+
+
+def test_a_long_chat_whose_messages_carry_data_answers_every_turn(openai_server: Any, tmp_path: Path) -> None:
+    import random
+
+    rng = random.Random(3)
+    messages = [f"Turn {k}: store these numbers in data{k} and print their mean: "
+                + " ".join(str(rng.randint(0, 9)) for _ in range(300)) for k in range(1, 26)]
+    model = OpenAIModel("test-model", base_url=openai_server.base_url, api_key="x", max_retries=0, max_tokens=100)
+    agent = CodeActAgent(model, sandbox="local", log=tmp_path / "runs.db", output_dir=tmp_path / "out")
+    # The window, set at the first request: the system prompt, one message, its code step (the message's
+    # numbers copied), its observation and the answer fit; two turns do not.
+    windows: list[int] = []
+
+    def window(request: RecordedRequest) -> int:
+        if not windows:
+            windows.append((len(request.messages[0]["content"]) + 3 * len(messages[0]) + 600) // 2 + 200)
+        return windows[0]
+
+    sizes: list[int] = []
+    openai_server.default_reply = fine_grained(window, data_turn, sizes)
+    results, events = [], []
+    with pytest.warns(Warning), agent.session() as chat:
+        for text in messages:
+            turn = list(chat.stream(text))
+            events += turn
+            results.append(turn[-1].result)
+    assert [r.status for r in results] == ["success"] * 25, [(r.status, r.error) for r in results if r.error]
+    # The need was many windows; the endpoint's refusals and its usage counts taught the window and how finely
+    # it counts (2 characters a token against the estimate's 3 or 4): after the first refusals, every prompt fit.
+    assert sum(sizes) > 10 * windows[0]
+    refused = [s for s in sizes if s > windows[0]]
+    assert 1 <= len(refused) <= 3 and all(s <= windows[0] for s in sizes[-30:])
+    # Earlier messages were folded (whole turns into the block), and the block says where their numbers went:
+    # the variable each turn's code stored them in, which the kernel holds.
+    assert any(e.turns_folded for e in events if isinstance(e, Compacted))
+    last = openai_server.chat_requests[-1].messages[0]["content"]
+    assert re.search(r"- turn 24: Turn 24: store these numbers.*\[6\d\d characters; that turn's code stored it in "
+                     r"`data24` \(list, len 300\), which the kernel still holds", last), last

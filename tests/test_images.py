@@ -222,19 +222,58 @@ def test_a_rejecting_endpoint_gets_the_call_again_text_only_and_no_images_later(
     assert len(ours) == 1 and "image_url is only supported by certain models" in str(ours[0].message)
 
 
-def test_other_400s_with_images_are_still_errors(openai_server: OpenAITestServer) -> None:
+def test_an_error_the_text_only_request_repeats_stands_and_vision_stays_on(openai_server: OpenAITestServer) -> None:
     from codeact.errors import ModelError
 
+    # a 400 that says nothing of images: the request is made once more without them; it fails the same way,
+    # so the error stands and the images were not the cause (vision stays on)
+    openai_server.plan_error(400, "Unrecognized request argument supplied: foo")
     openai_server.plan_error(400, "Unrecognized request argument supplied: foo")
     model = openai_model(openai_server)
     with pytest.raises(ModelError, match="foo"):
         model.complete(_with_image())
-    assert model.vision is True and len(openai_server.chat_requests) == 1
+    assert model.vision is True
+    assert [bool(r.image_urls) for r in openai_server.chat_requests] == [True, False]
     # the refusal words, but the request had no image parts: an error, not a text-only retry (no loop)
     openai_server.plan_error(400, OPENAI_NO_IMAGES)
     with pytest.raises(ModelError, match="image_url is only supported"):
         model.complete([Message("user", "no images here")])
-    assert model.vision is True and len(openai_server.chat_requests) == 2
+    assert model.vision is True and len(openai_server.chat_requests) == 3
+
+
+@pytest.mark.parametrize("how", ["complete", "stream", "acomplete"])
+@pytest.mark.parametrize("status", [400, 422, 500, 503])
+def test_any_failure_of_a_request_with_images_is_retried_once_text_only(
+        openai_server: OpenAITestServer, status: int, how: str) -> None:
+    import asyncio
+
+    # llama.cpp's Python server answers image parts with HTTP 500 and a Python error, no word of images
+    openai_server.plan_error(status, 'can only concatenate str (not "list") to str')
+    model = openai_model(openai_server)
+
+    def ask() -> str:
+        if how == "complete":
+            return model.complete(_with_image()).text
+        if how == "acomplete":
+            return asyncio.run(model.acomplete(_with_image())).text
+        return "".join(p for p in model.stream(_with_image()) if isinstance(p, str))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ask() == "OK"
+        assert ask() == "OK"
+    assert [bool(r.image_urls) for r in openai_server.chat_requests] == [True, False, False]  # remembered
+    assert model.vision is False
+    ours = [w for w in caught if "does not take images" in str(w.message)]
+    assert len(ours) == 1 and f"HTTP {status}" in str(ours[0].message) and "can only concatenate" in str(
+        ours[0].message)
+
+
+def test_a_rate_limit_or_an_auth_error_keeps_the_images(openai_server: OpenAITestServer) -> None:
+    openai_server.plan_rate_limit(0.01)
+    model = openai_model(openai_server)
+    assert model.complete(_with_image()).text == "OK"
+    assert [bool(r.image_urls) for r in openai_server.chat_requests] == [True, True] and model.vision is True
 
 
 @pytest.mark.parametrize("message", [
@@ -309,6 +348,45 @@ def test_codeact_plot_reaches_the_model_and_older_images_leave(tmp_path: Path, o
     assert b"data:image" not in db
     sent_b64 = second.last_user_images[1].split(",", 1)[1]
     assert sent_b64[100:160].encode() not in db
+
+
+AGG_PLOT = """
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3], [3, 1, 2])
+plt.title("under Agg")
+plt.show()
+fig, ax = plt.subplots()
+ax.bar(["a", "b"], [1, 2])
+print("open figures:", len(plt.get_fignums()))
+"""
+
+
+@pytest.mark.parametrize("backend", [pytest.param("docker", marks=pytest.mark.docker), "local"])
+def test_figures_made_under_agg_reach_the_model_like_any_other(tmp_path: Path, openai_server: OpenAITestServer,
+                                                               backend: str) -> None:
+    # matplotlib.use("Agg") then plt.show(): Jupyter loses such figures (show() only warns under Agg); the
+    # kernel shows every figure a cell leaves open under a headless backend, as the inline backend would.
+    openai_server.plan_text(py(AGG_PLOT))
+    openai_server.plan_text(py("import matplotlib.pyplot as plt\nprint('after:', len(plt.get_fignums()))"))
+    openai_server.plan_text(py("final_answer('done')"))
+    agent = CodeActAgent(openai_model(openai_server), sandbox=backend, log=False, output_dir=tmp_path / "out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the local backend's warning that it is no boundary
+        events = list(agent.stream("Plot under Agg"))
+    result = finished(events)
+    assert result.ok, result.error
+    first, second, third = openai_server.chat_requests
+    text = second.last_user_text
+    assert "open figures: 2" in text and "non-interactive" not in text  # the warning is gone, not just hidden
+    figures = [decoded(url) for url in second.last_user_images]
+    assert len(figures) == 2 and all(f.format == "PNG" and 100 < f.width <= 1024 for f in figures)
+    assert "step1_figure1.png" in text and "step1_figure2.png" in text
+    assert sorted(p.name for p in (tmp_path / "out").rglob("step1_figure*.png")) == ["step1_figure1.png",
+                                                                                    "step1_figure2.png"]
+    # shown once, then closed as the inline backend does: the next cell starts with none open, sends none
+    assert "after: 0" in third.last_user_text and not third.last_user_images
 
 
 @pytest.mark.docker

@@ -133,9 +133,10 @@ def _this_node() -> _Node:
 class _NodeSandboxes:
     """Fresh started Docker sandboxes on this node's engine; what ``_Runner`` calls its pool."""
 
-    def __init__(self, engine: Any, timeout: float) -> None:
+    def __init__(self, engine: Any, timeout: float, runtime: str | None = None) -> None:
         self.engine = engine
         self.timeout = timeout
+        self.runtime = runtime
         self._client: Any = None
         self._pool: Any = None
 
@@ -149,10 +150,11 @@ class _NodeSandboxes:
             if engines:
                 self._pool = EnginePool(engines)
         if self._pool is not None:
-            return self._pool.sandbox(timeout=self.timeout).start()
+            extra = {"runtime": self.runtime} if self.runtime else {}
+            return self._pool.sandbox(timeout=self.timeout, **extra).start()
         if self._client is None:
             self._client = connect(self.engine)
-        return DockerSandbox(client=self._client, timeout=self.timeout).start()
+        return DockerSandbox(client=self._client, timeout=self.timeout, runtime=self.runtime).start()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -182,7 +184,7 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
     runner.node = node.describe()
     if agent == "codeact" and sweep.config.backend == "docker":
         engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
-        runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout)
+        runner.pool = _NodeSandboxes(engine, sweep.config.execution_timeout, sweep.config.runtime)
     tracing = telemetry.tracing()  # on when the driver sent its OTEL_* variables (or the node has its own)
     if tracing is not None:
         runner.parent = tracing.extract(trace)

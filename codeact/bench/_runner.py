@@ -76,6 +76,8 @@ class BenchConfig:
     repeats: int = 1
     concurrency: int = 4
     backend: str = "docker"
+    #: The Docker engine's container runtime for the CodeAct sandboxes (``runsc`` for gVisor); None: the engine's.
+    runtime: str | None = None
     out: str | os.PathLike[str] = "results"
     tasks: Sequence[str] = ()  # glob patterns over task ids or suite/id keys
     max_turns: int | None = None  # overrides every task's turn limit
@@ -94,6 +96,9 @@ class BenchConfig:
     #: Run the episodes as Ray tasks across a cluster: a :class:`RayOptions`, or just its address
     #: (``"auto"``, ``"host:port"``, ``"local"``). ``None`` runs them on threads here.
     ray: RayOptions | str | None = None
+    #: The CodeAct sandboxes' network allow-list (a :class:`sandbox.NetworkPolicy`; docker backend), or None
+    #: for no network. Never written to the results (its secrets stay in this process and the Ray workers).
+    network: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.ray, str):
@@ -115,6 +120,8 @@ class BenchConfig:
             raise BenchError("an agent is listed twice in --agents")
         if self.backend not in BACKENDS:
             raise BenchError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.runtime and self.backend != "docker":
+            raise BenchError(f"runtime {self.runtime!r} needs the docker backend, not {self.backend}")
         for name in ("repeats", "concurrency"):
             if int(getattr(self, name)) < 1:
                 raise BenchError(f"{name} must be at least 1")
@@ -132,6 +139,11 @@ class BenchConfig:
             raise BenchError("a model is listed twice in --model")
         if not 0 < float(self.max_error_share) <= 1:
             raise BenchError("max_error_share must be > 0 and <= 1 (1 never stops a run)")
+        if self.network is not None and self.ray is not None:
+            raise BenchError("network= (--allow-host) applies to episodes run here; with --ray the workers would "
+                             "need the policy's secrets: run without --ray")
+        if self.network is not None and self.backend != "docker":
+            raise BenchError("network= (--allow-host) needs the docker backend")
         if self.ray is not None:
             if not isinstance(self.ray, RayOptions):
                 raise BenchError(f"ray must be RayOptions(...) or an address string, not {type(self.ray).__name__}")
@@ -288,10 +300,19 @@ class _Runner:
                 reason = reason.split("; ")[0] + "; " + cfg.docker_fix_hint()  # not "install Docker"
             raise BenchError(f"CodeAct episodes need the Docker sandbox, which is not ready: {reason}; "
                              "`codeact doctor` shows what to fix (or choose --backend local knowingly)")
+        runtime = self.config.runtime
+        if runtime:
+            from sandbox import runtime_problem
+
+            problem = runtime_problem(runtime)
+            if problem is not None:
+                raise BenchError(f"CodeAct episodes cannot use the runtime {runtime!r}: {problem}")
         from sandbox import DockerSandbox, SandboxPool
 
         timeout = self.config.execution_timeout
-        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout), size=size)
+        network = self.config.network
+        self.pool = SandboxPool(lambda: DockerSandbox(timeout=timeout, runtime=runtime, network=network or False),
+                                size=size)
 
     #: Seconds the pre-flight waits for the pool's first sandbox (an image pull or a slow engine).
     SANDBOX_PREFLIGHT_TIMEOUT = 120.0
@@ -547,8 +568,13 @@ class _Runner:
             from ..agent import CodeActAgent
 
             # A sandbox from the pool is started and ours to close; without a pool the agent opens one.
+            options: dict[str, Any] = {}
+            if self.config.network is not None:
+                options["network"] = self.config.network
+            if self.config.runtime:
+                options["runtime"] = self.config.runtime
             return CodeActAgent(model, tools, sandbox=sandbox if sandbox is not None else self.config.backend,
-                                max_steps=limit, log=self.log,
+                                sandbox_options=options or None, max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
                                 tool_disclosure=_disclosure(kind, task))

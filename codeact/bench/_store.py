@@ -34,7 +34,7 @@ RUNLOG_FILE = "runs.db"
 FORMAT = "codeact.bench/1"
 
 #: Settings that must match for a results directory to be resumed or extended.
-IDENTITY = ("models", "base_url", "temperature", "seed", "backend")
+IDENTITY = ("models", "base_url", "temperature", "seed", "backend", "runtime")
 
 
 @dataclass

@@ -79,6 +79,7 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         "temperature": config.temperature,
         "seed": config.seed,
         "backend": config.backend,
+        "runtime": config.runtime,
         "suites": [s.name for s in suites],
         "agents": list(config.agents),
         "repeats": config.repeats,

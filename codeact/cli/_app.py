@@ -165,7 +165,8 @@ def cli(otel: bool = False) -> None:
 
     \b
     Environment: CODEACT_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY (the model);
-    CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_DEBUG=1 (tracebacks).
+    CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_RUNTIME (e.g. runsc: gVisor);
+    CODEACT_DEBUG=1 (tracebacks).
     """
     if otel:
         from .. import telemetry
@@ -184,7 +185,40 @@ def model_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+#: Where ``--runtime`` leaves its value for :func:`runtime_setting`.
+RUNTIME_META = "codeact.runtime"
+
+
+def runtime_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--runtime NAME``: the Docker engine's container runtime for the sandbox; :func:`runtime_setting` reads it."""
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:
+            ctx.meta[RUNTIME_META] = value
+
+    return click.option(
+        "--runtime", metavar="NAME", expose_value=False, callback=store,
+        help="Container runtime of the Docker sandbox, as the engine names it: runsc (gVisor: a second kernel "
+             "boundary, slower per call; see README, Security) or runc [default: the engine's; "
+             f"env: {cfg.RUNTIME_ENV}].")(f)
+
+
+def runtime_setting(backend: str = "docker", ctx: click.Context | None = None) -> str | None:
+    """The runtime from ``--runtime`` or ``$CODEACT_RUNTIME`` (None: the engine's default).
+
+    Raises:
+        ConfigError: not a runtime name, or one given with a backend other than docker.
+    """
+    ctx = ctx or click.get_current_context(silent=True)
+    value = None
+    while ctx is not None and value is None:
+        value = ctx.meta.get(RUNTIME_META)
+        ctx = ctx.parent
+    return cfg.runtime(value, backend=backend)
+
+
 def backend_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--backend`` and ``--runtime`` (the latter read with :func:`runtime_setting`)."""
+    f = runtime_option(f)
     return click.option(
         "-b", "--backend", type=click.Choice(BACKENDS), default=None,
         help="Sandbox: docker (the default: isolated; an error if Docker is not ready), local (a kernel "
@@ -283,6 +317,65 @@ def package_settings(ctx: click.Context | None = None) -> dict[str, Any]:
                            index_url=meta.get("index_url"), extra_index_urls=tuple(meta.get("extra_index_urls") or ()),
                            wheelhouse=meta.get("wheelhouse"), offline=bool(meta.get("offline")), **size_cap)
     return {"packages": list(meta.get("packages") or ()), "package_policy": policy, "approve_installs": True}
+
+
+#: Where the network options leave their values for :func:`network_settings`.
+NETWORK_META = "codeact.network"
+ALLOW_HOSTS_ENV = "CODEACT_ALLOW_HOSTS"
+NETWORK_SECRETS_ENV = "CODEACT_NETWORK_SECRETS"
+
+
+def network_options(allow_flag: str = "--allow-host") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--allow-host`` (``allow_flag``: ``codeact ui`` already has an ``--allow-host`` of its own) and
+    ``--network-secrets``: the sandbox's network allow-list (read with :func:`network_settings`)."""
+    def store(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+        def put(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+            if not value:
+                return
+            from sandbox.network import NetworkPolicy, NetworkPolicyError
+
+            try:  # a bad pattern or file is said now, before anything starts
+                NetworkPolicy.from_options(value if key == "allow" else (), None if key == "allow" else value)
+            except NetworkPolicyError as exc:
+                raise click.BadParameter(str(exc)) from None
+            ctx.meta.setdefault(NETWORK_META, {})[key] = value
+        return put
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option("--network-secrets", metavar="FILE", type=click.Path(dir_okay=False),
+                         envvar=NETWORK_SECRETS_ENV, expose_value=False, callback=store("secrets"),
+                         help='A JSON file {"host": {"Header": "value"}}: headers the host-side proxy adds to the '
+                              "code's requests to that host (which it allows); the sandbox never sees them. The "
+                              f"code uses http:// URLs for these hosts; the proxy speaks HTTPS [env: "
+                              f"{NETWORK_SECRETS_ENV}].")(f)
+        f = click.option(allow_flag, "allow_network_hosts", metavar="PATTERN", multiple=True,
+                         envvar=ALLOW_HOSTS_ENV, expose_value=False, callback=store("allow"),
+                         help="A host the sandboxed code may reach over HTTP(S), e.g. api.example.com or "
+                              "*.example.org (repeatable; docker backend). Everything else stays unreachable "
+                              f"[env: {ALLOW_HOSTS_ENV}, comma-separated].")(f)
+        return f
+    return decorate
+
+
+def network_settings(ctx: click.Context | None = None, *, backend: str | None = None) -> Any:
+    """The :class:`sandbox.NetworkPolicy` of :func:`network_options`, or None without them."""
+    ctx = ctx or click.get_current_context(silent=True)
+    meta = None
+    while ctx is not None and meta is None:
+        meta = ctx.meta.get(NETWORK_META)
+        ctx = ctx.parent
+    if not meta:
+        return None
+    from sandbox.network import NetworkPolicy, NetworkPolicyError
+
+    try:
+        policy = NetworkPolicy.from_options(meta.get("allow") or (), meta.get("secrets"))
+    except NetworkPolicyError as exc:
+        raise ConfigError(f"network allow-list: {exc}") from None
+    if policy is not None and backend is not None and backend != "docker":
+        raise ConfigError(f"a network allow-list (--allow-host) needs the docker backend (the {backend} backend "
+                          "has no network boundary to open)")
+    return policy
 
 
 #: Where ``--no-images`` leaves its value for :func:`images_setting`.
@@ -408,10 +501,25 @@ def agent_settings(*, backend: str | None = None) -> dict[str, Any]:
     Read it while the command runs (the click context is per thread) and hand it
     to :func:`make_agent` when agents are made later on other threads.
     """
-    return {**package_settings(), **tool_settings(backend=backend)}
+    out = {**package_settings(), **tool_settings(backend=backend)}
+    options: dict[str, Any] = {}
+    runtime = runtime_setting(backend or "docker")
+    if runtime:
+        options["runtime"] = runtime
+    policy = network_settings(backend=backend)
+    if policy is not None:
+        options["network"] = policy
+    if options:
+        out["sandbox_options"] = options
+    return out
 
 
-def agent_options(f: Callable[..., Any]) -> Callable[..., Any]:
+def agent_options(f: Callable[..., Any] | None = None, *, allow_flag: str = "--allow-host") -> Any:
+    """The options of commands that run an agent (``@agent_options``, or ``@agent_options(allow_flag=...)`` where
+    ``--allow-host`` means something else)."""
+    if f is None:
+        return lambda g: agent_options(g, allow_flag=allow_flag)
+    f = network_options(allow_flag)(f)
     f = tool_options(f)
     f = package_options(f)
     f = mcp_options(f)
@@ -457,6 +565,7 @@ def resolve_backend(backend: str | None, renderer: Renderer) -> str:
     """The backend to use: docker unless local or restricted is named; Docker's absence is an error."""
     name = cfg.backend(backend)
     if name != "docker":
+        runtime_setting(name)  # a runtime needs the docker backend: say so rather than ignore it
         from sandbox import UNSAFE_BACKENDS
 
         renderer.notice(f"Note: the {name} backend is not isolated ({UNSAFE_BACKENDS[name]}); "
@@ -470,7 +579,19 @@ def resolve_backend(backend: str | None, renderer: Renderer) -> str:
             f"the Docker sandbox is not ready: {reason}; `codeact doctor` shows what to fix. To run code "
             f"WITHOUT isolation instead, choose it knowingly: --backend local (or {cfg.BACKEND_ENV}=local)"
         )
+    check_runtime(runtime_setting(name))
     return "docker"
+
+
+def check_runtime(runtime: str | None) -> None:
+    """A named runtime must be one the Docker engine has: else one error that says what to do."""
+    if runtime is None:
+        return
+    from sandbox import runtime_problem
+
+    problem = runtime_problem(runtime)
+    if problem is not None:
+        raise UserError(f"{problem} (--runtime / {cfg.RUNTIME_ENV})")
 
 
 def open_log(db: str | None, no_log: bool) -> RunLog | None:
@@ -639,7 +760,7 @@ def cancelled_message(exc: RunCancelledByUser, log: RunLog | None) -> str:
     return "Cancelled."
 
 
-def engine_pool(timeout: float) -> Any:
+def engine_pool(timeout: float, runtime: str | None = None) -> Any:
     """An :class:`sandbox.EnginePool` over the engines in ``$CODEACT_ENGINES``, or None when unset.
 
     Without it, sandboxes go to the engine the ``docker`` CLI would use
@@ -655,7 +776,7 @@ def engine_pool(timeout: float) -> Any:
         raise ConfigError(f"{ENGINES_ENV}: {exc}") from None
     if not engines:
         return None
-    return EnginePool(engines, sandbox_options={"timeout": timeout})
+    return EnginePool(engines, sandbox_options={"timeout": timeout, **({"runtime": runtime} if runtime else {})})
 
 
 def make_agent(model: Any, tools: list[Any], backend: str, *, max_steps: int, timeout: float,
@@ -664,8 +785,9 @@ def make_agent(model: Any, tools: list[Any], backend: str, *, max_steps: int, ti
     """The command's CodeActAgent; ``settings`` (:func:`agent_settings`) when called off the command's thread."""
     from ..agent import CodeActAgent
 
-    sandbox: Any = engine_pool(timeout) if backend == "docker" else backend
     options = settings if settings is not None else agent_settings(backend=backend)
+    runtime = (options.get("sandbox_options") or {}).get("runtime")
+    sandbox: Any = engine_pool(timeout, runtime) if backend == "docker" else backend
     return CodeActAgent(model, tools, sandbox=sandbox or backend, max_steps=max_steps, approve=approve,
                         log=log if log is not None else False, output_dir=output_root, stream_model=stream,
                         execution_timeout=timeout, **options)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli
+from ._app import CONTEXT_SETTINGS, UserError, cli, network_options, network_settings, runtime_option, runtime_setting
 
 AGENTS = ("codeact", "react-fc", "react-json", "react-text")
 BACKENDS = ("docker", "local", "restricted")
@@ -129,6 +129,7 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
               help="Results directory; rerun with the same one to resume.")
 @click.option("-b", "--backend", type=click.Choice(BACKENDS), default="docker", show_default=True,
               help="Sandbox of the CodeAct episodes (local and restricted are NOT isolated).")
+@runtime_option
 @click.option("-t", "--task", "task_patterns", multiple=True, metavar="GLOB",
               help="Only tasks whose id (or suite/id) matches; repeatable.")
 @click.option("--max-turns", type=click.IntRange(min=1), default=None, help="Override every task's turn limit.")
@@ -169,6 +170,7 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
                    "OPENAI_API_KEY from their own environment).")
 @click.option("--ray-max-retries", type=click.IntRange(min=0), default=None, metavar="N",
               help="Times an episode whose Ray worker or node died runs again elsewhere (default 3).")
+@network_options()
 def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], base_url: str | None,
               api_key: str | None, temperature: float, seed: int, repeats: int, concurrency: int, out: str,
               backend: str, task_patterns: tuple[str, ...], max_turns: int | None, episode_timeout: float,
@@ -209,10 +211,11 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
         suites=_split(suites), agents=_split((agents,)), model=names[0] if len(names) == 1 else names,
         base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if real else None,
         api_key=api_key or cfg.env(API_KEY_ENV) or None, temperature=temperature, seed=seed, repeats=repeats,
-        concurrency=concurrency, backend=backend, out=out, tasks=list(task_patterns), max_turns=max_turns,
+        concurrency=concurrency, backend=backend, runtime=runtime_setting(backend), out=out,
+        tasks=list(task_patterns), max_turns=max_turns,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
         price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,
-        preflight=not no_preflight,
+        preflight=not no_preflight, network=network_settings(backend=backend),
         ray=_ray_options(ray_address, ray_cpus_per_episode, ray_memory_per_episode, ray_engines, ray_pass_api_key,
                          ray_max_retries),
     )

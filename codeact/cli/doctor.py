@@ -17,6 +17,8 @@ from ._app import (
     model_options,
     db_option,
     message_for,
+    runtime_option,
+    runtime_setting,
 )
 
 
@@ -124,6 +126,7 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
               help="Also check the MCP servers of this mcpServers JSON file (repeatable).")
 @click.option("--mcp-server", "mcp_specs", multiple=True, metavar="NAME=COMMAND",
               help="Also check this MCP server (repeatable).")
+@runtime_option
 def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str | None,
            mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = ()) -> None:
     """Check this machine: Python, Docker, the sandbox image, the local kernel, the model, the run log.
@@ -209,6 +212,9 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
 
     if client is not None:
         _check_isolation_extras(checks, client)
+        runtime = runtime_setting()
+        if runtime is not None and checks.results.get("image") == "OK":
+            _check_runtime(checks, client, runtime)
 
     docker_ok = checks.results.get("docker") == "OK" and checks.results.get("image") == "OK"
     local_ok = checks.results.get("local") == "OK"
@@ -264,11 +270,46 @@ def _check_isolation_extras(checks: _Checks, client: Any) -> None:
         checks.report("userns", "INFO", "user namespaces", "not enabled (containers' uid 1000 is the host's uid 1000)",
                       'optional: "userns-remap": "default" in /etc/docker/daemon.json (see README, Security)')
     runtimes = sorted((info.get("Runtimes") or {}).keys())
+    default = info.get("DefaultRuntime") or "runc"
+    checks.report("runtimes", "INFO", "container runtimes",
+                  f"{', '.join(runtimes) or '?'} (default {default}; choose one with --runtime or "
+                  f"{cfg.RUNTIME_ENV})")
     if "runsc" in runtimes:
-        checks.report("gvisor", "OK", "gVisor", "runtime runsc is installed: DockerSandbox(runtime='runsc')")
+        checks.report("gvisor", "OK", "gVisor", "runtime runsc is installed: --runtime runsc, "
+                      "DockerSandbox(runtime='runsc')")
     else:
         checks.report("gvisor", "INFO", "gVisor", f"not installed (runtimes: {', '.join(runtimes) or '?'})",
                       "optional: install gVisor for a second kernel boundary (see README, Security)")
 
 
 # --------------------------------------------------------------------------- image
+
+
+def _check_runtime(checks: _Checks, client: Any, runtime: str) -> None:
+    """The chosen runtime: the engine has it, and a sandbox starts with it and runs code."""
+    import time
+
+    from sandbox import runtime_problem
+
+    problem = runtime_problem(runtime, client)
+    if problem is not None:
+        what, _, fix = problem.partition("; ")
+        checks.report("runtime", "FAIL", f"runtime {runtime}", what, fix)
+        return
+    from sandbox import DockerSandbox
+
+    started = time.perf_counter()
+    try:
+        with DockerSandbox(client=client, runtime=runtime, timeout=60) as sb:
+            result = sb.run("print(6 * 7)")
+        ok = result.ok and result.stdout.strip() == "42"
+        detail = "" if ok else (str(result.error) if result.error else result.stdout[:200])
+    except Exception as exc:
+        ok, detail = False, message_for(exc)
+    if ok:
+        checks.report("runtime", "OK", f"runtime {runtime}",
+                      f"a sandbox started and ran code in {time.perf_counter() - started:.1f} s")
+    else:
+        checks.report("runtime", "FAIL", f"runtime {runtime}", f"a sandbox did not run code: {detail}",
+                      "see the engine's log (and for runsc its --debug-log); `docker run --rm --runtime "
+                      f"{runtime} hello-world` reproduces it outside codeact")

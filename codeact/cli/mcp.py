@@ -9,7 +9,20 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli, disclosure_options, load_tools, model_options, tool_settings
+from ._app import (
+    CONTEXT_SETTINGS,
+    UserError,
+    check_runtime,
+    cli,
+    disclosure_options,
+    load_tools,
+    model_options,
+    network_options,
+    network_settings,
+    runtime_option,
+    runtime_setting,
+    tool_settings,
+)
 
 if TYPE_CHECKING:
     from ..mcp import MCPServerConfig, MCPToolset
@@ -101,6 +114,7 @@ def mcp() -> None:
 @click.option("-b", "--backend", type=click.Choice(["docker", "local", "restricted"]), default=None,
               help="Sandbox backend: docker (the default: hardened container), local or restricted (NOT isolated) "
                    "[env: CODEACT_BACKEND].")
+@runtime_option
 @click.option("--memory", metavar="SIZE", help="Memory limit of each sandbox, e.g. 1g (docker).")
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), help="CPUs of each sandbox (docker).")
 @click.option("--packages", "packages", multiple=True, metavar="LIST",
@@ -123,6 +137,7 @@ def mcp() -> None:
 @click.option("--db", metavar="PATH", type=click.Path(dir_okay=False),
               help="Run log database run_task records its runs in [env: CODEACT_DB].")
 @click.option("--no-log", is_flag=True, help="Do not record run_task's runs in the run log.")
+@network_options()
 def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, token: str | None, backend: str | None,
           memory: str | None, cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float,
           output_limit: int, model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
@@ -145,6 +160,7 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
     from ..mcp import ServeOptions, serve as run_server
 
     name = cfg.backend(backend)
+    runtime = runtime_setting(name)
     if name == "docker":
         from sandbox import docker_available
 
@@ -152,10 +168,13 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
         if reason is not None:
             raise UserError(f"the Docker sandbox is not ready: {reason}; `codeact doctor` shows what to fix "
                             "(or choose --backend local knowingly: it is NOT isolated)")
+        check_runtime(runtime)
     else:
         click.secho(f"Warning: the {name} backend is not isolated; use it only for trusted clients.", fg="yellow",
                     err=True)
     sandbox_options: dict[str, object] = {}
+    if runtime:
+        sandbox_options["runtime"] = runtime
     if memory:
         sandbox_options["memory"] = memory
     if cpus:
@@ -165,6 +184,9 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
         if name == "restricted":
             raise UserError("--packages needs the docker (or local) backend; the restricted one cannot install")
         sandbox_options["packages"] = wanted
+    policy = network_settings(backend=name)
+    if policy is not None:
+        sandbox_options["network"] = policy
     model_obj = None
     if cfg.model_configured(model) or cfg.scripted_replies_path() is not None:
         model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)

@@ -31,7 +31,7 @@ DEFAULT_PORT = 8765
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
-@agent_options
+@agent_options(allow_flag="--sandbox-allow-host")  # --allow-host: the browser's host names (below)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on. Anything but loopback needs an explicit --token (and warns).")
 @click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
@@ -132,6 +132,7 @@ def _serve(host: str, port: int, token: str | None, no_browser: bool, max_sessio
         "model": getattr(model, "name", "?"),
         "base_url": getattr(model, "base_url", None),
         "backend": backend,
+        "network": list(policy.allow) if (policy := agent_opts.get("sandbox_options", {}).get("network")) else [],
         "tools": [{"name": t.name, "requires_approval": bool(t.requires_approval)} for t in tools],
         "mcp_servers": mcp_servers,
         "max_steps": options["max_steps"],

@@ -274,6 +274,7 @@ class RunTrace:
             "codeact.step": int(event.step),
             "codeact.compaction.reason": str(event.reason),
             "codeact.compaction.observations_masked": int(event.observations_masked),
+            "codeact.compaction.messages_shortened": int(event.messages_shortened),
             "codeact.compaction.actions_shortened": int(event.actions_shortened),
             "codeact.compaction.turns_folded": int(event.turns_folded),
             "codeact.compaction.tokens_before": int(event.tokens_before),

@@ -38,7 +38,7 @@ from ..agent import (
 )
 from ..errors import CodeActError, RunCancelled, SavedSessionError
 from ..events import CodeAction, CodeOutput, ErrorEvent, Event, Observation, RunFinished, RunResult, RunStarted, Step
-from ..events import PackageInstall, ToolCall, ToolProgress
+from ..events import NetworkRequest, PackageInstall, ToolCall, ToolProgress
 from ..observation import format_observation, truncate_middle
 from ._variables import LISTING_CODE, LISTING_TIMEOUT, VariableListing, parse_listing
 
@@ -115,7 +115,7 @@ class WorkspaceChat(ChatSession):
                 if isinstance(item, ToolCall):
                     step.tool_calls.append(item)
                     yield emit(item)
-                elif isinstance(item, (CodeOutput, ToolProgress, PackageInstall)):
+                elif isinstance(item, (CodeOutput, ToolProgress, PackageInstall, NetworkRequest)):
                     yield emit(item)
                 else:
                     exec_result = item

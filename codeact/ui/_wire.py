@@ -26,6 +26,7 @@ from ..events import (
     Event,
     FinalAnswer,
     ModelOutput,
+    NetworkRequest,
     Observation,
     RunFinished,
     RunStarted,
@@ -138,6 +139,11 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
         if not out["outputs"] and event.images:  # an agent that does not fill `outputs`
             out["outputs"] = [{"kind": "image", "mime": "image/png", "src": store("image/png", png), "alt": ""}
                               for png in event.images]
+    elif isinstance(event, NetworkRequest):
+        rec = event.record
+        out.update(host=event.host, method=event.method, allowed=event.allowed, status=event.status,
+                   port=rec.get("port"), reason=shown(rec.get("reason") or "", 500),
+                   duration=rec.get("duration"), bytes_received=rec.get("bytes_received"))
     elif isinstance(event, FinalAnswer):
         out.update(status=event.status, answer=answer_wire(event.answer))
     elif isinstance(event, ErrorEvent):

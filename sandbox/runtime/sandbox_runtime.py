@@ -644,6 +644,10 @@ def setup(kernel: Any, shell: Any) -> None:
     shell.user_ns["install"] = install_packages
     shell.user_ns["PackageInstallError"] = PackageInstallError
     _route_pip(shell)
+    # Figures under Agg are shown when the cell ends (_show_headless_figures): plt.show()'s warning is noise.
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r".*is non-interactive, and thus cannot be shown")
     _install_traceback_filter(shell)
     _install_output_caps(shell)
     _state.streams = [stream for stream in (sys.stdout, sys.stderr) if hasattr(stream, "write")]
@@ -695,6 +699,8 @@ def _announce_start() -> None:
 
 def _after_cell(result: object = None) -> None:
     with contextlib.suppress(Exception):
+        _show_headless_figures()
+    with contextlib.suppress(Exception):
         _sync_fds()
     cut: dict[str, int] = {}
     for limiter in _state.limiters:
@@ -710,6 +716,48 @@ def _after_cell(result: object = None) -> None:
             publish(data={OUTPUT_CUT_MIME: cut}, metadata={})
         except Exception:
             pass
+
+
+# --- figures under a non-interactive backend ------------------------------------------
+
+#: matplotlib backends that only write files. Under them ``plt.show()`` only warns, and a figure
+#: would never reach the output (Jupyter loses it too); ``matplotlib.use("Agg")`` is a common idiom.
+HEADLESS_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "template"})
+#: Figures shown per cell this way; more stay open (and are counted in a line on stderr).
+MAX_HEADLESS_FIGURES = 20
+
+
+def _show_headless_figures() -> None:
+    """Show the figures a cell left open under a headless backend, as the inline backend would.
+
+    The inline backend shows every open figure when a cell ends and closes it; a cell that
+    switched to Agg gets the same: each open figure as a PNG display output (cropped like the
+    inline backend's), then closed.
+    """
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    backend = str(plt.get_backend()).lower()
+    if backend not in HEADLESS_BACKENDS:
+        return  # the inline backend (or an unknown one) shows its own figures
+    import base64
+    import io
+
+    numbers = list(plt.get_fignums())
+    for number in numbers[:MAX_HEADLESS_FIGURES]:
+        figure = plt.figure(number)
+        buffer = io.BytesIO()
+        try:
+            figure.savefig(buffer, format="png", bbox_inches="tight")
+        except Exception as exc:  # a figure that cannot draw is said, the others are still shown
+            sys.stderr.write("figure %d could not be drawn: %s\n" % (number, type(exc).__name__))
+            continue
+        data = {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+                "text/plain": "<Figure %d>" % number}
+        _state.shell.display_pub.publish(data=data, metadata={})
+    if len(numbers) > MAX_HEADLESS_FIGURES:
+        sys.stderr.write("%d more open figures were not shown\n" % (len(numbers) - MAX_HEADLESS_FIGURES))
+    plt.close("all")
 
 
 # --- rich output cap ---------------------------------------------------------------

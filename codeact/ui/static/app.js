@@ -424,6 +424,24 @@
       box.appendChild(card);
     }
 
+    onNetworkRequest(ev) {
+      // A request the code made through the sandbox's network allow-list (its proxy on the host).
+      const s = this.step(ev);
+      const box = this.part(s, 'tools', 'div', 'tools');
+      const card = el('div', 'tool-call network');
+      const call = el('div', 'call');
+      call.appendChild(el('span', 'tool-name', `${ev.method} ${ev.host}:${ev.port ?? ''}`));
+      card.appendChild(call);
+      if (ev.allowed) {
+        card.appendChild(el('div', 'tool-result', `→ ${ev.status ?? 'no answer'}`));
+      } else {
+        card.classList.add('failed');
+        card.appendChild(el('div', 'tool-error', `✗ refused: ${ev.reason || ev.status}`));
+      }
+      if (ev.duration != null) card.appendChild(el('span', 'duration', fmtSeconds(ev.duration)));
+      box.appendChild(card);
+    }
+
     onApprovalRequested(ev) {
       const s = this.step(ev);
       const box = this.part(s, 'tools', 'div', 'tools');
@@ -1146,6 +1164,7 @@
     row('Model', s.model || '?');
     row('Endpoint', s.base_url || '—');
     row('Sandbox backend', s.backend || '?');
+    row('Sandbox network', s.network && s.network.length ? `only ${s.network.join(', ')} (through a proxy on the host)` : 'none');
     const tools = (s.tools || []).map((t) => `${t.name}${t.requires_approval ? ' (asks for approval)' : ''}`);
     row('Tools', tools.length ? tools.join(', ') : 'none');
     const mcp = s.mcp_servers || [];
