@@ -47,6 +47,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import _podman
+from .engines import is_podman
 from ._labels import owner_labels
 from ._pkg_pip import Target, log
 from ._pkg_wheel import FIXED_MTIME, MAX_UNPACKED_BYTES, bytecode_tar, tar_bytes
@@ -92,6 +94,8 @@ def _helper_labels(kind: str) -> dict[str, str]:
 
 
 def _helper_config(client: Any, mounts: list[Any], **extra: Any) -> Any:
+    if is_podman(client):  # Podman would set limits its runtime may not raise to (see sandbox._podman)
+        extra.setdefault("ulimits", _podman.helper_ulimits())
     return client.api.create_host_config(network_mode="none", mounts=mounts, cap_drop=["ALL"],
                                          security_opt=["no-new-privileges"], read_only=True,
                                          tmpfs={"/tmp": "size=64m"}, mem_limit="1g", pids_limit=256, **extra)

@@ -45,10 +45,11 @@ import warnings
 from pathlib import PurePosixPath
 from typing import Any, Callable, Sequence
 
+from . import _podman
 from ._labels import LABEL, owner_labels, process_start_time
 from ._netns import ContainerNetns, container_netns
 from ._transport import DirectStream, SocketStream, Stream
-from .engines import connect, describe, engine_of, is_local
+from .engines import Engine, connect, describe, engine_of, is_local, is_podman
 from .image import default_image_tag, ensure_image
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
@@ -189,6 +190,11 @@ class DockerKernel:
             "type": "tmpfs", "device": "tmpfs",
             "o": f"size={self.workspace_size},uid={self.uid},gid={self.uid},mode=0755,nosuid,nodev",
         }))
+        mounts = [workspace, *(self.packages.backend.mounts() if self.packages is not None else [])]
+        tmpfs = {"/tmp": f"size={self.tmp_size},mode=1777,nosuid,nodev"}
+        if is_podman(self.client):  # the same walls in Podman's words (see sandbox._podman)
+            mounts = _podman.named_volumes(self.client, mounts, self._volumes)
+            tmpfs.update(_podman.READ_ONLY_TMPFS)
         return self.client.api.create_host_config(
             auto_remove=True,
             network_mode="bridge" if self.network and self.proxy is None else "none",
@@ -197,14 +203,21 @@ class DockerKernel:
             memswap_limit=self.memory,  # no swap beyond the memory limit
             nano_cpus=int(self.cpus * 1e9),
             pids_limit=self.pids,
-            ulimits=[Ulimit(name="nofile", soft=self.nofile, hard=self.nofile), Ulimit(name="core", soft=0, hard=0)],
+            ulimits=self._ulimits(Ulimit),
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             runtime=self.runtime,
             log_config=LogConfig(type="none"),
-            tmpfs={"/tmp": f"size={self.tmp_size},mode=1777,nosuid,nodev"},
-            mounts=[workspace, *(self.packages.backend.mounts() if self.packages is not None else [])],
+            tmpfs=tmpfs,
+            mounts=mounts,
         )
+
+    def _ulimits(self, ulimit: Any) -> list[Any]:
+        """Open files capped, no core dumps; on Podman also the process count (see :mod:`sandbox._podman`)."""
+        limits = [ulimit(name="nofile", soft=self.nofile, hard=self.nofile), ulimit(name="core", soft=0, hard=0)]
+        if is_podman(self.client):
+            limits.append(ulimit(name="nproc", soft=_podman.NPROC, hard=_podman.NPROC))
+        return limits
 
     # --- KernelProcess ---------------------------------------------------------------------
 
@@ -237,14 +250,18 @@ class DockerKernel:
             info: dict[str, Any] = {}
             with contextlib.suppress(docker.errors.NotFound):
                 info = self.client.api.inspect_container(self.container_id)
-            self._volumes = [m["Name"] for m in info.get("Mounts") or []
-                             if m.get("Type") == "volume" and m.get("RW") and m.get("Name")]
+            # (On Podman the session's volumes are named ones, listed when made: see sandbox._podman.)
+            self._volumes = list(dict.fromkeys([*self._volumes, *(
+                m["Name"] for m in info.get("Mounts") or [] if m.get("Type") == "volume" and m.get("RW")
+                and m.get("Name"))]))
         except docker.errors.ImageNotFound as exc:
             raise _image_gone(self.client, self.image) from exc
         except docker.errors.APIError as exc:
             if self.runtime and "runtime" in str(exc).lower():
                 raise unknown_runtime(self.client, self.runtime) from exc
-            raise KernelStartError(f"could not start the sandbox container: {exc.explanation or exc}") from exc
+            why = str(exc.explanation or exc)
+            hint = _podman.start_hint(why) if is_podman(self.client) else ""
+            raise KernelStartError(f"could not start the sandbox container: {why}{hint}") from exc
         except OSError as exc:  # requests' connection errors and timeouts are OSErrors
             raise self._engine_gone(exc) from exc
         self._hold_namespace(int((info.get("State") or {}).get("Pid") or 0))
@@ -377,8 +394,24 @@ class DockerKernel:
             with contextlib.suppress(Exception):
                 self.client.api.remove_container(container, force=True, v=True)
         for volume in volumes:  # already gone with the container, unless it was removed from outside
-            with contextlib.suppress(Exception):
-                self.client.api.remove_volume(volume, force=True)
+            self._remove_volume(volume)
+
+    def _remove_volume(self, name: str) -> None:
+        """Remove a volume of the session. Podman keeps named volumes and refuses (409) while it still removes
+        the container (it removes itself when its stream closes): a few more tries there, a moment apart."""
+        import docker.errors
+
+        deadline = time.monotonic() + (_podman.VOLUME_RELEASE_TIMEOUT if is_podman(self.client) else 0.0)
+        while True:
+            try:
+                self.client.api.remove_volume(name, force=True)
+                return
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409 or time.monotonic() > deadline:
+                    return
+            except Exception:
+                return
+            time.sleep(0.05)
 
     def oom_since(self, started: float) -> bool:
         """Whether the engine logged an out-of-memory kill in the container since ``started``.
@@ -685,9 +718,10 @@ def _check_image(client: Any, image: str) -> None:
     try:
         client.images.get(image)
     except docker.errors.ImageNotFound:
-        if is_local(client):
-            raise _image_missing(image) from None
-        ensure_image(client, image)
+        if not is_local(client):
+            ensure_image(client, image)
+        elif not (is_podman(client) and _copy_from_local_docker(client, image)):
+            raise _image_missing(image, client) from None
     if key is not None:
         _IMAGES_SEEN.add(key)
 
@@ -699,9 +733,30 @@ def _image_key(client: Any, image: str) -> tuple[str, str] | None:
     return (engine.url, image) if engine is not None else None
 
 
-def _image_missing(image: str) -> ImageNotFound:
+def _copy_from_local_docker(client: Any, image: str) -> bool:
+    """A Podman service on this machine gets the image from this machine's Docker engine, when that has it
+    (``docker save`` into Podman's load, through both APIs); False when there is no such engine or image."""
+    import docker.errors
+
+    try:
+        source = connect(Engine("local Docker", "unix:///var/run/docker.sock"), timeout=30)
+    except BackendUnavailable:
+        return False
+    try:
+        source.images.get(image)
+    except (docker.errors.ImageNotFound, docker.errors.APIError, OSError):
+        return False
+    ensure_image(client, image, source=source)
+    return True
+
+
+def _image_missing(image: str, client: Any = None) -> ImageNotFound:
+    build = "codeact image build"
+    engine = engine_of(client) if client is not None else None
+    if engine is not None and is_podman(client):
+        build = f"DOCKER_HOST={engine.url} codeact image build"
     return ImageNotFound(
-        f"the sandbox image {image!r} is not built; run `codeact image build` (about 3 minutes the first time)"
+        f"the sandbox image {image!r} is not built; run `{build}` (about 3 minutes the first time)"
     )
 
 
@@ -710,7 +765,7 @@ def _image_gone(client: Any, image: str) -> ImageNotFound:
     key = _image_key(client, image)
     if key is not None:
         _IMAGES_SEEN.discard(key)
-    return _image_missing(image)
+    return _image_missing(image, client)
 
 
 def _reap_once(client: Any) -> None:

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import weakref
@@ -150,6 +151,7 @@ def connect(engine: Engine | str | None = None, *, timeout: float = 120) -> Any:
         ) from exc
     client._codeact_engine = engine
     client._codeact_tunnel = tunnel
+    client._codeact_podman = _names_podman(server)
     return client
 
 
@@ -223,6 +225,29 @@ def is_local(client: Any) -> bool:
     engine = engine_of(client)
     url = engine.url if engine is not None else str(getattr(client.api, "base_url", ""))
     return url.startswith(("unix:", "http+unix:", "npipe:", "http+docker://"))
+
+
+def is_podman(client: Any) -> bool:
+    """Whether ``client`` talks to Podman's Docker-compatible service (``podman system service``), not dockerd.
+
+    Known from the engine's version answer (its component "Podman Engine"); asked once for a client that
+    did not come from :func:`connect`.
+    """
+    known = getattr(client, "_codeact_podman", None)
+    if known is None:
+        try:
+            known = _names_podman(client.api.version())
+        except Exception:
+            known = False
+        with contextlib.suppress(AttributeError):
+            client._codeact_podman = known
+    return bool(known)
+
+
+def _names_podman(version: Any) -> bool:
+    components = version.get("Components") if isinstance(version, dict) else None
+    return any(isinstance(c, dict) and str(c.get("Name", "")).startswith("Podman")
+               for c in components or [])
 
 
 def describe(client: Any) -> str:

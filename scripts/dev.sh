@@ -4,7 +4,7 @@
 #   scripts/dev.sh demo         # venv (the package only) + Docker engine + sandbox image, then `codeact demo`
 #   scripts/dev.sh test         # that, plus the test tooling (test extras, Phoenix, Ray, Chromium, sshd,
 #                               # MCP test servers, bfcl-eval, llama.cpp's server with a small model,
-#                               # gVisor), then ruff, mypy and the whole pytest suite
+#                               # gVisor, Podman), then ruff, mypy and the whole pytest suite
 #   scripts/dev.sh setup        # only the demo's setup
 #   scripts/dev.sh setup-test   # only the test suite's setup
 #
@@ -123,6 +123,22 @@ ensure_engine_test_tools() {
   fi
   log "Installing openssh-server and iproute2 for the remote-engine tests (no ssh service is started)"
   apt_install openssh-server iproute2
+}
+
+ensure_podman() {
+  # The Podman tests (tests/test_podman.py) start a rootful `podman system service` of their own on a socket of
+  # their own. Debian's podman, and runc: crun (podman's default) refuses hosts that mix cgroup v1 and v2.
+  # Only the test suite needs it; the demo never installs it.
+  if command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then return 0; fi
+  if ! is_root; then
+    log "No podman/runc and this is not root: install podman and runc yourself (the Podman tests will skip)."
+    return 0
+  fi
+  log "Installing podman and runc for the Podman engine tests (no service is started)"
+  if ! apt_install --no-install-recommends podman runc; then
+    log "Could not install podman"
+    if [ "${CI:-}" = "true" ]; then exit 1; fi
+  fi
 }
 
 ensure_ray() {
@@ -258,6 +274,7 @@ setup_test_tools() {
   ensure_ray
   ensure_browser
   ensure_engine_test_tools
+  ensure_podman
   ensure_mcp_test_servers
   ensure_bfcl
 }

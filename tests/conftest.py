@@ -39,6 +39,7 @@ import pytest
 from tests.openai_server import OpenAITestServer
 from tests.llama_server import llama_server  # noqa: F401 - the session fixture of the real-server tier
 from tests.phoenix_server import phoenix  # noqa: F401 - the session fixture of the tracing tests
+from tests.podman_engine import podman  # noqa: F401 - the session fixture of the Podman engine tests
 
 # Before anything creates a temporary file: every sbx-*/sandbox-work-* directory
 # of this session (and of its subprocesses) lands here.
