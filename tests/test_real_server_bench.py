@@ -44,11 +44,13 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(900)  # a loaded machine makes the small model take up to a minute a request
 def test_bench_against_a_real_server_classifies_every_episode(llama_server: Any, tmp_path: Path) -> None:
     out = tmp_path / "results"
-    command = [sys.executable, "-m", "codeact", "bench", "run", "--suite", "tool-chains,data-analysis",
+    command = [sys.executable, "-m", "codeact.cli", "bench", "run", "--suite", "tool-chains,data-analysis",
                "--agents", ",".join(AGENTS), "--model", llama_server.model, "--base-url", llama_server.base_url,
-               "--api-key", "none", "--concurrency", "1", "--max-turns", "1", "--out", str(out)]
+               "--api-key", "none", "--concurrency", "1", "--max-turns", "1", "--model-timeout", "300",
+               "--out", str(out)]
     for task in TASKS:
         command += ["--task", task]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=_env(tmp_path), cwd=tmp_path)
@@ -148,3 +150,21 @@ def test_doctor_with_an_unreachable_endpoint(tmp_path: Path, monkeypatch: pytest
     assert _line(out, "model").startswith(f"FAIL  model: some-model at {url}"), out
     assert "connection" in out.lower()
     assert "context window:" not in out and "images:" not in out  # nothing more to ask a server that is not there
+
+
+@pytest.mark.parametrize(("given", "sent"), [((), 1024), (("--max-reply-tokens", "64"), 64),
+                                             (("--max-reply-tokens", "0"), None)])
+def test_bench_caps_each_reply(given: tuple[str, ...], sent: int | None, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every request of a bench run carries the reply cap (a model that never stops costs at most that)."""
+    monkeypatch.setenv("CODEACT_DB", str(tmp_path / "runs.db"))
+    out = tmp_path / "results"
+    with OpenAITestServer(models=["m"], default_reply="Final Answer: 3") as server:
+        result = CliRunner().invoke(cli, ["bench", "run", "--suite", "tool-chains", "--agents", "react-text",
+                                          "--task", TASKS[0], "--model", "m", "--base-url", server.base_url,
+                                          "--api-key", "none", "--max-turns", "1", "--out", str(out), *given])
+        requests = server.chat_requests
+    assert result.exit_code == 0, result.output
+    assert len(requests) >= 2  # the pre-flight and the episode's
+    assert [r.body.get("max_tokens") for r in requests[1:]] == [sent] * (len(requests) - 1)
+    assert json.loads((out / "run.json").read_text())["max_reply_tokens"] == sent
