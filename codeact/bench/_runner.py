@@ -84,6 +84,10 @@ class BenchConfig:
     episode_timeout: float = 600.0
     model_timeout: float = 120.0
     execution_timeout: float = 60.0
+    #: The most tokens one model reply may take (each request's ``max_tokens``); None leaves it to the
+    #: endpoint, which for a local server is often the rest of its window: a model that never stops
+    #: then writes for minutes per turn, and the reply has no room the conversation's folding can keep.
+    max_reply_tokens: int | None = 1024
     price_in: float | None = None  # USD per million prompt tokens
     price_out: float | None = None  # USD per million completion tokens
     retry_errors: bool = False
@@ -127,6 +131,9 @@ class BenchConfig:
                 raise BenchError(f"{name} must be at least 1")
         if self.max_turns is not None and self.max_turns < 1:
             raise BenchError("max_turns must be at least 1")
+        if self.max_reply_tokens is not None and (isinstance(self.max_reply_tokens, bool)
+                                                  or int(self.max_reply_tokens) < 1):
+            raise BenchError("max_reply_tokens must be at least 1 (or None: the endpoint's own limit)")
         for name in ("episode_timeout", "model_timeout", "execution_timeout"):
             if float(getattr(self, name)) <= 0:
                 raise BenchError(f"{name} must be > 0 seconds")
@@ -416,7 +423,8 @@ class _Runner:
                 self._shared_models[name] = OpenAIModel(name, base_url=self.config.base_url,
                                                         api_key=self.config.api_key,
                                                         temperature=self.config.temperature, seed=self.config.seed,
-                                                        timeout=self.config.model_timeout)
+                                                        timeout=self.config.model_timeout,
+                                                        max_tokens=self.config.max_reply_tokens)
             return self._shared_models[name]
 
     def _traced_episode(self, spec: _Spec, cancel: threading.Event) -> Episode:

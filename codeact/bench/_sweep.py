@@ -86,6 +86,7 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         "concurrency": config.concurrency,
         "tasks": list(config.tasks),
         "max_turns": config.max_turns,
+        "max_reply_tokens": config.max_reply_tokens if real else None,
         "prices": {"prompt": config.price_in, "completion": config.price_out} if config.price_in is not None else None,
         "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
         "suite_versions": {s.name: s.fingerprint() for s in suites},

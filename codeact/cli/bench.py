@@ -133,6 +133,9 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
 @click.option("-t", "--task", "task_patterns", multiple=True, metavar="GLOB",
               help="Only tasks whose id (or suite/id) matches; repeatable.")
 @click.option("--max-turns", type=click.IntRange(min=1), default=None, help="Override every task's turn limit.")
+@click.option("--max-reply-tokens", type=click.IntRange(min=0), default=1024, show_default=True,
+              help="The most tokens one model reply may take (max_tokens of each request); 0: the endpoint's "
+                   "own limit (for a local server often the rest of its window).")
 @click.option("--episode-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               metavar="S", help="Seconds one episode may take before it is abandoned as timed out.")
 @click.option("--model-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
@@ -173,7 +176,8 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
 @network_options()
 def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], base_url: str | None,
               api_key: str | None, temperature: float, seed: int, repeats: int, concurrency: int, out: str,
-              backend: str, task_patterns: tuple[str, ...], max_turns: int | None, episode_timeout: float,
+              backend: str, task_patterns: tuple[str, ...], max_turns: int | None, max_reply_tokens: int,
+              episode_timeout: float,
               model_timeout: float, execution_timeout: float, price_in: float | None, price_out: float | None,
               retry_errors: bool, max_error_share: float, no_preflight: bool,
               no_plots: bool, as_json: bool, ray_address: str | None, ray_cpus_per_episode: float | None,
@@ -212,7 +216,7 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
         base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if real else None,
         api_key=api_key or cfg.env(API_KEY_ENV) or None, temperature=temperature, seed=seed, repeats=repeats,
         concurrency=concurrency, backend=backend, runtime=runtime_setting(backend), out=out,
-        tasks=list(task_patterns), max_turns=max_turns,
+        tasks=list(task_patterns), max_turns=max_turns, max_reply_tokens=max_reply_tokens or None,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
         price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,
         preflight=not no_preflight, network=network_settings(backend=backend),

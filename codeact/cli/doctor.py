@@ -77,6 +77,11 @@ def _check_engines(checks: _Checks, tag: str) -> None:
                       "start at least one engine")
 
 
+#: Seconds per request to the model endpoint. A local server that answers one request at a time
+#: (llama.cpp's Python server) makes even GET /models wait for the reply it is generating.
+_ENDPOINT_TIMEOUT = 30.0
+
+
 def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_key: str | None) -> None:
     name = cfg.model_name(model)
     url = cfg.base_url(base_url)
@@ -90,8 +95,8 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
 
     where = f"{name} at {url}"
     try:
-        m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=5, max_retries=0,
-                        max_tokens=1)
+        m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=_ENDPOINT_TIMEOUT,
+                        max_retries=0, max_tokens=1)
     except ConfigError as exc:  # no API key for the default endpoint: nothing to ask
         checks.report("model", "FAIL", "model", f"{where}: {exc}", f"set {API_KEY_ENV} or OPENAI_BASE_URL")
         return
@@ -115,8 +120,73 @@ def _check_model(checks: _Checks, model: str | None, base_url: str | None, api_k
     except ModelError as exc:
         checks.report("model", "FAIL", "model", f"{where}: {exc}",
                       "check OPENAI_BASE_URL, OPENAI_API_KEY and that the server is running")
+        return
     finally:
         m.close()
+    if checks.results.get("model") != "OK":
+        return
+    _check_window(checks, name, base_url, api_key)
+    _check_images(checks, name, base_url, api_key)
+
+
+def _check_window(checks: _Checks, name: str, base_url: str | None, api_key: str | None) -> None:
+    """The model's context window, as a run discovers it (the endpoint's model list)."""
+    from ..models import OpenAIModel
+
+    m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=_ENDPOINT_TIMEOUT,
+                    max_retries=0)
+    try:
+        window = m.discover_context_window()
+    finally:
+        m.close()
+    if window is not None:
+        checks.report("window", "OK", "context window", f"{window:,} tokens (stated by GET /models)")
+    else:
+        checks.report("window", "INFO", "context window",
+                      "unknown: GET /models does not state it; a run learns it from the first request the server "
+                      "refuses as too long, then folds the conversation to fit",
+                      "to fold before that, give it: OpenAIModel(..., context_window=N) with the server's window "
+                      "(llama.cpp -c/--n_ctx, Ollama num_ctx, vLLM --max-model-len)")
+
+
+#: A 1x1 transparent PNG: the image part of the probe request.
+_PIXEL_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6300010000050001" "0d0a2db40000000049454e44ae426082")
+
+
+def _check_images(checks: _Checks, name: str, base_url: str | None, api_key: str | None) -> None:
+    """Whether the endpoint takes image parts: one tiny request with a 1x1 PNG, as a run sends plots."""
+    import warnings
+
+    from ..errors import ModelError
+    from ..messages import ImagePart, Message
+    from ..models import OpenAIModel
+
+    m = OpenAIModel(name, base_url=base_url or None, api_key=api_key or None, timeout=_ENDPOINT_TIMEOUT, max_retries=0,
+                    max_tokens=1, vision=True)
+    pixel = ImagePart(_PIXEL_PNG, width=1, height=1, name="pixel.png")
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            m.complete([Message("user", "Reply with OK.", images=(pixel,))])
+    except ModelError as exc:
+        checks.report("images", "WARN", "images", f"not known: the request with a 1x1 PNG failed: {exc}",
+                      "check the server's log; --no-images (CODEACT_IMAGES=0) sends text only")
+        return
+    finally:
+        m.close()
+    if m.vision:
+        checks.report("images", "OK", "images", "accepted (a request with a 1x1 PNG image part was answered)")
+        return
+    why = next((str(w.message) for w in said if "does not take images" in str(w.message)), "")
+    why = why.split(" does not take images (", 1)[-1].split("; sending text only", 1)[0].rstrip(")")
+    why = why if len(why) <= 200 else why[:199] + "…"
+    checks.report("images", "INFO", "images",
+                  f"refused ({why}); a run sends its plots as text lines instead, after one failed request",
+                  "--no-images (CODEACT_IMAGES=0) skips that request; for plots the model sees, serve a vision "
+                  "model (llama.cpp: a multimodal chat format with --clip_model_path; Ollama: a vision model; "
+                  "vLLM: a multimodal model)")
 
 
 @cli.command(context_settings=CONTEXT_SETTINGS)
