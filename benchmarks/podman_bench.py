@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -41,92 +40,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from walls_bench import column  # noqa: E402 - the walls are measured one way, by walls_bench
 
 DOCKER = "unix:///var/run/docker.sock"
 ROWS = [("start to first result", "start_s", "s", 2), ("trivial cell round trip", "cell_ms", "ms", 2),
         ("tool call from code", "call_ms", "ms", 3), ("import pandas", "pandas_s", "s", 2),
         ("write 100 MB to /workspace", "write_100mb_s", "s", 2)]
-
-CALLS = """
-import time
-for _ in range(50):
-    echo(1)
-ts = []
-for _ in range({reps}):
-    t = time.perf_counter(); echo(1); ts.append(time.perf_counter() - t)
-ts.sort()
-print(ts[len(ts) // 2])
-"""
-
-WRITE = """
-import os, time
-block = b'x' * (1 << 20)
-t = time.perf_counter()
-with open('/workspace/big.bin', 'wb') as f:
-    for _ in range(100):
-        f.write(block)
-    f.flush()
-    os.fsync(f.fileno())
-print(time.perf_counter() - t)
-os.remove('/workspace/big.bin')
-"""
-
-
-def echo(x: int) -> int:
-    return x
-
-
-def _sandbox(engine: Any, **options: Any) -> Any:
-    from sandbox import DockerSandbox
-
-    return DockerSandbox(functions=[echo], engine=engine, runtime=None, **options)
-
-
-def measure(engine: Any, reps: dict[str, int]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    starts = []
-    for i in range(reps["start"] + 1):
-        t = time.perf_counter()
-        with _sandbox(engine) as sb:
-            r = sb.run("1")
-            elapsed = time.perf_counter() - t
-        if r.error:
-            raise RuntimeError(f"first run failed: {r.error}")
-        if i:
-            starts.append(elapsed)
-    out["start_s"] = statistics.median(starts)
-    with _sandbox(engine, timeout=300) as sb:
-        for _ in range(10):
-            sb.run("x = 1")
-        cells = []
-        for _ in range(reps["cell"]):
-            t = time.perf_counter()
-            sb.run("x = 1")
-            cells.append(time.perf_counter() - t)
-        out["cell_ms"] = statistics.median(cells) * 1e3
-        r = sb.run(CALLS.format(reps=reps["cell"]))
-        if r.error:
-            raise RuntimeError(f"calls failed: {r.error}")
-        out["call_ms"] = float(r.stdout.strip().splitlines()[-1]) * 1e3
-        out["transport"] = "direct" if sb.linked_directly else "exec"
-        writes = []
-        for _ in range(3):
-            w = sb.run(WRITE)
-            if w.error:
-                raise RuntimeError(f"writing failed: {w.error}")
-            writes.append(float(w.stdout.strip()))
-        out["write_100mb_s"] = statistics.median(writes)
-        imports = []
-        for _ in range(reps["pandas"]):
-            sb.restart()
-            sb.run("1")
-            p = sb.run("import time\nt = time.perf_counter()\nimport pandas\nprint(time.perf_counter() - t)")
-            if p.error:
-                raise RuntimeError(f"pandas import failed: {p.error}")
-            imports.append(float(p.stdout.strip()))
-        out["pandas_s"] = statistics.median(imports)
-    return out
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -135,7 +56,6 @@ def main() -> int:
     parser.add_argument("--no-docker", action="store_true", help="only Podman, not runc on the local Docker engine")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "podman.json"))
     args = parser.parse_args()
-    reps = {"start": 3, "cell": 100, "pandas": 2} if args.quick else {"start": 6, "cell": 400, "pandas": 4}
 
     from sandbox.engines import Engine, connect, is_podman
     from sandbox.image import default_image_tag, ensure_image
@@ -167,15 +87,13 @@ def main() -> int:
         copied = time.perf_counter() - t
         version = client.version().get("Version", "?")
         runtime = service.runtime if service is not None else "the service's"
-        targets = [] if args.no_docker else [("runc @ Docker", Engine("docker", DOCKER), {"engine": DOCKER})]
-        targets.append((f"Podman {version}", podman, {"engine": podman.url, "oci_runtime": runtime,
-                                                       "image": how, "image_seconds": round(copied, 1)}))
-        for label, engine, meta in targets:
+        targets = [] if args.no_docker else [("runc @ Docker", DOCKER, {"engine": DOCKER})]
+        targets.append((f"Podman {version}", podman.url, {"engine": podman.url, "oci_runtime": runtime,
+                                                           "image": how, "image_seconds": round(copied, 1)}))
+        for label, url, meta in targets:
             print(f"measuring {label} ...", file=sys.stderr)
-            try:
-                columns[label] = {**meta, **measure(engine, reps)}
-            except Exception as exc:
-                columns[label] = {**meta, "error": f"{type(exc).__name__}: {exc}"}
+            # The service chose its OCI runtime when it started: the sandbox names none.
+            columns[label] = {**meta, **column(url, "runc" if url == DOCKER else None, args.quick)}
     finally:
         if service is not None:
             service.remove()
@@ -195,8 +113,8 @@ def main() -> int:
         print(f"{name:<28}" + "".join(f"{c:>{width}}" for c in cells))
     print(f"{'call transport':<28}" + "".join(f"{columns[label].get('transport', '-'):>{width}}" for label in labels))
     for label in labels:
-        if "error" in columns[label]:
-            print(f"{label}: {columns[label]['error']}", file=sys.stderr)
+        for error in columns[label].get("errors", []):
+            print(f"{label}: {error}", file=sys.stderr)
     podman_meta = columns[labels[-1]] if labels else {}
     if "image" in podman_meta:
         print(f"\nimage on Podman: {podman_meta['image']} ({podman_meta['image_seconds']} s)")
@@ -205,7 +123,7 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"columns": columns, "load_average": load, "quick": args.quick}, indent=2))
     print(f"wrote {args.out}")
-    return 1 if any("error" in c for c in columns.values()) else 0
+    return 1 if any(c.get("errors") for c in columns.values()) else 0
 
 
 if __name__ == "__main__":

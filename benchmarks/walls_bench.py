@@ -52,13 +52,13 @@ def echo(x: int) -> int:
     return x
 
 
-def _sandbox(engine: str, runtime: str, **options: Any) -> Any:
+def _sandbox(engine: str, runtime: str | None, **options: Any) -> Any:
     from sandbox import DockerSandbox
 
     return DockerSandbox(functions=[echo], engine=engine, runtime=runtime, **options)
 
 
-def wall_start(engine: str, runtime: str, reps: int) -> dict[str, Any]:
+def wall_start(engine: str, runtime: str | None, reps: int) -> dict[str, Any]:
     """Seconds from the constructor to the first result (median), after one warm-up session."""
     times = []
     for i in range(reps + 1):
@@ -73,7 +73,7 @@ def wall_start(engine: str, runtime: str, reps: int) -> dict[str, Any]:
     return {"start_s": statistics.median(times)}
 
 
-def wall_session(engine: str, runtime: str, reps: int) -> dict[str, Any]:
+def wall_session(engine: str, runtime: str | None, reps: int) -> dict[str, Any]:
     """In one session: a trivial cell's round trip, a tool call from code, 100 MB written to /workspace."""
     with _sandbox(engine, runtime, timeout=300) as sb:
         for _ in range(10):
@@ -118,7 +118,7 @@ os.remove('/workspace/big.bin')
             "write_100mb_s": statistics.median(writes)}
 
 
-def wall_pandas(engine: str, runtime: str, reps: int) -> dict[str, Any]:
+def wall_pandas(engine: str, runtime: str | None, reps: int) -> dict[str, Any]:
     """``import pandas`` in a fresh kernel of a started session (median over restarts)."""
     times = []
     with _sandbox(engine, runtime, timeout=120) as sb:
@@ -132,10 +132,11 @@ def wall_pandas(engine: str, runtime: str, reps: int) -> dict[str, Any]:
     return {"pandas_s": statistics.median(times)}
 
 
-WALLS: list[Callable[[str, str, int], dict[str, Any]]] = [wall_start, wall_session, wall_pandas]
+WALLS: list[Callable[[str, str | None, int], dict[str, Any]]] = [wall_start, wall_session, wall_pandas]
 
 
-def column(engine: str, runtime: str, quick: bool) -> dict[str, Any]:
+def column(engine: str, runtime: str | None, quick: bool) -> dict[str, Any]:
+    """Every wall's figures for sessions on ``engine`` with ``runtime`` (None: the engine's default)."""
     reps = {"wall_start": 3 if quick else 6, "wall_session": 100 if quick else 400, "wall_pandas": 2 if quick else 4}
     out: dict[str, Any] = {}
     for wall in WALLS:

@@ -23,9 +23,11 @@ import subprocess
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from sandbox.engines import Engine
+from sandbox.engines import Engine, connect
 
 
 def make_certificates(server_dir: Path, client_dir: Path) -> None:
@@ -89,6 +91,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+
+def wait_for_engine(engine: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float, what: str,
+                    cleanup: Callable[[], None]) -> None:
+    """Return once ``engine`` answers; if ``proc`` exits first or ``timeout`` passes, ``cleanup()`` and raise
+    with the tail of its ``log``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connect(engine, timeout=5).close()
+            return
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-2000:]
+                cleanup()
+                raise RuntimeError(f"{what} did not start:\n{tail}") from None
+            time.sleep(0.2)
+
 class SecondEngine:
     """A dockerd of the tests' own, reachable at ``tcp://127.0.0.1:<port>`` with mutual TLS."""
 
@@ -115,8 +134,6 @@ class SecondEngine:
             subprocess.run(["ip", *args], check=True, capture_output=True)
 
     def start(self, timeout: float = 60) -> None:
-        from sandbox.engines import connect
-
         self._make_bridge()
         args = ["dockerd", "--data-root", str(self.root / "data"), "--exec-root", str(self.root / "exec"),
                 "--pidfile", str(self.root / "dockerd.pid"), "-H", self.url, "--tlsverify",
@@ -127,17 +144,7 @@ class SecondEngine:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                connect(self.engine, timeout=5).close()
-                return
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    tail = self.log.read_text(errors="replace")[-2000:]
-                    self.stop()
-                    raise RuntimeError(f"the second Docker engine did not start:\n{tail}") from None
-                time.sleep(0.3)
+        wait_for_engine(self.engine, self.proc, self.log, timeout, "the second Docker engine", self.stop)
 
     def client(self):  # a docker-py client
         from sandbox.engines import connect

@@ -22,13 +22,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sandbox.engines import Engine
+from tests.docker_engines import wait_for_engine
 
 LABEL = "io.codeact.sandbox"
 
@@ -58,8 +58,6 @@ class PodmanService:
         return [*base, *args]
 
     def start(self, timeout: float = 60) -> None:
-        from sandbox.engines import connect
-
         if not os.path.ismount(self.storage):
             # In memory: the image's ~16,000 files are written and deleted in no time (on this disk, deleting
             # them took 25 s); sandboxes use a few MB more.
@@ -69,17 +67,7 @@ class PodmanService:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(self.command("system", "service", "--time=0", self.url), stdout=log,
                                          stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                connect(self.engine, timeout=5).close()
-                return
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    tail = self.log.read_text(errors="replace")[-2000:]
-                    self.remove()
-                    raise RuntimeError(f"the Podman service did not start:\n{tail}") from None
-                time.sleep(0.2)
+        wait_for_engine(self.engine, self.proc, self.log, timeout, "the Podman service", self.remove)
 
     def client(self, timeout: float = 120):  # a docker-py client
         from sandbox.engines import connect
