@@ -42,13 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from walls_bench import column  # noqa: E402 - the walls are measured one way, by walls_bench
+from walls_bench import column, print_table  # noqa: E402 - the walls are measured one way, by walls_bench
 
 DOCKER = "unix:///var/run/docker.sock"
-ROWS = [("start to first result", "start_s", "s", 2), ("trivial cell round trip", "cell_ms", "ms", 2),
-        ("tool call from code", "call_ms", "ms", 3), ("import pandas", "pandas_s", "s", 2),
-        ("write 100 MB to /workspace", "write_100mb_s", "s", 2)]
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -101,17 +97,7 @@ def main() -> int:
             shutil.rmtree(scratch, ignore_errors=True)
 
     labels = list(columns)
-    width = max([16, *(len(label) + 2 for label in labels)])
-    head = f"{'wall':<28}" + "".join(f"{label:>{width}}" for label in labels)
-    print(head)
-    print("-" * len(head))
-    for name, key, unit, digits in ROWS:
-        cells = []
-        for label in labels:
-            value = columns[label].get(key)
-            cells.append(f"{value:.{digits}f} {unit}" if isinstance(value, (int, float)) else "-")
-        print(f"{name:<28}" + "".join(f"{c:>{width}}" for c in cells))
-    print(f"{'call transport':<28}" + "".join(f"{columns[label].get('transport', '-'):>{width}}" for label in labels))
+    print_table(columns, width=16)
     for label in labels:
         for error in columns[label].get("errors", []):
             print(f"{label}: {error}", file=sys.stderr)

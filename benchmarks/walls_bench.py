@@ -135,6 +135,30 @@ def wall_pandas(engine: str, runtime: str | None, reps: int) -> dict[str, Any]:
 WALLS: list[Callable[[str, str | None, int], dict[str, Any]]] = [wall_start, wall_session, wall_pandas]
 
 
+ROWS = [("start to first result", "start_s", "s", 2), ("trivial cell round trip", "cell_ms", "ms", 2),
+        ("tool call from code", "call_ms", "ms", 3), ("import pandas", "pandas_s", "s", 2),
+        ("write 100 MB to /workspace", "write_100mb_s", "s", 2)]
+
+
+def print_table(columns: dict[str, dict[str, Any]], *, width: int) -> int:
+    """One column per wall (label -> :func:`column`'s figures), a row per figure, then the call transport;
+    returns the column width used (rows printed after it line up)."""
+    labels = list(columns)
+    width = max([width, *(len(label) + 2 for label in labels)])
+    head = f"{'wall':<28}" + "".join(f"{label:>{width}}" for label in labels)
+    print(head)
+    print("-" * len(head))
+    for name, key, unit, digits in ROWS:
+        cells = []
+        for label in labels:
+            value = columns[label].get(key)
+            cells.append(f"{value:.{digits}f} {unit}" if isinstance(value, (int, float)) else "-")
+        print(f"{name:<28}" + "".join(f"{c:>{width}}" for c in cells))
+    print(f"{'call transport':<28}" + "".join(f"{columns[label].get('transport', '-'):>{width}}"
+                                                for label in labels))
+    return width
+
+
 def column(engine: str, runtime: str | None, quick: bool) -> dict[str, Any]:
     """Every wall's figures for sessions on ``engine`` with ``runtime`` (None: the engine's default)."""
     reps = {"wall_start": 3 if quick else 6, "wall_session": 100 if quick else 400, "wall_pandas": 2 if quick else 4}
@@ -181,22 +205,8 @@ def main() -> int:
             print(f"measuring {label} ...", file=sys.stderr)
             columns[label] = {"engine": engine, "runtime": runtime, **column(engine, runtime, args.quick)}
 
-    rows = [("start to first result", "start_s", "s", 2), ("trivial cell round trip", "cell_ms", "ms", 2),
-            ("tool call from code", "call_ms", "ms", 3), ("import pandas", "pandas_s", "s", 2),
-            ("write 100 MB to /workspace", "write_100mb_s", "s", 2)]
     labels = list(columns)
-    width = max([14, *(len(label) + 2 for label in labels)])
-    head = f"{'wall':<28}" + "".join(f"{label:>{width}}" for label in labels)
-    print(head)
-    print("-" * len(head))
-    for name, key, unit, digits in rows:
-        cells = []
-        for label in labels:
-            value = columns[label].get(key)
-            cells.append(f"{value:.{digits}f} {unit}" if isinstance(value, (int, float)) else "-")
-        print(f"{name:<28}" + "".join(f"{c:>{width}}" for c in cells))
-    print(f"{'call transport':<28}" + "".join(f"{columns[label].get('transport', '-'):>{width}}"
-                                                for label in labels))
+    width = print_table(columns, width=14)
     if labels:
         base = columns[labels[0]]
         for key, target in TARGETS.items():
