@@ -37,6 +37,7 @@ from pathlib import Path
 import pytest
 
 from tests.openai_server import OpenAITestServer
+from tests.ci import in_ci
 from tests.llama_server import llama_server  # noqa: F401 - the session fixture of the real-server tier
 from tests.phoenix_server import phoenix  # noqa: F401 - the session fixture of the tracing tests
 from tests.podman_engine import podman  # noqa: F401 - the session fixture of the Podman engine tests
@@ -69,10 +70,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
 @pytest.fixture(scope="session")
 def docker_ready() -> None:
     """The Docker engine answers and the sandbox image is built; else skip (dev) or fail (CI)."""
@@ -81,7 +78,7 @@ def docker_ready() -> None:
     reason = docker_available()
     if reason is None:
         return
-    if _in_ci():
+    if in_ci():
         pytest.fail(f"Docker tests must run in CI, but Docker is not ready: {reason}", pytrace=False)
     pytest.skip(f"Docker is not ready: {reason}")
 
@@ -103,7 +100,7 @@ def runtime(request: pytest.FixtureRequest, docker_ready: None) -> str:
 
         problem = runtime_problem(name)
         if problem is not None:
-            if _in_ci():
+            if in_ci():
                 pytest.fail(f"the {name} tests must run in CI: {problem}", pytrace=False)
             pytest.skip(problem)
     return name

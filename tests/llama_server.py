@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from tests.mcp_servers.helpers import free_port, stop
+from tests.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The window the server enforces (tokens): small, so long chats must fold (tests/test_real_server.py).
@@ -121,9 +122,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
     try:
         proc, server = start(tmp_path_factory.mktemp("llama"))
     except FileNotFoundError as exc:
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"the real-server tests must run in CI: {exc}", pytrace=False)
-        pytest.skip(str(exc))
+        unavailable("the real-server tests", str(exc))
     try:
         yield server
     finally:

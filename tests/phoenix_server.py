@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.mcp_servers.helpers import free_port, stop
+from tests.ci import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,9 +47,7 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if command is None:
         message = ("arize-phoenix is not installed (scripts/dev.sh setup installs it into .venv/phoenix; "
                    "or set CODEACT_PHOENIX to its `phoenix` command)")
-        if os.environ.get("CI", "").strip().lower() in ("true", "1", "yes"):
-            pytest.fail(f"the tracing tests must run in CI: {message}", pytrace=False)
-        pytest.skip(message)
+        unavailable("the tracing tests", message)
     workdir = tmp_path_factory.mktemp("phoenix")
     port, grpc_port = free_port(), free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(workdir), "PHOENIX_HOST": "127.0.0.1",

@@ -29,6 +29,7 @@ import pytest
 
 from sandbox.engines import Engine
 from tests.docker_engines import wait_for_engine
+from tests.ci import unavailable
 
 LABEL = "io.codeact.sandbox"
 
@@ -137,9 +138,7 @@ def podman(docker_ready: None) -> Iterator[PodmanService]:
     on it fails the session's last test."""
     reason = can_start_podman()
     if reason is not None:
-        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-            pytest.fail(f"the Podman tests must run in CI: {reason}", pytrace=False)
-        pytest.skip(reason)
+        unavailable("the Podman tests", reason)
     service = PodmanService()
     try:
         service.start()

@@ -28,7 +28,8 @@ from codeact.runlog import RunLog
 from codeact.ui import UIOptions, UIServer
 from tests.openai_server import OpenAITestServer
 from tests.test_ui import request, token_header, wait_idle
-from tests.test_ui_browser import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, _unavailable, code_reply, open_page, send,
+from tests.ci import unavailable
+from tests.test_ui_browser import (CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, code_reply, open_page, send,
                                    variable, wait_turn_done)
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -41,9 +42,9 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:
-        _unavailable("the playwright package is not installed (pip install playwright)")
+        unavailable("browser tests", "the playwright package is not installed (pip install playwright)")
     if not Path(CHROMIUM).exists():
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
+        unavailable("browser tests", f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
     expect.set_options(timeout=TIMEOUT_MS)
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)

@@ -39,6 +39,7 @@ from codeact.runlog import RunLog
 from codeact.tools import tool
 from codeact.ui import UIOptions, UIServer
 from tests.openai_server import OpenAITestServer
+from tests.ci import unavailable
 
 CHROMIUM = os.environ.get("CODEACT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -50,16 +51,6 @@ SALES_CSV = "month,region,revenue\n" + "".join(
     for m in range(1, 7) for region, base, step in (("North", 120, 9), ("South", 100, 4), ("West", 80, 6)))
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"browser tests must run in CI: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Headless Chromium for this module only: Playwright's sync API keeps an event loop running in this
@@ -67,9 +58,9 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        _unavailable("the playwright package is not installed (pip install playwright)")
+        unavailable("browser tests", "the playwright package is not installed (pip install playwright)")
     if not Path(CHROMIUM).exists():
-        _unavailable(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
+        unavailable("browser tests", f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CODEACT_CHROMIUM)")
     from playwright.sync_api import expect
 
     expect.set_options(timeout=TIMEOUT_MS)
