@@ -88,33 +88,38 @@ def replies() -> list[str]:
 
 
 class SnapshotTimer:
-    """Times ChatSession._file_snapshot (the workspace listing done after every step)."""
+    """Times the working directory's listings (before a turn's first action, and after an action whose result
+    carries no listing), by the run and step of the session's current run."""
 
     def __init__(self) -> None:
-        from codeact.agent import ChatSession
+        import codeact.code_artifacts as artifacts
+        import codeact.code_step as code_step
 
-        self.cls = ChatSession
-        self.original = ChatSession._file_snapshot
+        self.modules = (artifacts, code_step)
+        self.original = artifacts.file_listing
         self.by_step: dict[tuple[str, int], float] = {}
+        self.current: Any = None  # the chat session being timed (set by the caller)
 
     def __enter__(self) -> "SnapshotTimer":
         original, by_step = self.original, self.by_step
 
-        def timed(session: Any) -> Any:
+        def timed(sandbox: Any) -> Any:
             started = time.perf_counter()
             try:
-                return original(session)
+                return original(sandbox)
             finally:
-                state = session._state
+                state = self.current.current_run() if self.current is not None else None
                 if state is not None:
                     key = (state.run_id, state.step)
                     by_step[key] = by_step.get(key, 0.0) + time.perf_counter() - started
 
-        self.cls._file_snapshot = timed
+        for module in self.modules:
+            module.file_listing = timed  # type: ignore[attr-defined]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.cls._file_snapshot = self.original
+        for module in self.modules:
+            module.file_listing = self.original  # type: ignore[attr-defined]
 
 
 def set_tracing(on: bool) -> None:
@@ -147,7 +152,9 @@ def bench_agent(backend: str, log: bool, runs: int, tracing: bool = False) -> di
                 log=Path(tmp) / "runs.db" if log else None, output_dir=Path(tmp) / "out",
             )
             started = time.perf_counter()
-            result = agent.run("Count to twenty, one step at a time.")
+            with agent.session() as chat:
+                timer.current = chat
+                result = chat.send("Count to twenty, one step at a time.")
             total = time.perf_counter() - started
             if result.status != "success" or result.answer != STEPS or len(result.steps) != STEPS:
                 raise RuntimeError(f"unexpected run: status={result.status} answer={result.answer!r} "

@@ -63,7 +63,7 @@ __all__ = [
 _EXPORTS = {
     "CodeActAgent": ".agent",
     "ChatSession": ".agent",
-    "ApprovalRequest": ".agent",
+    "ApprovalRequest": ".run",
     "ReActAgent": ".react",
     "ReActSession": ".react",
     "tool": ".tools",
@@ -86,7 +86,7 @@ _EXPORTS = {
     "ModelError": ".errors",
     "ToolError": ".errors",
     "AgentToolError": ".errors",
-    "RunLimits": ".agent",
+    "RunLimits": ".run",
     "Prices": ".budget",
     "NetworkPolicy": "sandbox.network",  # the sandbox's network allow-list, for CodeActAgent(sandbox_options=...)
 }
@@ -94,7 +94,8 @@ assert sorted(_EXPORTS) == __all__, "codeact.__all__ and _EXPORTS must name the 
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ApprovalRequest, ChatSession, CodeActAgent, RunLimits
+    from .agent import ChatSession, CodeActAgent
+    from .run import ApprovalRequest, RunLimits
     from .budget import Prices
     from .errors import AgentToolError, CodeActError, ConfigError, ModelError, OutputTypeError, ToolError
     from .events import RunResult, Step

@@ -63,6 +63,7 @@ from .errors import ConfigError, ContextOverflowError
 from .events import Compacted, Event
 from .images import strip_old_images
 from .messages import Message, Usage
+from .transcript import TASK_CHARS, elided_observation, task_stand_in
 
 #: Share of the context window a prompt may take before compaction starts.
 DEFAULT_SHARE = 0.75
@@ -79,8 +80,6 @@ CALIBRATE_MIN_TOKENS = 200
 MAX_SCALE = 8.0
 #: Characters of the "session so far" block once the endpoint refused a prompt with nothing else left to fold.
 MIN_BLOCK_CHARS = 600
-#: Characters of a user message, an answer, a repr as the "session so far" block shows them.
-TASK_CHARS = 300
 #: An earlier turn's user message longer than this may be cut to its head (TASK_CHARS) and a line
 #: saying where the rest went.
 TASK_FOLD_CHARS = 800
@@ -165,7 +164,7 @@ class Compactor:
         self.history_budget = history_budget
         self.share = share
         self.condenser = condenser
-        self.elide_observation = elide_observation or default_elide
+        self.elide_observation = elide_observation or elided_observation
         self.namespace = namespace
         self.files = files
         self.redact = redact
@@ -218,6 +217,35 @@ class Compactor:
             return
         ratio = min(MAX_SCALE, max(1.0, prompt_tokens / estimate))
         self.scale = max(self.scale, ratio) if at_least else ratio
+
+    # --- what is folded, as plain data (the run log keeps it; a resumed session restores it) ----------
+
+    def folded_state(self) -> dict[str, Any]:
+        """What is folded so far, and what the endpoint taught (window, token scale), as JSON-able data."""
+        state = self._state
+        return {"replaced": {str(i): [m.role, m.content, m.tool_call_id] for i, m in state.replaced.items()},
+                "turns": state.turns, "block": state.block, "summary": state.summary,
+                "keep_steps": state.keep_steps, "level": state.level, "turns_seen": state.turns_seen,
+                "scale": self.scale, "learned": self._learned}
+
+    def restore_folded(self, data: Any) -> None:
+        """Fold as :meth:`folded_state` said (the history must be the one it was made for); ignores data that
+        does not have its shape (a log from an older version, or edited)."""
+        if not isinstance(data, dict) or not data:
+            return
+        try:
+            replaced = {int(i): Message(role, str(content), tool_call_id=call_id)
+                        for i, (role, content, call_id) in dict(data["replaced"]).items()
+                        if role in ("user", "assistant", "tool")}
+            state = _Folded(replaced=replaced, turns=int(data["turns"]), block=str(data["block"]),
+                            summary=str(data["summary"]), keep_steps=int(data["keep_steps"]),
+                            level=int(data["level"]), turns_seen=int(data["turns_seen"]))
+            scale = min(MAX_SCALE, max(1.0, float(data["scale"])))
+            learned = data["learned"]
+            learned = int(learned) if isinstance(learned, int) and learned > 0 else None
+        except (KeyError, TypeError, ValueError):
+            return
+        self._state, self.scale, self._learned, self._base = state, scale, learned, None
 
     # --- what the model sees --------------------------------------------------------------------
 
@@ -380,7 +408,8 @@ class Compactor:
                 continue
             if variables is None:
                 variables = self._live_variables()
-            replace_with(i, task_stand_in(messages[i], k + 1, messages[i + 1:turn_starts[k + 1]], variables))
+            where = where_it_went(messages[i + 1:turn_starts[k + 1]], variables)
+            replace_with(i, task_stand_in(messages[i], k + 1, where))
             tasks.append(i)
         # 3. old actions
         for i in range(first_kept, tail):
@@ -555,7 +584,7 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
     """
     view, event = compactor.prepare(messages, turn_starts, run_id=run_id, step=step)
     if event is not None:
-        yield event
+        yield replace(event, folded=compactor.folded_state())
     for attempt in range(MAX_RETRIES + 1):
         try:
             response = yield from call(view)
@@ -566,7 +595,7 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
                 raise ContextTooLarge(compactor.too_large(messages, turn_starts, exc),
                                       limit=exc.limit, requested=exc.requested) from exc
             view, event = compactor.overflow(exc, messages, turn_starts, run_id=run_id, step=step)
-            yield event
+            yield replace(event, folded=compactor.folded_state())
             continue
         compactor.calibrate(view, getattr(response, "prompt_tokens", None))
         return response
@@ -635,26 +664,6 @@ def check_options(condenser: str, share: float = DEFAULT_SHARE, history_budget: 
         raise ConfigError(f"the context share must be in (0, 1], got {share!r}")
     if history_budget is not None and (not isinstance(history_budget, int) or history_budget < 1):
         raise ConfigError(f"history_budget must be a positive number of tokens or None, got {history_budget!r}")
-
-
-def default_elide(message: Message) -> Message | None:
-    """The stand-in of an observation message (``Observation: ...`` from the user, or a tool result)."""
-    if message.role == "tool":
-        return Message("tool", f"[elided to fit the context: {len(message.content)} characters]",
-                       tool_call_id=message.tool_call_id)
-    if message.role == "user" and message.content.startswith("Observation:"):
-        return Message("user", f"Observation: [elided to fit the context: {len(message.content)} characters]")
-    return None
-
-
-def task_stand_in(message: Message, turn: int, replies: Sequence[Message], variables: dict[str, Any]) -> Message:
-    """An earlier turn's user message cut to its head, and a line saying where the rest went
-    (:func:`where_it_went`)."""
-    head = message.content[:TASK_CHARS].rstrip()
-    rest = len(message.content) - len(head)
-    text = (f"{head}\n[... {rest:,} more characters of turn {turn}'s message folded to fit the context window; "
-            f"{where_it_went(replies, variables)}]")
-    return replace(message, content=text)
 
 
 def where_it_went(replies: Sequence[Message], variables: dict[str, Any]) -> str:

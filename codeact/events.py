@@ -51,6 +51,18 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TurnMessage(Event):
+    """The user message a turn added to the conversation, exactly as the model reads it: the task with what the
+    agent added (new files, the answer's type, what a restore brought back, the analyst's own work). Recorded in
+    the run log, not yielded to the run's caller: a resumed session rebuilds its history from these
+    (:mod:`codeact.transcript`)."""
+
+    text: str
+    #: The system prompt, on the conversation's first turn ("" after).
+    system: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelOutput(Event):
     text: str
     usage: Usage = field(default_factory=Usage)
@@ -154,8 +166,10 @@ class Observation(Event):
     images: list[bytes] = field(default_factory=list, repr=False)
     #: The code's rich outputs in display order, as MIME bundles (``{"text/html": str,
     #: "image/png": bytes, "text/plain": str, ...}``), for UIs: tables, plots, SVG, HTML.
-    #: Sent by the sandbox, so hostile: render them sanitised. Bounded (see ``agent.MAX_OUTPUT_TEXT``).
+    #: Sent by the sandbox, so hostile: render them sanitised. Bounded (see ``code_artifacts.MAX_OUTPUT_TEXT``).
     outputs: list[dict[str, str | bytes]] = field(default_factory=list, repr=False)
+    #: The images sent to the model with this observation, in order: names of the run's artifacts.
+    sent_images: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,6 +209,9 @@ class Compacted(Event):
     seconds: float = 0.0
     summary: bool = False
     usage: Usage = field(default_factory=Usage)
+    #: What is folded after this compaction, as plain data (:meth:`codeact.compaction.Compactor.folded_state`):
+    #: a resumed session folds its rebuilt history the same way.
+    folded: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass

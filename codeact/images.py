@@ -207,6 +207,8 @@ class StepImages:
 
     parts: tuple[ImagePart, ...] = ()
     note: str = ""
+    #: The candidates' names of ``parts``, in order (for the run log: a resumed session sends them again).
+    names: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.parts or self.note)
@@ -221,6 +223,7 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
     Never raises for bad image bytes (each becomes a line of the note).
     """
     parts: list[ImagePart] = []
+    names: list[str] = []
     over: list[str] = []
     failed: list[str] = []
     seen: set[bytes] = set()
@@ -238,6 +241,7 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
         attempts += 1
         try:
             parts.append(prepare_image(bytes(data), _shown_name(name), max_side=max_side))
+            names.append(name)
         except ImageError as exc:
             failed.append(f"[image {_shown_name(name)} not shown to you: {exc}]")
     lines: list[str] = []
@@ -249,7 +253,7 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
         listed = ", ".join(over[:_NAMES_LISTED])
         more = f" and {len(over) - _NAMES_LISTED} more" if len(over) > _NAMES_LISTED else ""
         lines.append(f"[not shown to you (at most {max_images} images a step), saved as: {listed}{more}]")
-    return StepImages(tuple(parts), "\n".join(lines))
+    return StepImages(tuple(parts), "\n".join(lines), tuple(names))
 
 
 def attach_images(messages: Sequence[Message], images: StepImages,

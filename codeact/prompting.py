@@ -98,7 +98,16 @@ def render_system_prompt(
     catalog_text = ("\n" + catalog.strip() + "\n") if catalog.strip() else ""
     if catalog_text and "$catalog" not in text and "${catalog}" not in text:
         text += "\n$catalog"
-    return string.Template(text).safe_substitute(
-        tools=(stubs + "\n\n") if stubs else "", files=files_text, workdir=workdir,
-        packages=("\n" + packages.strip() + "\n") if packages.strip() else "", catalog=catalog_text,
-    )
+    return fill_template(text, tools=(stubs + "\n\n") if stubs else "", files=files_text, workdir=workdir,
+                         packages=("\n" + packages.strip() + "\n") if packages.strip() else "",
+                         catalog=catalog_text)
+
+
+#: The placeholders a system prompt template may use, for every agent kind.
+PLACEHOLDERS = ("tools", "files", "workdir", "packages", "catalog")
+
+
+def fill_template(template: str, **values: str) -> str:
+    """``template`` with its placeholders filled: every one of :data:`PLACEHOLDERS` (those the agent has no value
+    for become ""), any other ``$name`` left as it is (a template may show a shell variable)."""
+    return string.Template(template).safe_substitute({name: values.get(name, "") for name in PLACEHOLDERS})

@@ -50,11 +50,14 @@ from typing import Any, Sequence
 
 from . import telemetry
 from .errors import RunNotFound, SavedSessionError
+from . import transcript
 from .messages import Message
 
 #: Seconds one save may take in the sandbox (pickling runs the session's own code).
 SAVE_TIMEOUT = 300.0
 #: Characters of a step's code quoted in the resume note when that step's effects were lost.
+#: The largest image file a resumed session reads back from a run's artifacts.
+MAX_IMAGE_FILE = 50 * 1024 * 1024
 LOST_CODE_CHARS = 1500
 #: Names listed in the resume note before "and N more".
 NOTE_NAMES = 40
@@ -220,8 +223,12 @@ def delete(log: Any, record: Any) -> None:
 class Conversation:
     """A saved session's conversation rebuilt from the run log, and what it knows was lost."""
 
-    #: The messages after the system prompt (which is written afresh for the tools of the resumed session).
+    #: The messages after the system prompt.
     messages: list[Message] = field(default_factory=list)
+    #: The system prompt as the live session wrote it ("" when the log predates it: written afresh).
+    system: str = ""
+    #: What compaction had folded at the save (:meth:`codeact.compaction.Compactor.folded_state`), or {}.
+    folded: dict[str, Any] = field(default_factory=dict)
     #: What happened after the snapshot (code that ran after the save, runs missing from the log).
     lost: list[str] = field(default_factory=list)
     #: The user's own code cells (web UI) after the last message, for the model's next message.
@@ -260,18 +267,23 @@ def open_saved(log: Any, key: str) -> tuple[Any, Any]:
     return record, snap
 
 
-def conversation(log: Any, record: Any) -> Conversation:
+def conversation(log: Any, record: Any, *, output_root: Path | None = None, observation_limit: int = 8000,
+                 limits: Any = None) -> Conversation:
     """The conversation of a saved session, rebuilt from the run log's events of its runs.
 
-    Each run's user message, and each step's model reply with its
-    observation (or the feedback on a reply without code) and a final
-    reply without code, up to ``record.step`` of ``record.run_id``; steps
-    the model started but that never got their observation are left out,
-    as the live conversation leaves them out. Runs of the analyst's own
-    code (the web UI's cells) become a note on the next message.
+    Each turn's user message exactly as the model read it (its
+    :class:`~codeact.events.TurnMessage`), and each step's model reply with its
+    observation (and the images sent with it, read back from the run's
+    artifacts under ``output_root``) or the feedback on a reply the agent could
+    not use, and a final reply without code, up to ``record.step`` of
+    ``record.run_id``; steps the model started but that never got their
+    observation are left out, as the live conversation leaves them out. Runs
+    of the analyst's own code (the web UI's cells) not yet told to the model
+    become a note on the next message. The shapes are :mod:`codeact.transcript`'s.
     """
     out = Conversation()
     notes: list[str] = []
+    half = transcript.cell_note_half(observation_limit)
     for index, run_id in enumerate(record.runs):
         last = index == len(record.runs) - 1
         try:
@@ -285,47 +297,84 @@ def conversation(log: Any, record: Any) -> Conversation:
         if last:
             out.task = str(started.get("task") or "")
         if started.get("agent") == "user":
-            notes.extend(_cell_note(events, limit))
+            notes.extend(_cell_note(events, limit, half))
             continue
-        task = str(started.get("task") or "")
-        names = [str(f) for f in started.get("files") or [] if isinstance(f, str)]
-        if names:
-            task += "\n\nNew files in the working directory:\n" + "\n".join(f"- {n}" for n in names[:100])
-        if notes:
-            task = _notes_text(notes) + task
-            notes = []
+        told = next((_object(e.get("payload")) for e in events if e.get("type") == "TurnMessage"), None)
+        if told is not None:  # the message as the model read it (the notes of the cells before it included)
+            task = str(told.get("text") or "")
+            out.system = out.system or str(told.get("system") or "")
+        else:  # a log from before TurnMessage: the message as it was then
+            task = _old_task_text(started, notes)
+        notes = []
         out.turn_starts.append(len(out.messages))
-        out.messages.append(Message("user", task))
-        pending: str | None = None
-        code_seen = False
-        for event in events:
-            kind, step = event.get("type"), int(event.get("step") or 0)
-            payload = _object(event.get("payload"))
-            if limit is not None and step > limit:
-                if kind == "CodeAction":
-                    code = _cut(str(payload.get("code") or ""), LOST_CODE_CHARS)
-                    out.lost.append(f"step {step} of the turn {_quote(task)} ran this code after the save; "
-                                    f"whatever it changed is not in the restored session:\n```python\n{code}\n```")
-                continue
-            if kind == "ModelOutput":
-                pending, code_seen = str(payload.get("text") or ""), False
-            elif kind == "CodeAction":
-                code_seen = True
-            elif kind == "Observation" and pending is not None:
-                out.messages += [Message("assistant", pending),
-                                 Message("user", f"Observation:\n{payload.get('text') or ''}")]
-                pending = None
-            elif kind == "ErrorEvent" and payload.get("kind") == "parse" and pending is not None:
-                out.messages += [Message("assistant", pending), Message("user", str(payload.get("message") or ""))]
-                pending = None
-            elif kind == "FinalAnswer" and pending is not None and not code_seen:
-                out.messages.append(Message("assistant", pending))
-                pending = None
+        out.messages.append(transcript.task_message(task))
+        _steps(out, events, limit, task, Path(output_root) / run_id if output_root is not None else None, limits)
     out.notes = notes
     return out
 
 
-def _cell_note(events: list[dict[str, Any]], limit: int | None) -> list[str]:
+def _steps(out: Conversation, events: list[dict[str, Any]], limit: int | None, task: str,
+           directory: Path | None, limits: Any) -> None:
+    """One turn's steps into ``out.messages`` (and code that ran after the save into ``out.lost``)."""
+    pending: str | None = None
+    code_seen = False
+    for event in events:
+        kind, step = event.get("type"), int(event.get("step") or 0)
+        payload = _object(event.get("payload"))
+        if limit is not None and step > limit:
+            if kind == "CodeAction":
+                code = _cut(str(payload.get("code") or ""), LOST_CODE_CHARS)
+                out.lost.append(f"step {step} of the turn {_quote(task)} ran this code after the save; "
+                                f"whatever it changed is not in the restored session:\n```python\n{code}\n```")
+            continue
+        if kind == "ModelOutput":
+            pending, code_seen = str(payload.get("text") or ""), False
+        elif kind == "CodeAction":
+            code_seen = True
+        elif kind == "Observation" and pending is not None:
+            images = _sent_images(directory, payload.get("sent_images"), limits)
+            out.messages += [transcript.reply_message(pending),
+                             transcript.observation_message(str(payload.get("text") or ""), images)]
+            pending = None
+        elif kind == "ErrorEvent" and payload.get("kind") in ("parse", "output") and not payload.get("fatal") \
+                and pending is not None:
+            out.messages += [transcript.reply_message(pending),
+                             transcript.feedback_message(str(payload.get("message") or ""))]
+            pending = None
+        elif kind == "Compacted" and isinstance(payload.get("folded"), dict):
+            out.folded = payload["folded"]
+        elif kind == "FinalAnswer" and pending is not None and not code_seen:
+            out.messages.append(transcript.reply_message(pending))
+            pending = None
+
+
+def _sent_images(directory: Path | None, names: Any, limits: Any) -> tuple[Any, ...]:
+    """The images a step sent the model, prepared again from the run's artifacts (none that are gone)."""
+    if directory is None or not isinstance(names, list) or not names:
+        return ()
+    from sandbox.hostfiles import read_confined
+
+    from .images import MAX_SIDE, step_images
+
+    candidates: list[tuple[str, bytes]] = []
+    for name in names:
+        try:  # names from the log: read below the run's directory only, never through a link
+            candidates.append((str(name), read_confined(directory, str(name), max_bytes=MAX_IMAGE_FILE)))
+        except Exception:  # gone, or not a plain relative path: the message goes without it
+            continue
+    side = getattr(limits, "max_image_side", MAX_SIDE)
+    return step_images(candidates, max_side=side, max_images=len(candidates)).parts
+
+
+def _old_task_text(started: dict[str, Any], notes: list[str]) -> str:
+    task = str(started.get("task") or "")
+    names = [str(f) for f in started.get("files") or [] if isinstance(f, str)]
+    if names:
+        task += f"\n\n{transcript.SANDBOX_FILES_HEADER}\n" + "\n".join(f"- {n}" for n in names[:100])
+    return transcript.user_work_note(notes, 8000) + task
+
+
+def _cell_note(events: list[dict[str, Any]], limit: int | None, half: int) -> list[str]:
     code = observation = None
     for event in events:
         payload = _object(event.get("payload"))
@@ -337,14 +386,7 @@ def _cell_note(events: list[dict[str, Any]], limit: int | None) -> list[str]:
             observation = str(payload.get("text") or "")
     if code is None or observation is None:
         return []
-    return [f"The user ran this code in the session's kernel themselves:\n```python\n{_cut(code, 2000)}\n```\n"
-            f"What it showed (as an observation would):\n{_cut(observation, 2000)}"]
-
-
-def _notes_text(notes: list[str]) -> str:
-    text = "\n\n".join(f"{n}. {note}" if len(notes) > 1 else note for n, note in enumerate(notes, 1))
-    return ("[Note: between your last turn and this message, the user worked in the session directly.]\n"
-            f"{text}\n[End of note.]\n\n")
+    return [transcript.cell_note(code, observation, half)]
 
 
 def resume_note(record: Any, conv: Conversation, report: Any) -> str:
@@ -365,7 +407,7 @@ def resume_note(record: Any, conv: Conversation, report: Any) -> str:
     else:
         lines.append("Nothing ran after the snapshot was saved.")
     if conv.notes:
-        lines.append(_notes_text(conv.notes).rstrip())
+        lines.append(transcript.user_work_note(conv.notes, 8000).rstrip())
     lines.append("[End of note.]")
     return "\n".join(lines) + "\n\n"
 

@@ -37,9 +37,9 @@ def test_the_sandbox_starts_while_the_model_writes_its_first_reply(tmp_path: Pat
         chat = chats[0]
         deadline = time.monotonic() + 60
         # The kernel comes up while this reply is being "written" (KernelSandbox._sup: its supervisor stream).
-        while getattr(chat._sandbox, "_sup", None) is None and time.monotonic() < deadline:
+        while getattr(chat.sandbox, "_sup", None) is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        seen["started_during_the_model_call"] = getattr(chat._sandbox, "_sup", None) is not None
+        seen["started_during_the_model_call"] = getattr(chat.sandbox, "_sup", None) is not None
         return py("print(open('numbers.csv').read().split())")
 
     model = ScriptedModel([first_reply, "The numbers are 1 and 2."])
@@ -94,6 +94,6 @@ def test_a_start_that_fails_when_the_turn_needed_no_sandbox_is_a_note(tmp_path: 
         assert any(isinstance(e, FinalAnswer) for e in events)
         notes = [e for e in events if isinstance(e, ErrorEvent)]
         assert notes and not notes[0].fatal and notes[0].kind == "sandbox", notes
-        assert chat._sandbox is None  # the next turn opens one again (and fails the same way, loudly)
+        assert chat.sandbox is None  # the next turn opens one again (and fails the same way, loudly)
         again = list(chat.stream("Now print two"))
         assert again[-1].result.status == "error"  # type: ignore[attr-defined]

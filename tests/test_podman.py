@@ -297,10 +297,10 @@ def test_chat_of_two_turns_on_podman(podman: PodmanService, podman_image: str, o
         first = chat.send("Double 21 and keep it as x.")
         assert first.answer == "x is 42." and first.status == "success"
         on_podman = podman.sandbox_containers(os.getpid())
-        assert len(on_podman) == 1 and on_podman[0]["Labels"][f"{LABEL}.session"] == chat._sandbox.name
+        assert len(on_podman) == 1 and on_podman[0]["Labels"][f"{LABEL}.session"] == chat.sandbox.name
         second = chat.send("Now double x and add one.")
         assert second.answer == "It is 85." and second.status == "success"
-        assert chat._sandbox.engine == podman.engine
+        assert chat.sandbox.engine == podman.engine
     requests = openai_server.chat_requests
     observations = [m["content"] for m in requests[1].messages + requests[3].messages if m["role"] == "user"]
     assert any("x is 42" in str(o) for o in observations) and any("next 85" in str(o) for o in observations)

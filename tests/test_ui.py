@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from codeact.agent import CodeActAgent, _output_bundles
+from codeact.agent import CodeActAgent
+from codeact.code_artifacts import output_bundles as _output_bundles
 from codeact.errors import ConfigError, SessionBusy, SessionLimitReached, UIError
 from codeact.events import Observation
 from codeact.models import ScriptedModel

@@ -211,9 +211,9 @@ def _save(session: Any, renderer: Any, *, quitting: bool = False, explicit: bool
     """Save the session (if it has anything to save) and say where it went and how to resume it."""
     from ..errors import CodeActError
 
-    if session._sandbox is None or session._closed:
+    if session.sandbox is None or session.closed:
         return
-    if not explicit and getattr(session._sandbox, "backend", None) not in ("docker", "local"):
+    if not explicit and getattr(session.sandbox, "backend", None) not in ("docker", "local"):
         return  # the restricted backend has no kernel to save (/save says so)
     if quitting:  # Ctrl-C twice may leave code running: stop it, so that the save does not wait on it
         with contextlib.suppress(Exception):  # best effort; the save says what failed
@@ -284,7 +284,7 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
             if text == "/save":
                 if saving is None:
                     renderer.warning("saving needs the run log; this chat runs with --no-log")
-                elif session._sandbox is None:
+                elif session.sandbox is None:
                     renderer.note("Nothing to save yet: the session starts with its first turn.")
                 else:
                     _save(session, renderer, explicit=True)

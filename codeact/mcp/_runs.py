@@ -57,7 +57,7 @@ class ServedRuns:
         """The :class:`~codeact.runlog.RunLog` run_task records into, or None (opened on first use)."""
         with self._lock:
             if not self._opened:
-                from .._run import open_log
+                from ..run import open_log
 
                 self._log, self._opened = open_log(self._log_spec), True
             return self._log

@@ -29,7 +29,7 @@ from typing import Any
 
 from sandbox.functions import HostFunction
 
-from .._run import ApprovalRequest
+from ..run import ApprovalRequest
 from ..errors import SkillError
 from ._store import SkillStore, check_name
 

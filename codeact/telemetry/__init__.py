@@ -38,6 +38,7 @@ from ..errors import ConfigError
 from ._env import INSTALL_HINT, capture_content_from_environment, enabled_by_environment
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._spans import RunTrace as RunTrace
     from ._spans import Tracing
 
 __all__ = ["configure", "tracing", "active", "shutdown", "start_run", "mcp_call", "enabled_by_environment",

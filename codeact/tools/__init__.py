@@ -72,6 +72,9 @@ stub with the same signature whose calls come back to the host.
 from __future__ import annotations
 
 from ._context import RunContext
+from ._context import RunHooks as RunHooks  # for the agent loops (not the public API)
+from ._context import run_hooks as run_hooks
+from ._execution import to_daemon_thread as to_daemon_thread
 from ._loading import load_tools
 from ._tool import Tool, ensure_tools, tool
 

@@ -308,7 +308,7 @@ class UISession:
             self._check_open()
             chat = workspace_chat(self._factory(self._approve), save=self._save_options(), resume=key)
             self._chat = chat
-            runs = list(chat._saver.runs)
+            runs = list(chat.saver.runs)
             self._run_ids.extend(runs)  # their files belong to this conversation
         for run_id in runs:  # the conversation so far, read-only, as it looked
             try:
@@ -329,8 +329,8 @@ class UISession:
 
     def _save(self, chat: Any) -> str | None:
         """Save ``chat`` if it can be (a CodeAct session with a kernel and the run log); its snapshot id or None."""
-        saver = getattr(chat, "_saver", None)
-        sandbox = getattr(chat, "_sandbox", None)
+        saver = getattr(chat, "saver", None)
+        sandbox = getattr(chat, "sandbox", None)
         if saver is None or saver.options is None or saver.log is None or sandbox is None \
                 or getattr(sandbox, "backend", None) not in ("docker", "local"):
             return None
