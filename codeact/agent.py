@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, TypeVar
 
@@ -35,12 +34,13 @@ from . import telemetry, transcript
 from .action_state import ActionState
 from .catalog import DEFAULT_TOOL_BUDGET, Disclosure, check_disclosure
 from .code_step import USER_INTERRUPT_NOTE, CodeActTurn
-from .compaction import Compactor, Condenser
+from .compaction import Compactor, Condenser, restore_folded
 from .compaction import check_options as check_compaction
 from .errors import CodeActError, SavedSessionError
 from .events import ErrorEvent, Event, RunStarted
 from .messages import Message
 from .output import DEFAULT_RETRIES, AnswerCheck, OutputSpec
+from .privacy import ChatPrivacy
 from .prompting import FileDescription, render_system_prompt
 from .prompts import Prompt, load_prompt
 from .run import (
@@ -269,14 +269,14 @@ class ChatSession(Turns):
         self._uploaded: list[FileDescription] = []
         self._closed = False
         self._approvals = Approvals(agent.approve)
-        #: The privacy filter's placeholders of this session (host side only), or None.
-        self._redactor = agent.privacy.session() if agent.privacy is not None else None
+        #: The privacy filter as this session applies it (placeholders to the model, values to the tools).
+        self.privacy = ChatPrivacy(agent.privacy)
         #: The run in progress (or the last one), as the host-function callbacks see it.
         self._state: ActionState | None = None
         restricted = agent.sandbox == "restricted" if isinstance(agent.sandbox, str) else \
             getattr(agent.sandbox, "backend", "") == "restricted"
         #: The tools as the sandbox calls them and the prompt shows them.
-        self.tools = ChatTools(agent, self._approvals, self.current_run, self._redactor, restricted=restricted)
+        self.tools = ChatTools(agent, self._approvals, self.current_run, self.privacy, restricted=restricted)
         #: The sandbox's lifecycle: opening, restoring, recovering, closing.
         self.box = ChatSandbox(agent, self._approvals, self.current_run)
         # Durable sessions (codeact.sessions): saving, and the note the next message carries after a resume.
@@ -359,7 +359,7 @@ class ChatSession(Turns):
         self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
         self.messages = [Message("system", conv.system or self.system_prompt()), *conv.messages]
         self.turn_starts = [1 + i for i in conv.turn_starts]
-        self.compactor.restore_folded(conv.folded)  # folded as the live session had it
+        restore_folded(self.compactor, conv.folded)  # folded as the live session had it
         if self.box.restored is not None:
             self._resume_note = resume_note(record, conv, self.box.restored)
 
@@ -536,14 +536,14 @@ class ChatSession(Turns):
         """A run of this session starting now (its id, log, trace, artifacts): ``agent_kind`` None for a run
         that is not an agent's (the web workspace's cells: no place in a tree of agents)."""
         agent = self.agent
-        emit = recorder(agent.run_log(), self._log_transform())
+        emit = recorder(agent.run_log(), self.privacy.log_transform())
         turn = Turn(task, emit=emit, limits=agent.limits, max_steps=max_steps or agent.max_steps, cancel=cancel,
                     check=check, files=[Path(f) for f in files], output_root=agent.output_root_path())
         if agent_kind is not None:
             turn.link = begin_run(agent, turn.run_id, agent_kind)
         turn.trace = telemetry.start_run(agent=agent_kind or "user", run_id=turn.run_id, model=agent.model,
                                          task=task, backend=self.box.backend_name(),
-                                         redact=self._redactor.redact if self._redactor is not None else None)
+                                         redact=self.privacy.content_filter())
         self._state = ActionState(turn)
         self.saver.begin_run(turn.run_id)
         return turn
@@ -600,7 +600,7 @@ class ChatSession(Turns):
             self._compactor = Compactor(
                 agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
                 namespace=self._namespace, files=self.list_files,
-                redact=self._redactor.redact if self._redactor is not None else None)
+                redact=self.privacy.content_filter())
         return self._compactor
 
     def _namespace(self) -> Any:
@@ -613,7 +613,7 @@ class ChatSession(Turns):
 
     def context_messages(self) -> list[Message]:
         """The history as the model sees it now: what compaction folded so far, with the privacy placeholders."""
-        return self.redacted(self.compactor.view(self.messages, self.turn_starts))
+        return self.privacy.redact_user_messages(self.compactor.view(self.messages, self.turn_starts))
 
     def user_work_note(self) -> str:
         """A hook for subclasses: what the next message tells the model first (the web workspace: what the
@@ -624,35 +624,6 @@ class ChatSession(Turns):
         """A hook for subclasses: look at the kernel after each code action; returns notices for its observation
         (the web workspace lists the variables)."""
         return []
-
-    # --- privacy --------------------------------------------------------------------------------
-
-    def redact(self, text: str) -> str:
-        """``text`` as the model may see it: placeholders for the values the privacy filter hides."""
-        return self._redactor.redact(text) if self._redactor is not None else text
-
-    def redacted(self, messages: list[Message]) -> list[Message]:
-        """``messages`` with the user's own words (tasks, notes) redacted too (observations already are)."""
-        redactor = self._redactor
-        if redactor is None:
-            return messages
-        return [replace(m, content=redactor.redact(m.content)) if m.role == "user" and isinstance(m.content, str)
-                else m for m in messages]
-
-    def restored_value(self, answer: Any) -> Any:
-        """The model's answer for the caller: placeholders it wrote become the values (privacy)."""
-        if self._redactor is None or not self._redactor.config.restore_answers:
-            return answer
-        return self._redactor.restore(answer)
-
-    def _log_transform(self) -> Callable[[Event], Event] | None:
-        """What the run log records instead of each event: placeholders for hidden values (privacy)."""
-        redactor = self._redactor
-        if redactor is None or redactor.config.log_real_values:
-            return None
-        from .privacy import redact_event
-
-        return lambda event: redact_event(event, redactor)
 
     def _check_open(self) -> None:
         if self._closed:

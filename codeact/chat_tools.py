@@ -16,6 +16,7 @@ from .catalog import ToolSurface
 from .errors import CodeActError
 from .events import ToolCall
 from .observation import truncate_middle
+from .privacy import ChatPrivacy
 from .run import Approvals, ainvoke_tool, invoke_tool, tools_to_add
 from .tools import Tool, run_hooks
 from .values import preview
@@ -31,15 +32,15 @@ class ChatTools:
     """The tools one chat session offers now, and the host side of calling them from the sandbox.
 
     ``current`` returns the run in progress (calls come only while one runs);
-    ``redactor`` is the session's privacy filter (None when off).
+    ``privacy`` is the session's privacy filter.
     """
 
     def __init__(self, agent: CodeActAgent, approvals: Approvals, current: Callable[[], ActionState | None],
-                 redactor: Any, *, restricted: bool) -> None:
+                 privacy: ChatPrivacy, *, restricted: bool) -> None:
         self.agent = agent
         self._approvals = approvals
         self._current = current
-        self._redactor = redactor
+        self._privacy = privacy
         self._restricted = restricted
         #: The tools by name as the sandbox has them now (the agent's, plus those added, less those withdrawn).
         self.now: dict[str, Tool[Any, Any]] = {t.name: t for t in agent.tools}
@@ -80,7 +81,7 @@ class ChatTools:
         return ToolSurface(agent.tools, disclosure=agent.tool_disclosure, budget=agent.tool_budget,
                            descriptions=group_descriptions(agent.tools), skills=skills,
                            namespaces=not self._restricted,
-                           privacy_note=PROMPT_NOTE if self._redactor is not None else "")
+                           privacy_note=PROMPT_NOTE if self._privacy.on else "")
 
     def _approve_skill(self, request: Any) -> bool:
         """Ask about saving a skill (:class:`~codeact.skills.SkillApproval`) as tools that require approval are
@@ -127,8 +128,7 @@ class ChatTools:
         assert state is not None
         try:
             arguments = tool.bind(args, kwargs)
-            if self._redactor is not None:  # placeholders the model wrote become the values again
-                arguments = self._redactor.restore(arguments)
+            arguments = self._privacy.restore_arguments(arguments)  # placeholders the model wrote: the values
         except Exception as exc:
             shown = {"args": list(args), **kwargs}
             state.report(ToolCall(run_id=state.run_id, step=state.step, name=tool.name,
@@ -141,8 +141,7 @@ class ChatTools:
         return state.turn.artifacts.tool_hooks(tool.name, state.run_id, lambda: state.step, state.report)
 
     def _returned(self, state: ActionState, tool: Tool[Any, Any], value: Any) -> Any:
-        if self._redactor is not None:
-            self._redactor.learn(tool.name, value)
+        self._privacy.learn(tool.name, value)
         if tool.return_direct:
             state.give_answer(value)
         return value

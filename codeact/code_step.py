@@ -95,7 +95,7 @@ class CodeActions:
         result.notices.extend(chat.after_action())  # a subclass's look at the kernel (the variables panel)
         step.sandbox_time = time.perf_counter() - started
         parts, pngs = collect_artifacts(result, step.index, chat.sandbox, before, state.turn.artifacts)
-        full_text = chat.redact(format_observation(result, parts, limit=None))
+        full_text = chat.privacy.redact(format_observation(result, parts, limit=None))
         text = truncate_middle(full_text, chat.agent.observation_limit)
         tool_changes = chat.tool_changes_note()  # an MCP server added or removed tools
         if tool_changes:
@@ -237,10 +237,10 @@ class CodeActTurn:
         steps = turn.result.steps
         for step in reversed(steps):
             if step.observation and not step.error and step.observation.strip() not in ("", NOTHING_PRINTED):
-                return self.chat.restored_value(step.observation.strip())
+                return self.chat.privacy.restore_answer(step.observation.strip())
         for step in reversed(steps):
             if step.model_output.strip():
-                return self.chat.restored_value(truncate_middle(step.model_output.strip(), 2000))
+                return self.chat.privacy.restore_answer(truncate_middle(step.model_output.strip(), 2000))
         return None
 
     # --- one step -------------------------------------------------------------------------------
@@ -262,12 +262,12 @@ class CodeActTurn:
                 chat.messages += [reply, transcript.feedback_message(feedback)]
                 return
             # A reply without code is the final answer.
-            said = check.check_text(chat.restored_value(step.model_output.strip()))
+            said = check.check_text(chat.privacy.restore_answer(step.model_output.strip()))
             chat.messages.append(reply)
             if not said.ok:  # it does not fit output_type: the model hears why
                 step.error = said.feedback
                 yield ErrorEvent(run_id=turn.run_id, step=step.index, message=said.feedback, kind="output")
-                chat.messages.append(transcript.feedback_message(chat.redact(said.feedback)))
+                chat.messages.append(transcript.feedback_message(chat.privacy.redact(said.feedback)))
                 return
             turn.end("success", said.value)
             return
@@ -282,10 +282,10 @@ class CodeActTurn:
             self.answer_types = ""
         executed = yield from self.actions.execute(code, state, step, self.before)
         text = executed.text
-        verdict = check.check(chat.restored_value(state.answer)) if state.answered else None
+        verdict = check.check(chat.privacy.restore_answer(state.answer)) if state.answered else None
         if verdict is not None and not verdict.ok:  # it does not fit output_type: the model hears why
             state.answered = False
-            text += "\n\n" + chat.redact(verdict.feedback)
+            text += "\n\n" + chat.privacy.redact(verdict.feedback)
         shown = self.actions.step_images(executed.parts.images + executed.tool_images)
         if shown.note:
             text += "\n\n" + shown.note
@@ -308,7 +308,7 @@ class CodeActTurn:
         agent = chat.agent
 
         def call(messages: list[Message]) -> Generator[Event, None, Any]:
-            return model_turn(agent.model, chat.redacted(messages), step, run_id=turn.run_id,
+            return model_turn(agent.model, chat.privacy.redact_user_messages(messages), step, run_id=turn.run_id,
                               stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace)
 
         yield from compaction_events(compacted_call(chat.compactor, chat.messages, chat.turn_starts, call,

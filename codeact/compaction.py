@@ -218,35 +218,6 @@ class Compactor:
         ratio = min(MAX_SCALE, max(1.0, prompt_tokens / estimate))
         self.scale = max(self.scale, ratio) if at_least else ratio
 
-    # --- what is folded, as plain data (the run log keeps it; a resumed session restores it) ----------
-
-    def folded_state(self) -> dict[str, Any]:
-        """What is folded so far, and what the endpoint taught (window, token scale), as JSON-able data."""
-        state = self._state
-        return {"replaced": {str(i): [m.role, m.content, m.tool_call_id] for i, m in state.replaced.items()},
-                "turns": state.turns, "block": state.block, "summary": state.summary,
-                "keep_steps": state.keep_steps, "level": state.level, "turns_seen": state.turns_seen,
-                "scale": self.scale, "learned": self._learned}
-
-    def restore_folded(self, data: Any) -> None:
-        """Fold as :meth:`folded_state` said (the history must be the one it was made for); ignores data that
-        does not have its shape (a log from an older version, or edited)."""
-        if not isinstance(data, dict) or not data:
-            return
-        try:
-            replaced = {int(i): Message(role, str(content), tool_call_id=call_id)
-                        for i, (role, content, call_id) in dict(data["replaced"]).items()
-                        if role in ("user", "assistant", "tool")}
-            state = _Folded(replaced=replaced, turns=int(data["turns"]), block=str(data["block"]),
-                            summary=str(data["summary"]), keep_steps=int(data["keep_steps"]),
-                            level=int(data["level"]), turns_seen=int(data["turns_seen"]))
-            scale = min(MAX_SCALE, max(1.0, float(data["scale"])))
-            learned = data["learned"]
-            learned = int(learned) if isinstance(learned, int) and learned > 0 else None
-        except (KeyError, TypeError, ValueError):
-            return
-        self._state, self.scale, self._learned, self._base = state, scale, learned, None
-
     # --- what the model sees --------------------------------------------------------------------
 
     def view(self, messages: Sequence[Message], turn_starts: Sequence[int]) -> list[Message]:
@@ -564,6 +535,37 @@ def described(variable: Any) -> str:
     return f"{variable.type}, {variable.size}" if getattr(variable, "size", "") else str(variable.type)
 
 
+# --- what is folded, as plain data (the run log keeps it; a resumed session restores it) ---------------
+
+
+def folded_state(compactor: Compactor) -> dict[str, Any]:
+    """What ``compactor`` has folded so far, and what the endpoint taught (window, token scale), as JSON-able data."""
+    state = compactor._state
+    return {"replaced": {str(i): [m.role, m.content, m.tool_call_id] for i, m in state.replaced.items()},
+            "turns": state.turns, "block": state.block, "summary": state.summary,
+            "keep_steps": state.keep_steps, "level": state.level, "turns_seen": state.turns_seen,
+            "scale": compactor.scale, "learned": compactor._learned}
+
+def restore_folded(compactor: Compactor, data: Any) -> None:
+    """Make ``compactor`` fold as :func:`folded_state` said (the history must be the one it was made for);
+    data without that shape (a log from an older version, or edited) is ignored."""
+    if not isinstance(data, dict) or not data:
+        return
+    try:
+        replaced = {int(i): Message(role, str(content), tool_call_id=call_id)
+                    for i, (role, content, call_id) in dict(data["replaced"]).items()
+                    if role in ("user", "assistant", "tool")}
+        state = _Folded(replaced=replaced, turns=int(data["turns"]), block=str(data["block"]),
+                        summary=str(data["summary"]), keep_steps=int(data["keep_steps"]),
+                        level=int(data["level"]), turns_seen=int(data["turns_seen"]))
+        scale = min(MAX_SCALE, max(1.0, float(data["scale"])))
+        learned = data["learned"]
+        learned = int(learned) if isinstance(learned, int) and learned > 0 else None
+    except (KeyError, TypeError, ValueError):
+        return
+    compactor._state, compactor.scale, compactor._learned, compactor._base = state, scale, learned, None
+
+
 def merged(first: Compacted, then: Compacted) -> Compacted:
     """One event for two folds of the same call (counts added; sizes from before the first to after the last)."""
     return replace(then, tokens_before=first.tokens_before, seconds=first.seconds + then.seconds,
@@ -584,7 +586,7 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
     """
     view, event = compactor.prepare(messages, turn_starts, run_id=run_id, step=step)
     if event is not None:
-        yield replace(event, folded=compactor.folded_state())
+        yield replace(event, folded=folded_state(compactor))
     for attempt in range(MAX_RETRIES + 1):
         try:
             response = yield from call(view)
@@ -595,7 +597,7 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
                 raise ContextTooLarge(compactor.too_large(messages, turn_starts, exc),
                                       limit=exc.limit, requested=exc.requested) from exc
             view, event = compactor.overflow(exc, messages, turn_starts, run_id=run_id, step=step)
-            yield replace(event, folded=compactor.folded_state())
+            yield replace(event, folded=folded_state(compactor))
             continue
         compactor.calibrate(view, getattr(response, "prompt_tokens", None))
         return response
@@ -776,5 +778,6 @@ def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:max(0, limit - 1)] + "…"
 
 
-__all__ = ["Compactor", "ContextTooLarge", "compacted_call", "compaction_events", "compacted_text", "compacted_from",
+__all__ = ["Compactor", "ContextTooLarge", "folded_state", "restore_folded",
+           "compacted_call", "compaction_events", "compacted_text", "compacted_from",
            "check_options", "DEFAULT_SHARE", "CONDENSERS", "Condenser"]

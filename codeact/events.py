@@ -209,7 +209,7 @@ class Compacted(Event):
     seconds: float = 0.0
     summary: bool = False
     usage: Usage = field(default_factory=Usage)
-    #: What is folded after this compaction, as plain data (:meth:`codeact.compaction.Compactor.folded_state`):
+    #: What is folded after this compaction, as plain data (:func:`codeact.compaction.folded_state`):
     #: a resumed session folds its rebuilt history the same way.
     folded: dict[str, Any] = field(default_factory=dict, repr=False)
 

@@ -180,6 +180,60 @@ class Redactor:
 # --- events for the run log -----------------------------------------------------------------------
 
 
+class ChatPrivacy:
+    """The privacy filter as one chat session applies it; every method is a no-op when the filter is off.
+
+    What reaches the model (and, unless the filter says otherwise, the run log) carries placeholders; what
+    reaches the tools and the caller carries the values again.
+    """
+
+    def __init__(self, privacy: PrivacyFilter | None) -> None:
+        #: This session's placeholders (host side only), or None when the filter is off.
+        self.redactor = privacy.session() if privacy is not None else None
+
+    @property
+    def on(self) -> bool:
+        return self.redactor is not None
+
+    def redact(self, text: str) -> str:
+        """``text`` as the model may see it: placeholders for the values the filter hides."""
+        return self.redactor.redact(text) if self.redactor is not None else text
+
+    def redact_user_messages(self, messages: list[Any]) -> list[Any]:
+        """``messages`` with the user's own words (tasks, notes) redacted too (observations already are)."""
+        redactor = self.redactor
+        if redactor is None:
+            return messages
+        return [dataclasses.replace(m, content=redactor.redact(m.content))
+                if m.role == "user" and isinstance(m.content, str) else m for m in messages]
+
+    def restore_answer(self, answer: Any) -> Any:
+        """The model's answer for the caller: placeholders it wrote become the values (when the filter says so)."""
+        if self.redactor is None or not self.redactor.config.restore_answers:
+            return answer
+        return self.redactor.restore(answer)
+
+    def restore_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A tool call's arguments with the placeholders the model wrote turned back into the values."""
+        return self.redactor.restore(arguments) if self.redactor is not None else arguments
+
+    def learn(self, tool: str, value: Any) -> None:
+        """Note the values a tool returned that the filter hides (they get placeholders from now on)."""
+        if self.redactor is not None:
+            self.redactor.learn(tool, value)
+
+    def log_transform(self) -> Any:
+        """What the run log records instead of each event (placeholders), or None to record events as they are."""
+        redactor = self.redactor
+        if redactor is None or redactor.config.log_real_values:
+            return None
+        return lambda event: redact_event(event, redactor)
+
+    def content_filter(self) -> Any:
+        """What captured trace content passes first, or None."""
+        return self.redactor.redact if self.redactor is not None else None
+
+
 def redact_event(event: Any, redactor: Redactor) -> Any:
     """A copy of ``event`` with every string in it redacted (for the run log); bytes are kept."""
     return _walk(event, redactor.redact, 0)
@@ -350,4 +404,4 @@ PROMPT_NOTE = (
 )
 
 
-__all__ = ["BUILTIN_PATTERNS", "PROMPT_NOTE", "PrivacyFilter", "Redactor", "redact_event"]
+__all__ = ["BUILTIN_PATTERNS", "PROMPT_NOTE", "PrivacyFilter", "Redactor", "ChatPrivacy", "redact_event"]

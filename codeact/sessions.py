@@ -227,7 +227,7 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     #: The system prompt as the live session wrote it ("" when the log predates it: written afresh).
     system: str = ""
-    #: What compaction had folded at the save (:meth:`codeact.compaction.Compactor.folded_state`), or {}.
+    #: What compaction had folded at the save (:func:`codeact.compaction.folded_state`), or {}.
     folded: dict[str, Any] = field(default_factory=dict)
     #: What happened after the snapshot (code that ran after the save, runs missing from the log).
     lost: list[str] = field(default_factory=list)
