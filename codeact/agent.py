@@ -53,9 +53,7 @@ from .run import (
     Turn,
     begin_run,
     check_max_steps,
-    default_output_root,
     drive,
-    open_log,
     recorder,
 )
 from .chat_sandbox import ChatSandbox
@@ -232,17 +230,6 @@ class CodeActAgent(AgentRuns):
                 message. Raises :class:`~codeact.errors.SavedSessionError` when it cannot.
         """
         return ChatSession(self, save=save, resume=resume)
-
-    def run_log(self) -> RunLog | None:
-        """The run log this agent records to (opened when first needed), or None when ``log=`` is off."""
-        if self._log is None:
-            self._log = open_log(self._log_spec)
-        return self._log
-
-    def output_root_path(self) -> Path:
-        """Where runs keep their artifacts: ``output_dir`` or the default (``<root>/<run id>/``)."""
-        return self.output_root or default_output_root()
-
 
 
 class ChatSession(Turns):

@@ -34,11 +34,9 @@ from ..run import (
     Turn,
     begin_run,
     check_max_steps,
-    default_output_root,
     drive,
     invoke_tool,
     model_turn,
-    open_log,
     recorder,
     tools_to_add,
 )
@@ -164,16 +162,6 @@ class ReActAgent(AgentRuns):
     def session(self) -> ReActSession:
         """A multi-turn conversation: the history survives between turns."""
         return ReActSession(self)
-
-    def run_log(self) -> RunLog | None:
-        """The run log this agent records to (opened when first needed), or None when ``log=`` is off."""
-        if self._log is None:
-            self._log = open_log(self._log_spec)
-        return self._log
-
-    def output_root_path(self) -> Path:
-        """Where runs keep the artifacts tools save: ``output_dir`` or the default (``<root>/<run id>/``)."""
-        return self.output_root or default_output_root()
 
 
 class ReActSession(Turns):

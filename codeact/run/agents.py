@@ -6,12 +6,14 @@ import asyncio
 import os
 import queue
 import threading
+from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence, TypeVar, overload
 
 from ..events import Event, RunFinished, RunResult
 from ..output import OutputSpec
 from ..tools import Tool
-from .recording import result_of
+from .limits import default_output_root
+from .recording import open_log, result_of
 
 #: An answer's type (``output_type=``).
 T = TypeVar("T")
@@ -65,8 +67,24 @@ class AgentRuns:
     describe an answer raises :class:`~codeact.errors.OutputTypeError` at once.
     """
 
+    #: Set by each agent's ``__init__``: its ``log=`` option, the log once opened, its ``output_dir=``.
+    _log_spec: Any
+    _log: Any
+    output_root: Path | None
+
     def session(self) -> Any:  # pragma: no cover - each agent has its own
         raise NotImplementedError
+
+    def run_log(self) -> Any:
+        """The run log this agent records to (a :class:`~codeact.runlog.RunLog`, opened when first needed), or
+        None when ``log=`` is off."""
+        if self._log is None:
+            self._log = open_log(self._log_spec)
+        return self._log
+
+    def output_root_path(self) -> Path:
+        """Where runs keep their artifacts: ``output_dir`` or the default (``<root>/<run id>/``)."""
+        return self.output_root or default_output_root()
 
     def as_tool(self, *, name: str, description: str, output_type: Any = None, stateful: bool = False,
                 max_parallel: int = 4, timeout: float | None = 600.0) -> Tool[Any, Any]:
