@@ -112,9 +112,6 @@ class OpenAIModel:
             raise ConfigError(
                 "extra_body must not contain 'stop': some reasoning models reject it and codeact does not need it"
             )
-        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
-            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
-                              f"{tokenizer!r}")
         self.name: str = name
         self.base_url: str = (base_url or env(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
         env_key = env(API_KEY_ENV)
@@ -141,9 +138,12 @@ class OpenAIModel:
         #: Send images (Message.images) as image parts. Turned off for good when the endpoint rejects them.
         #: (``CODEACT_IMAGES=0`` is read by :mod:`codeact.settings`, which the agents and the CLI consult.)
         self.vision = True if vision is None else bool(vision)
+        self._window = ContextWindow(context_window)
+        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
+            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
+                              f"{tokenizer!r}")
         #: How :func:`codeact.context_window.count_tokens` counts this model's prompts.
         self.tokenizer = tokenizer
-        self._window = ContextWindow(context_window)
         self._errors = EndpointErrors(self, key_source, self._overflow)
         self._lock = threading.Lock()
         self._client: openai.OpenAI | None = None
