@@ -487,6 +487,7 @@ class MinimalModel:
         yield response
 
 
+@pytest.mark.filterwarnings("ignore::sandbox.UnsafeBackendWarning")  # restricted: trusted code only
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_model_with_only_what_the_agents_use_runs_codeact(stream: bool) -> None:
     from codeact import CodeActAgent
