@@ -21,7 +21,7 @@ from . import transcript
 from .action_state import ActionState
 from .code_artifacts import FileListing, collect_artifacts, file_listing, output_bundles
 from .compaction import compacted_call, compaction_events
-from .config import images_enabled
+from .settings import images_enabled
 from .events import (
     CodeAction,
     CodeOutput,

@@ -1,7 +1,9 @@
 """Configuration the CLI resolves from options and the environment.
 
 Order everywhere: a command-line option, then an environment variable, then
-a default.
+a default. The switches the library itself reads while it runs (images, the
+artifact and snapshot directories, the model endpoint) live in
+:mod:`codeact.settings`; they are re-exported here.
 
 =========================  ===========================================================
 ``CODEACT_MODEL``          model name (``--model``)
@@ -39,18 +41,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .errors import ConfigError
+# The switches the library reads while it runs, re-exported (``codeact.config.images_enabled`` keeps working).
+from .settings import BASE_URL_ENV as BASE_URL_ENV
+from .settings import IMAGES_ENV as IMAGES_ENV
+from .settings import MODEL_ENV as MODEL_ENV
+from .settings import OUTPUT_DIR_ENV as OUTPUT_DIR_ENV
+from .settings import SNAPSHOT_DIR_ENV as SNAPSHOT_DIR_ENV
+from .settings import env as env
+from .settings import images_enabled as images_enabled
+from .settings import output_root as output_root
+from .settings import snapshot_dir as snapshot_dir
 
-MODEL_ENV = "CODEACT_MODEL"
-BASE_URL_ENV = "OPENAI_BASE_URL"
 DB_ENV = "CODEACT_DB"
-OUTPUT_DIR_ENV = "CODEACT_OUTPUT_DIR"
 SCRIPTED_ENV = "CODEACT_SCRIPTED_REPLIES"
 DEBUG_ENV = "CODEACT_DEBUG"
 BACKEND_ENV = "CODEACT_BACKEND"
 RUNTIME_ENV = "CODEACT_RUNTIME"
-SNAPSHOT_DIR_ENV = "CODEACT_SNAPSHOT_DIR"
 SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
-IMAGES_ENV = "CODEACT_IMAGES"
 #: Snapshots of one chat session kept by default (the newest; older ones are deleted after each save).
 DEFAULT_SNAPSHOT_KEEP = 3
 #: The sandbox backends a configuration may name.
@@ -62,11 +69,6 @@ NO_MODEL_HINT = (
     "(for a local or non-OpenAI server also set OPENAI_BASE_URL, e.g. http://localhost:11434/v1, "
     "and OPENAI_API_KEY if it needs one)"
 )
-
-
-def env(name: str) -> str:
-    """The environment variable ``name``, stripped ('' when unset)."""
-    return os.environ.get(name, "").strip()
 
 
 def backend(option: str | None = None) -> Backend:
@@ -113,22 +115,6 @@ def docker_fix_hint() -> str:
                 "(or fix the address and its TLS settings), or unset DOCKER_HOST to use this machine's Docker")
     return ("install and start Docker (e.g. `apt-get install docker.io && dockerd &`, or "
             "`scripts/dev.sh setup` in a checkout)")
-
-
-def images_enabled(option: bool | None = None) -> bool:
-    """Whether the model gets images: ``--no-images`` (``option=False``), else ``$CODEACT_IMAGES``, else on.
-
-    Raises:
-        ConfigError: ``$CODEACT_IMAGES`` is not a yes/no value.
-    """
-    if option is not None:
-        return bool(option)
-    value = env(IMAGES_ENV).lower()
-    if value in ("", "1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{IMAGES_ENV}={value!r}: use 0 to send the model no images, or 1 (the default) to send them")
 
 
 def debug_enabled() -> bool:
@@ -216,34 +202,6 @@ def db_path(option: str | os.PathLike[str] | None = None) -> Path:
     from .runlog import default_db_path
 
     return default_db_path()
-
-
-def output_root(option: str | os.PathLike[str] | None = None) -> Path:
-    """Where run artifacts go (``<root>/<run id>/``): ``--output-dir``, ``$CODEACT_OUTPUT_DIR``
-    or ``<user data dir>/codeact/artifacts``."""
-    if option:
-        return Path(option).expanduser()
-    value = env(OUTPUT_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("codeact")) / "artifacts"
-
-
-def snapshot_dir(option: str | os.PathLike[str] | None = None) -> Path:
-    """Where saved sessions go.
-
-    ``--snapshot-dir``, else ``$CODEACT_SNAPSHOT_DIR``, else ``<user data dir>/codeact/snapshots``.
-    """
-    if option:
-        return Path(option).expanduser()
-    value = env(SNAPSHOT_DIR_ENV)
-    if value:
-        return Path(value).expanduser()
-    from sandbox.snapshot import default_store_dir
-
-    return default_store_dir()
 
 
 def snapshot_keep(option: int | str | None = None) -> int | None:

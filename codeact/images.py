@@ -95,7 +95,7 @@ def is_image_name(name: str) -> bool:
 
 def wants_images(model: Any, enabled: bool = True) -> bool:
     """Whether images should be prepared for ``model``: its ``vision`` attribute (True when it has none),
-    and ``enabled`` (the agents pass :func:`codeact.config.images_enabled`: ``CODEACT_IMAGES=0`` turns it off).
+    and ``enabled`` (the agents pass :func:`codeact.settings.images_enabled`: ``CODEACT_IMAGES=0`` turns it off).
 
     :class:`~codeact.models.OpenAIModel` turns it off itself after an endpoint rejected image parts.
     """

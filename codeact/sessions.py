@@ -104,9 +104,9 @@ def save_options(spec: "SaveOptions | bool | None") -> SaveOptions | None:
 
 
 def store_root(options: SaveOptions | None) -> Path:
-    from . import config
+    from . import settings
 
-    return config.snapshot_dir(options.store if options is not None else None)
+    return settings.snapshot_dir(options.store if options is not None else None)
 
 
 # --- saving ------------------------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ def test_a_model_with_prices_puts_the_cost_on_the_usage_and_a_dollar_budget_hold
 
 
 def test_the_summary_line_shows_the_cost_when_it_is_known():
-    from codeact.render import Renderer
+    from codeact.cli.render import Renderer
 
     renderer = Renderer(live=False)
     assert "$0.0012" in renderer.summary_text("success", 2, 1000, 100, 1.0, "abc", cost=0.0012).plain

@@ -622,7 +622,7 @@ def test_package_installs_are_rendered_with_hostile_names_escaped() -> None:
     from rich.console import Console
 
     from codeact.events import PackageInstall
-    from codeact.render import Renderer
+    from codeact.cli.render import Renderer
 
     out = io.StringIO()
     renderer = Renderer(Console(file=out, width=120), live=False)

@@ -458,7 +458,7 @@ def test_compactions_are_logged_shown_by_logs_show_rendered_and_sent_to_the_page
 
     from rich.console import Console
 
-    from codeact.render import Renderer
+    from codeact.cli.render import Renderer
     from codeact.ui._wire import event_wire
 
     events, db = chat_of(tmp_path, 6)

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from codeact import models as models_module
+from codeact.models import _openai as openai_model_module
 from codeact.catalog._tokens import _encoding
 from codeact.context_window import (
     MESSAGE_OVERHEAD,
@@ -156,7 +157,7 @@ def test_an_oversized_model_list_is_not_read_to_the_end(openai_server: OpenAITes
     entries = [{"id": f"model-{i}", "max_model_len": 4096} for i in range(2000)]
     openai_server.models_response = {"data": [*entries, {"id": "test-model", "max_model_len": 8192}]}
     model = make_model(openai_server)
-    model._MODEL_LIST_MAX_BYTES = 10_000  # the bound (16 MB) scaled down to this list
+    model._window.list_max_bytes = 10_000  # the bound (16 MB) scaled down to this list
     assert context_window(model) is None
     assert context_window(make_model(openai_server)) == 8192  # within the real bound it is read
 
@@ -333,7 +334,7 @@ def test_other_refusals_are_not_overflows(openai_server: OpenAITestServer, messa
 
 CORPUS = {
     "english": (models_module.__doc__ or "") * 20,
-    "code": inspect.getsource(models_module),
+    "code": inspect.getsource(openai_model_module),
     "json": json.dumps([{"id": i, "price": i * 1.37, "name": f"item{i}", "tags": ["a", "b"]} for i in range(300)]),
     "table": "\n".join(f"{i:4d}  {i * 0.123456:10.6f}  {i ** 2:8d}  {-i * 3.3:8.2f}" for i in range(300)),
     "chinese": ("长会话不会撞上上下文窗口。持久会话让聊天可以持续数天，"

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from email.utils import formatdate
 
 import pytest
@@ -20,7 +21,8 @@ from codeact.errors import (
     ModelUnavailableError,
 )
 from codeact.messages import Message, ModelResponse, ToolCallRequest, Usage
-from codeact.models import Model, OpenAIModel, ScriptedModel, _parse_retry_after
+from codeact.models import AsyncModel, Model, OpenAIModel, ScriptedModel
+from codeact.models._failures import parse_retry_after
 from tests.openai_server import Fault, OpenAITestServer, ToolCall, free_port
 
 pytestmark = pytest.mark.timeout(30)
@@ -189,13 +191,13 @@ def test_retry_after_is_capped_by_max_backoff(openai_server: OpenAITestServer) -
 
 def test_parse_retry_after_forms() -> None:
     now = time.time()
-    assert _parse_retry_after({"retry-after": "3"}) == 3.0
-    assert _parse_retry_after({"retry-after": "0.25"}) == 0.25
-    assert _parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    assert _parse_retry_after({"retry-after": formatdate(now + 10, usegmt=True)}, now=now) == pytest.approx(10, abs=1)
-    assert _parse_retry_after({"retry-after": formatdate(now - 10, usegmt=True)}, now=now) == 0.0
-    assert _parse_retry_after({"retry-after": "soon"}) is None
-    assert _parse_retry_after({}) is None
+    assert parse_retry_after({"retry-after": "3"}) == 3.0
+    assert parse_retry_after({"retry-after": "0.25"}) == 0.25
+    assert parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    assert parse_retry_after({"retry-after": formatdate(now + 10, usegmt=True)}, now=now) == pytest.approx(10, abs=1)
+    assert parse_retry_after({"retry-after": formatdate(now - 10, usegmt=True)}, now=now) == 0.0
+    assert parse_retry_after({"retry-after": "soon"}) is None
+    assert parse_retry_after({}) is None
 
 
 def test_500_then_success(openai_server: OpenAITestServer) -> None:
@@ -461,8 +463,40 @@ def test_import_does_not_load_openai() -> None:
 
 
 def test_models_satisfy_the_protocol(openai_server: OpenAITestServer) -> None:
-    assert isinstance(make_model(openai_server), Model)
-    assert isinstance(ScriptedModel([]), Model)
+    for model in (make_model(openai_server), ScriptedModel([])):
+        assert isinstance(model, Model) and isinstance(model, AsyncModel)
+
+
+class MinimalModel:
+    """A user's model with only what the agents call: ``name``, ``complete`` and ``stream`` (no ``acomplete``)."""
+
+    name = "minimal"
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+        self.seen: list[list[Message]] = []
+
+    def complete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
+        self.seen.append(list(messages))
+        return ModelResponse(Message("assistant", self.replies[len(self.seen) - 1]))
+
+    def stream(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
+               ) -> Iterator[str | ModelResponse]:
+        response = self.complete(messages, tools=tools)
+        yield response.text
+        yield response
+
+
+@pytest.mark.filterwarnings("ignore::sandbox.UnsafeBackendWarning")  # restricted: trusted code only
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_model_with_only_what_the_agents_use_runs_codeact(stream: bool) -> None:
+    from codeact import CodeActAgent
+
+    model = MinimalModel(["```python\nfinal_answer(6 * 7)\n```"])
+    assert isinstance(model, Model) and not isinstance(model, AsyncModel)
+    result = CodeActAgent(model, sandbox="restricted", log=False, stream_model=stream).run("What is 6 times 7?")
+    assert (result.status, result.answer, len(model.seen)) == ("success", 42, 1)
+    assert model.seen[0][-1].content.endswith("What is 6 times 7?")
 
 
 # --------------------------------------------------------------------------- async

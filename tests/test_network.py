@@ -680,7 +680,7 @@ def test_request_events_reach_the_page_and_the_terminal() -> None:
     from rich.console import Console
 
     from codeact.events import NetworkRequest
-    from codeact.render import Renderer
+    from codeact.cli.render import Renderer
     from codeact.ui._wire import event_wire
 
     record = {"host": "evil.test", "port": 80, "method": "GET", "allowed": False, "status": 403,

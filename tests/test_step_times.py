@@ -18,7 +18,7 @@ from rich.console import Console
 
 from codeact import CodeActAgent
 from codeact.models import ScriptedModel
-from codeact.render import Renderer
+from codeact.cli.render import Renderer
 from codeact.runlog import RunLog
 
 pytestmark = pytest.mark.docker

@@ -45,8 +45,18 @@ from ._metrics import GroupMetrics, Paired, Stat
 from ._oracle import ORACLE, OracleModel
 from ._plan import Call, PlanTrace, call, plan_code, run_plan
 from ._ray_options import RayOptions
-from ._report import Comparison, Report, build_report, compare, load_report, to_markdown, write_report
-from ._runner import BenchConfig, BenchRun, select_tasks
+from ._report import (
+    Comparison,
+    Report,
+    build_report,
+    compare,
+    load_report,
+    print_report,
+    summary_csv,
+    to_markdown,
+    write_report,
+)
+from ._config import BenchConfig, BenchRun, select_tasks
 from ._sweep import run_bench
 from ._store import Episode, ResultsDir
 from ._suites import BUILTIN_SUITES, list_suites, load_suite, load_suites
@@ -90,10 +100,12 @@ __all__ = [
     "load_suites",
     "numeric",
     "plan_code",
+    "print_report",
     "reply_oracle",
     "run_bench",
     "run_plan",
     "select_tasks",
+    "summary_csv",
     "to_markdown",
     "unordered",
     "write_report",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ._runner import _Runner
+from ._runner import Runner
 
 
 class EpisodeExecutor(Protocol):
@@ -31,4 +31,4 @@ def make_executor(config: Any, results: Any, model: Any, progress: Any) -> Episo
         from ._ray import RayExecutor  # imports nothing of ray until it runs; kept lazy all the same
 
         return RayExecutor(config, results, model, progress)
-    return _Runner(config, results, model, progress)
+    return Runner(config, results, model, progress)

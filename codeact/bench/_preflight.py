@@ -5,7 +5,7 @@ the model would otherwise run every episode into the same error and report
 0 % success. One request per model, with the run's own settings (temperature,
 seed) so that a server that rejects one of them fails here too, and one retry
 at most. The sandbox's half of the pre-flight is the runner's (it owns the
-pool of sandboxes): see ``_Runner._check_sandbox``.
+pool of sandboxes): see ``Runner._check_sandbox``.
 """
 
 from __future__ import annotations

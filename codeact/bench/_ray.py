@@ -4,7 +4,7 @@ The driver (the process that called :func:`~codeact.bench.run_bench`) submits
 one Ray task per episode. A task runs on whichever node has the CPUs and
 memory it asks for (:class:`RayOptions`), loads the suites there, builds the
 episode's tools, model and agent exactly as a local run does (the same
-``_Runner`` episode code), runs CodeAct sandboxes on that node's Docker
+``Runner`` episode code), runs CodeAct sandboxes on that node's Docker
 engine, and returns everything the episode produced: the
 :class:`~codeact.bench.Episode`, its run-log events and its files. Workers
 write nothing but a private scratch directory; only the driver writes the
@@ -50,7 +50,8 @@ from typing import Any
 
 from ..errors import BenchError
 from ._ray_options import NODE_LABEL, RayOptions, host_port, import_ray, parse_size  # noqa: F401 - parse_size: re-export
-from ._runner import _Runner, _Spec, sweep_span
+from ._episode import Spec, is_factory
+from ._runner import Runner, sweep_span
 
 #: Bytes of files (artifacts and work-directory files) one episode may send back to the driver.
 MAX_EPISODE_FILES_BYTES = 64 * 1024 * 1024
@@ -131,7 +132,7 @@ def _this_node() -> _Node:
 
 
 class _NodeSandboxes:
-    """Fresh started Docker sandboxes on this node's engine; what ``_Runner`` calls its pool."""
+    """Fresh started Docker sandboxes on this node's engine; what ``Runner`` calls its pool."""
 
     def __init__(self, engine: Any, timeout: float, runtime: str | None = None) -> None:
         self.engine = engine
@@ -180,7 +181,7 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
                          "is the same suite version installed on every node?")
     scratch = Path(tempfile.mkdtemp(prefix="codeact-ray-"))
     buffer = _EventBuffer()
-    runner = _Runner(sweep.config, ResultsDir(scratch), sweep.model, NoProgress(), log=buffer)
+    runner = Runner(sweep.config, ResultsDir(scratch), sweep.model, NoProgress(), log=buffer)
     runner.node = node.describe()
     if agent == "codeact" and sweep.config.backend == "docker":
         engine = next((sweep.engines[k] for k in node.engine_keys() if k in sweep.engines), None)
@@ -189,7 +190,7 @@ def run_episode(sweep: _Sweep, suite: str, task_id: str, agent: str, repeat: int
     if tracing is not None:
         runner.parent = tracing.extract(trace)
     try:
-        episode = runner._attempt(_Spec(task, agent, repeat, model, keyed))
+        episode = runner.attempt(Spec(task, agent, repeat, model, keyed))
     finally:
         runner.close()
         if tracing is not None:
@@ -435,7 +436,7 @@ class RayExecutor:
 
     def _model_name(self, spec: Any) -> str:
         given = self.model
-        if given is None or (callable(given) and not hasattr(given, "complete")):
+        if given is None or is_factory(given):
             return spec.model or self.config.models[0]
         return getattr(given, "name", None) or spec.model or self.config.models[0]
 

@@ -405,7 +405,7 @@ def summary_csv(report: Report) -> str:
     return buf.getvalue()
 
 
-def render(report: Report, console: Any) -> None:
+def print_report(report: Report, console: Any) -> None:
     """Print the summary, per-suite and paired tables with rich."""
     from rich.markup import escape
     from rich.table import Table

@@ -16,7 +16,8 @@ from ._oracle import ORACLE
 from ._preflight import check_models
 from ._progress import Progress, default_progress
 from ._report import build_report, write_report
-from ._runner import BenchConfig, BenchRun, ModelSpec, _is_factory, _Spec, _version, select_tasks
+from ._config import BenchConfig, BenchRun, ModelSpec, select_tasks
+from ._episode import Spec, is_factory
 from ._store import FORMAT, ResultsDir
 from ._suites import load_suites
 
@@ -69,7 +70,7 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
     if not tasks:
         raise BenchError(f"no task matches {', '.join(config.tasks)}; `codeact bench list --suite NAME` lists them")
     results = ResultsDir(config.out)
-    model_name = getattr(model, "name", None) if model is not None and not _is_factory(model) else None
+    model_name = getattr(model, "name", None) if model is not None and not is_factory(model) else None
     models = [model_name] if model_name else config.models  # a factory of models is labelled by config.model
     real = model is None and any(m != ORACLE for m in models)
     settings = {
@@ -91,12 +92,12 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
         "prompts": {kind: load_prompt(agent_base(kind)).id for kind in config.agents},
         "suite_versions": {s.name: s.fingerprint() for s in suites},
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "codeact": _version(),
+        "codeact": codeact_version(),
     }
     results.check_run({"format": FORMAT, **settings})
     done = {e.key: e for e in results.episodes()}
     keyed = len(models) > 1
-    specs = [_Spec(t, a, r, m, keyed) for r in range(config.repeats) for t in tasks for m in models
+    specs = [Spec(t, a, r, m, keyed) for r in range(config.repeats) for t in tasks for m in models
              for a in config.agents]
     todo = [s for s in specs if s.key not in done or (config.retry_errors and not done[s.key].ran)]
     if todo and config.preflight and real:
@@ -116,3 +117,10 @@ def run_bench(config: BenchConfig, *, model: ModelSpec = None, progress: Progres
     written = write_report(results, rep, plots=plots) if report else []
     return BenchRun(results=results, episodes=episodes, ran=runner.finished, skipped=len(specs) - len(todo),
                     wall_time=wall, report=rep, written=written, stopped=getattr(runner, "stopped", None))
+
+
+def codeact_version() -> str:
+    """The installed codeact's version (recorded in the results' settings)."""
+    from .. import __version__
+
+    return __version__

@@ -12,21 +12,23 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
 from .. import __version__
 from .. import config as cfg
 from ..errors import CodeActError, ConfigError, ToolDefinitionError, UnknownToolError
+from ..events import RunStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..events import Event, RunResult
-    from ..render import Renderer
+    from .render import Renderer
     from ..runlog import RunLog
 
 BACKENDS = ("docker", "local", "restricted", "auto")
-STATUSES = ("running", "success", "max_steps", "error", "cancelled", "budget_exceeded", "invalid_output")
+#: Every run status (``codeact logs --status``).
+STATUSES: tuple[str, ...] = get_args(RunStatus)
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -621,7 +623,7 @@ def skills_auto_approved(ctx: click.Context | None = None) -> bool:
 
 
 def make_approver(renderer: Renderer, yes: bool) -> Callable[[Any], bool]:
-    from ..render import call_text, short
+    from .render import call_text, short
     from ._skill_prompt import approve_skill
 
     auto_skills = skills_auto_approved()
@@ -797,7 +799,7 @@ def renderers(output_root: Path, as_json: bool = False) -> tuple[Renderer | None
     """(renderer for the steps or None with --json, renderer for notes and errors)."""
     from rich.console import Console
 
-    from ..render import Renderer
+    from .render import Renderer
 
     err = Console(stderr=True, highlight=False)
     if as_json:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from ..render import Renderer
+    from .render import Renderer
     from ..skills import SkillApproval
 
 

@@ -280,9 +280,9 @@ def _print_report(report: Any, as_json: bool) -> None:
 
         click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
         return
-    from ..bench._report import render
+    from ..bench import print_report
 
-    render(report, _stdout_console())
+    print_report(report, _stdout_console())
 
 
 @bench.command("report")
@@ -292,8 +292,7 @@ def _print_report(report: Any, as_json: bool) -> None:
 @click.option("--no-plots", is_flag=True, help="Do not draw the PNG plots.")
 def bench_report(results: str, fmt: str, no_plots: bool) -> None:
     """Recompute a results directory's report from its episodes; rewrite its files and print it."""
-    from ..bench import ResultsDir, load_report, to_markdown, write_report
-    from ..bench._report import summary_csv
+    from ..bench import ResultsDir, load_report, summary_csv, to_markdown, write_report
 
     report = load_report(results)
     if not report.episodes:

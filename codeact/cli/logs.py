@@ -45,7 +45,7 @@ def _list_runs(db: str | None, limit: int, status: str | None, as_json: bool) ->
         where = cfg.db_path(db)
         click.echo(f"No runs{f' with status {status}' if status else ''} in {where}.")
         return
-    from ..render import Renderer
+    from .render import Renderer
 
     Renderer().runs_table(runs)
 
@@ -103,7 +103,7 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: b
 
     RUN is a run id or a unique prefix of one; without it, the last run.
     """
-    from ..render import Renderer
+    from .render import Renderer
 
     log = _log_for_reading(_group_db(ctx, db))
     try:

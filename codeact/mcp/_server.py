@@ -226,9 +226,9 @@ class SandboxSessions:
     def _store(self) -> Any:
         from sandbox.snapshot import SnapshotStore
 
-        from .. import config
+        from .. import settings
 
-        return SnapshotStore(config.snapshot_dir(self.options.snapshot_dir))
+        return SnapshotStore(settings.snapshot_dir(self.options.snapshot_dir))
 
     async def save(self, session: _Session) -> Any:
         """Snapshot the session's sandbox (call with ``session.lock`` held); returns the Snapshot."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Sequence, 
 from .. import telemetry, transcript
 from ..compaction import Compactor, Condenser, compacted_call, compaction_events
 from ..compaction import check_options as check_compaction
-from ..config import images_enabled
+from ..settings import images_enabled
 from ..errors import CodeActError, ConfigError, ToolArgumentError
 from ..events import ErrorEvent, Event, Observation, RunStarted, Step, ToolCall, TurnMessage
 from ..images import StepImages, attach_images, step_images, wants_images

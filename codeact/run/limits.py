@@ -7,7 +7,6 @@ it (a file the code wrote, a figure it showed, an artifact a tool saved).
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +67,9 @@ def check_max_steps(max_steps: int) -> int:
 
 def default_output_root() -> Path:
     """Where runs keep their artifacts unless told otherwise: ``$CODEACT_OUTPUT_DIR`` or the user data dir."""
-    import platformdirs
+    from ..settings import output_root
 
-    return Path(os.environ.get("CODEACT_OUTPUT_DIR") or Path(platformdirs.user_data_dir("codeact")) / "artifacts")
+    return output_root()
 
 
 class ArtifactQuota:

@@ -258,7 +258,7 @@ def _code_output(conn: sqlite3.Connection, event: CodeOutput) -> None:
     )
 
 
-#: The handler of each event type, by the type's name (as :mod:`codeact.render` dispatches).
+#: The handler of each event type, by the type's name (as :mod:`codeact.cli.render` dispatches).
 HANDLERS: dict[str, Handler] = {
     "RunStarted": _run_started,
     "ModelOutput": _model_output,

@@ -47,12 +47,12 @@ _lock = threading.Lock()
 
 def package_dir() -> Path:
     """Where the package lives (prepared or not): ``$CODEACT_BFCL_DIR``, else the user's cache."""
-    from ... import config
+    from ... import settings
 
-    given = config.env("CODEACT_BFCL_DIR")
+    given = settings.env("CODEACT_BFCL_DIR")
     if given:
         return Path(given).expanduser()
-    cache = config.env("XDG_CACHE_HOME")
+    cache = settings.env("XDG_CACHE_HOME")
     root = Path(cache).expanduser() if cache else Path.home() / ".cache"
     return root / "codeact" / "bfcl" / BFCL_VERSION
 
