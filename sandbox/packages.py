@@ -131,7 +131,7 @@ def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
         name = canonical_name(req.name)
         extras = f"[{','.join(sorted(canonical_name(e) for e in req.extras))}]" if req.extras else ""
         canon = f"{name}{extras}{','.join(sorted(str(s) for s in req.specifier))}"
-        if not pip._REQUIREMENT.fullmatch(canon):  # the resolver's own check, made here with a clear message
+        if not pip.REQUIREMENT.fullmatch(canon):  # the resolver's own check, made here with a clear message
             raise PackageInstallError("invalid", f"{text!r} is not a package requirement: {_GRAMMAR}")
         if (canon, name) not in out:
             out.append((canon, name))
