@@ -366,7 +366,7 @@ class KernelSandbox:
         self._requests = _jupyter.Requests()
         self._closed = False
         #: Called once when the session closes (an engine pool releases its slot here).
-        self._on_close: list[Callable[[], None]] = []
+        self.close_callbacks: list[Callable[[], None]] = []
         self._lock = threading.RLock()  # one run at a time per session
         self._sup: Connection | None = None  # the supervisor's stream
         self._kern: Connection | None = None  # the current kernel's call stream
@@ -1226,7 +1226,7 @@ class KernelSandbox:
         finally:
             self._dispatcher.close()
             self._finalizer()
-            for callback in self._on_close:
+            for callback in self.close_callbacks:
                 with contextlib.suppress(Exception):
                     callback()
 
