@@ -36,6 +36,7 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import signal
 import threading
 import time
@@ -65,9 +66,11 @@ from .result import (
 from .runtime import sandbox_wire as wire
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from ._snapshot_io import SnapshotFiles
     from .packages import SessionPackages
-    from .snapshot import RestoreReport
+    from .snapshot import RestoreReport, Snapshot, SnapshotStore
 
 #: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
 READY_MARKER = "sandbox-runtime: kernel ready"
@@ -1241,7 +1244,8 @@ class KernelSandbox:
     #: The session's packages (:class:`sandbox.packages.SessionPackages`) on backends that install any.
     packages: SessionPackages | None = None
 
-    def snapshot(self, *, since: Any = None, store: Any = None, timeout: float = 300.0, delta: bool = False) -> Any:
+    def snapshot(self, *, since: Snapshot | None = None, store: SnapshotStore | str | os.PathLike[str] | None = None,
+                 timeout: float = 300.0, delta: bool = False) -> Snapshot:
         """Save this session (files, variables, packages, working directory) to one file; returns a Snapshot.
 
         ``since=`` an earlier snapshot of this session saves incrementally:
@@ -1265,7 +1269,7 @@ class KernelSandbox:
         return take(self, since=since, store=store, timeout=timeout, delta=delta)
 
     @classmethod
-    def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> Any:
+    def restore(cls, snapshot: Snapshot | str | os.PathLike[str], functions: Any = (), **options: Any) -> Self:
         """A new, started session of this backend holding ``snapshot`` (a Snapshot or a snapshot file's path).
 
         ``options`` are the constructor's (``engine=``, ``memory=``,
