@@ -194,8 +194,7 @@ DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS = _limits.DEFAULT_MAX_DEPTH, _limits.DEFAUL
 REPR_LIMIT, MESSAGE_LIMIT, PANDAS_OBJECT_ITEMS = _limits.REPR_LIMIT, _limits.MESSAGE_LIMIT, _limits.PANDAS_OBJECT_ITEMS
 MAX_INT_BITS, MAX_FRACTION_BITS = _limits.MAX_INT_BITS, _limits.MAX_FRACTION_BITS
 MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT = _limits.MAX_DECIMAL_DIGITS, _limits.MAX_DECIMAL_EXPONENT
-# Internals that tests reach for by their old names here.
-_DECODERS, _iana_zone, _pd_nanoseconds = _decode.DECODERS, _decode.iana_zone, _decode.pd_nanoseconds
+# The other modules' names this module uses.
 _Encoder = _encode.Encoder
 _Decoder = _decode.Decoder
 _Buffers = _decode.Buffers
