@@ -44,11 +44,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
 
-    from codeact.catalog._tokens import _encoding
+    from codeact.catalog import cl100k_encoding
     from codeact.context_window import _MESSAGE_TOKENS, count_tokens
     from codeact.models import ScriptedModel
 
-    _encoding()  # load the vocabulary (~0.3 s) outside the timings
+    cl100k_encoding()  # load the vocabulary (~0.3 s) outside the timings
     messages = history(args.steps)
     rows = []
     for name in ("gpt-4", "qwen2.5-coder"):
@@ -78,7 +78,7 @@ def main() -> None:
     for kind, text in CORPUS.items():
         from codeact.messages import Message
 
-        exact = len(_encoding().encode(text, disallowed_special=()))
+        exact = len(cl100k_encoding().encode(text, disallowed_special=()))
         ratios.append({"text": kind, "cl100k": exact,
                        "estimate": count_tokens(estimate, [Message("user", text)]) - 4,
                        "ratio": (count_tokens(estimate, [Message("user", text)]) - 4) / exact})

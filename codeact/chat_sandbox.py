@@ -9,7 +9,7 @@ import contextlib
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, get_args
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol, get_args
 
 from sandbox.errors import SandboxError
 from sandbox.functions import HostFunction
@@ -23,7 +23,16 @@ from .run import ApprovalRequest, Approvals
 if TYPE_CHECKING:  # pragma: no cover
     from sandbox import BackendName
 
-    from .agent import CodeActAgent
+
+class SandboxSettings(Protocol):
+    """What a chat's sandbox is opened from (a :class:`~codeact.agent.CodeActAgent` has it all)."""
+
+    sandbox: Any  # "docker", "local", "restricted", a started sandbox the user owns, or a session source
+    sandbox_options: dict[str, Any]
+    execution_timeout: float
+    packages: list[str]
+    package_policy: Any
+    approve_installs: bool
 
 
 class ChatSandbox:
@@ -33,7 +42,7 @@ class ChatSandbox:
     network requests that happen while code runs become events of its action.
     """
 
-    def __init__(self, agent: CodeActAgent, approvals: Approvals,
+    def __init__(self, agent: SandboxSettings, approvals: Approvals,
                  current: Callable[[], ActionState | None]) -> None:
         self.agent = agent
         self._approvals = approvals

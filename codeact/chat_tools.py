@@ -7,7 +7,7 @@ privacy filter's values back, approve, call, report), the tools a live source
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from sandbox.functions import HostFunction
 
@@ -21,11 +21,20 @@ from .run import Approvals, ainvoke_tool, invoke_tool, tools_to_add
 from .tools import Tool, run_hooks
 from .values import preview
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .agent import CodeActAgent
-
 #: Name of the function that ends a run from inside the code.
 FINAL_ANSWER = "final_answer"
+
+
+class ToolSettings(Protocol):
+    """What a chat's tools are made from (a :class:`~codeact.agent.CodeActAgent` has it all)."""
+
+    tools: list[Tool[Any, Any]]
+    deps: Any
+    skills: Any
+    approve: Any
+    auto_approve_skills: bool
+    tool_disclosure: Any
+    tool_budget: int
 
 
 class ChatTools:
@@ -35,7 +44,7 @@ class ChatTools:
     ``privacy`` is the session's privacy filter.
     """
 
-    def __init__(self, agent: CodeActAgent, approvals: Approvals, current: Callable[[], ActionState | None],
+    def __init__(self, agent: ToolSettings, approvals: Approvals, current: Callable[[], ActionState | None],
                  privacy: ChatPrivacy, *, restricted: bool) -> None:
         self.agent = agent
         self._approvals = approvals

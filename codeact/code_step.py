@@ -13,14 +13,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generator, Iterator
+from typing import Any, Generator, Iterator, Protocol, Sequence
 
 from sandbox.result import ExecutionResult
 
 from . import transcript
 from .action_state import ActionState
 from .code_artifacts import FileListing, collect_artifacts, file_listing, output_bundles
-from .compaction import compacted_call, compaction_events
+from .chat_sandbox import ChatSandbox
+from .chat_tools import ChatTools
+from .compaction import Compactor, compacted_call, compaction_events
 from .settings import images_enabled
 from .events import (
     CodeAction,
@@ -40,10 +42,33 @@ from .messages import Message
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .output import AnswerCheck, OutputSpec
 from .parsing import parse_reply
+from .privacy import ChatPrivacy
 from .run import Turn, model_turn
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .agent import ChatSession
+
+
+class CodeActChat(Protocol):
+    """What a CodeAct step needs of its chat session (:class:`~codeact.agent.ChatSession` is one)."""
+
+    agent: Any  # observation_limit, model, limits, stream_model
+    messages: list[Message]
+    turn_starts: list[int]
+    privacy: ChatPrivacy
+    tools: ChatTools
+    box: ChatSandbox
+
+    @property
+    def sandbox(self) -> Any: ...
+    @property
+    def compactor(self) -> Compactor: ...
+    def interrupt(self) -> None: ...
+    def after_action(self) -> list[str]: ...
+    def tool_changes_note(self) -> str: ...
+    def recover_lost_sandbox(self, trace: Any = None) -> None: ...
+    def take_announced_files(self, paths: Sequence[Path]) -> list[Any]: ...
+    def answer_types(self, output: OutputSpec | None) -> tuple[str, str]: ...
+    def start_turn(self, task: str, files: Sequence[Any], answer_note: str) -> str: ...
+    def autosave(self, state: ActionState) -> Iterator[Event]: ...
 
 #: Added to the observation of a code action :meth:`ChatSession.interrupt` stopped, so that the model
 #: knows the KeyboardInterrupt came from the user (Ctrl-C / Stop) and not from its own code.
@@ -70,7 +95,7 @@ class Executed:
 class CodeActions:
     """Runs code actions in a chat session's sandbox and observes them (see the module docstring)."""
 
-    def __init__(self, chat: ChatSession) -> None:
+    def __init__(self, chat: CodeActChat) -> None:
         self.chat = chat
 
     def execute(self, code: str, state: ActionState, step: Step,
@@ -185,7 +210,7 @@ class CodeActTurn:
 
     gives_answers = True
 
-    def __init__(self, chat: ChatSession, state: ActionState, output: OutputSpec | None, check: AnswerCheck) -> None:
+    def __init__(self, chat: CodeActChat, state: ActionState, output: OutputSpec | None, check: AnswerCheck) -> None:
         self.chat = chat
         self.state = state
         self.output = output

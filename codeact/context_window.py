@@ -280,9 +280,9 @@ def tokenizer_name(model: Any) -> str:
 
 
 def _cl100k() -> Any:
-    from .catalog._tokens import _encoding
+    from .catalog import cl100k_encoding
 
-    return _encoding()
+    return cl100k_encoding()
 
 
 def _cl100k_count(text: str) -> int | None:

@@ -46,6 +46,7 @@ before any sandbox starts.
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import keyword
 import reprlib
@@ -101,8 +102,7 @@ class OutputSpec:
     def __init__(self, output_type: Any) -> None:
         import pydantic
 
-        from .tools._render import format_annotation, is_structured, strip_annotated
-        from .tools._schema import clean_schema, inline_defs
+        from .tools import clean_schema, format_annotation, inline_defs, is_structured, strip_annotated
 
         self.type = output_type
         try:
@@ -212,7 +212,7 @@ class OutputSpec:
         Each is a ``dict`` subclass (the codec sends it as a plain dict): ``Report(region="EU")``, positional
         arguments in field order, attribute access. Names in ``reserved`` (tools) are left alone.
         """
-        from .tools._render import structured_fields
+        from .tools import structured_fields
 
         taken = set(reserved)
         defined: list[str] = []
@@ -283,7 +283,7 @@ class SchemaOutput(OutputSpec):
 
     def check(self, value: Any) -> tuple[Any, list[AnswerProblem]]:
         from .errors import ToolArgumentError
-        from .tools._json_schema import to_json
+        from .tools import to_json
 
         try:
             data = to_json(value, "")
@@ -433,7 +433,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 def _type_text(tp: Any) -> str:
     try:
-        from .tools._render import format_annotation
+        from .tools import format_annotation
 
         return format_annotation(tp)
     except Exception:
@@ -442,7 +442,7 @@ def _type_text(tp: Any) -> str:
 
 def _classes(output_type: Any) -> list[type]:
     """The dataclasses, models and TypedDicts the type uses, in order of first use (depth first)."""
-    from .tools._render import is_structured, strip_annotated, structured_fields
+    from .tools import is_structured, strip_annotated, structured_fields
 
     found: list[type] = []
 
@@ -483,7 +483,7 @@ def _class_stub(tp: type) -> str:
     """``class Report:`` with its docstring and annotated fields (descriptions as comments)."""
     import pydantic
 
-    from .tools._render import EMPTY, format_annotation, indent, structured_fields
+    from .tools import format_annotation, structured_fields
 
     descriptions: dict[str, str] = {}
     if issubclass(tp, pydantic.BaseModel):
@@ -494,11 +494,12 @@ def _class_stub(tp: type) -> str:
     doc = _docstring(tp)
     if doc:
         doc = _quoted(doc)
-        lines.append(f'    """{doc}"""' if "\n" not in doc else f'    """{indent(doc, "    ").lstrip()}\n    """')
+        indented = "\n".join("    " + line if line.strip() else "" for line in doc.splitlines())
+        lines.append(f'    """{doc}"""' if "\n" not in doc else f'    """{indented.lstrip()}\n    """')
     fields = structured_fields(tp)
     for name, annotation, default in fields:
         text = f"    {name}: {format_annotation(annotation)}"
-        if default is not EMPTY:
+        if default is not inspect.Parameter.empty:  # structured_fields' mark of a field without a default
             text += f" = {default}"
         if name in descriptions:
             text += f"  # {descriptions[name]}"

@@ -99,7 +99,8 @@ class PackageCache:
         self.max_bytes = max_bytes
         self.max_age = max_age
 
-    def _dir(self, name: str) -> Path:
+    def subdir(self, name: str) -> Path:
+        """The cache's directory ``name`` (``tmp``, ``locks``, ``envs``, ...), made when missing."""
         d = self.root / name
         d.mkdir(parents=True, exist_ok=True)
         return d
@@ -107,7 +108,7 @@ class PackageCache:
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:
         """An exclusive lock between processes of this host (an flock on ``locks/<name>``)."""
-        path = self._dir("locks") / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
+        path = self.subdir("locks") / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
         with open(path, "a+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
@@ -118,7 +119,7 @@ class PackageCache:
     @contextlib.contextmanager
     def try_lock(self, name: str) -> Iterator[bool]:
         """The lock of :meth:`lock` if it is free now (yields True), else yields False at once."""
-        path = self._dir("locks") / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
+        path = self.subdir("locks") / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
         with open(path, "a+") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -150,7 +151,7 @@ class PackageCache:
     # --- resolutions -----------------------------------------------------------------------
 
     def get_resolution(self, key: str, max_age: float) -> list[pip.Pick] | None:
-        path = self._dir("resolutions") / f"{key}.json"
+        path = self.subdir("resolutions") / f"{key}.json"
         try:
             data = json.loads(path.read_text())
             if time.time() - float(data["created"]) > max_age:
@@ -161,7 +162,7 @@ class PackageCache:
 
     def put_resolution(self, key: str, picks: Sequence[pip.Pick]) -> None:
         data = {"created": time.time(), "picks": [asdict(p) for p in picks]}
-        self._write_atomic(self._dir("resolutions") / f"{key}.json", json.dumps(data).encode())
+        self._write_atomic(self.subdir("resolutions") / f"{key}.json", json.dumps(data).encode())
 
     # --- wheels ---------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class PackageCache:
 
     def _download(self, picks: Sequence[pip.Pick], target: pip.Target, sources: pip.Sources
                   ) -> dict[str, tuple[Path, str]]:
-        tmp = Path(tempfile.mkdtemp(prefix="download-", dir=self._dir("tmp")))
+        tmp = Path(tempfile.mkdtemp(prefix="download-", dir=self.subdir("tmp")))
         try:
             pip.download(picks, target, sources, tmp)
             out = {}
@@ -245,7 +246,7 @@ class PackageCache:
 
     def unpacked(self, sha256: str, wheel: Path) -> tuple[Path, int]:
         """The unpacked tar of a cached wheel (made once) and its installed size."""
-        d = self._dir("unpacked")
+        d = self.subdir("unpacked")
         tar, meta = d / f"{sha256}.tar", d / f"{sha256}.json"
         try:
             installed = int(json.loads(meta.read_text())["installed_bytes"])
@@ -262,7 +263,7 @@ class PackageCache:
 
     def bundle(self, name: str, wheels: Sequence[CachedWheel]) -> Path:
         """One tar of ``wheels`` under the directory ``name`` (made once): what is copied into a sandbox."""
-        return self._made_once(self._dir("bundles") / f"{name}.tar", "bundle-" + name,
+        return self._made_once(self.subdir("bundles") / f"{name}.tar", "bundle-" + name,
                                lambda f: prefixed_tar([w.tar for w in wheels], name, f))
 
     def bytecode(self, name: str) -> Path | None:
@@ -276,12 +277,12 @@ class PackageCache:
     def make_bytecode(self, name: str, write: Callable[[IO[bytes]], object]) -> Path:
         """The bytecode tar of the bundle ``name``, made once by ``write`` (another process making it is waited
         for); a ``write`` that raises leaves nothing behind."""
-        return self._made_once(self._dir("bytecode") / f"{name}.tar", "bytecode-" + name, write)
+        return self._made_once(self.subdir("bytecode") / f"{name}.tar", "bytecode-" + name, write)
 
     # --- materialised environments of the local backend -----------------------------------------
 
     def local_env(self, env_hash: str) -> Path:
-        return self._dir("envs") / env_hash
+        return self.subdir("envs") / env_hash
 
     # --- leases and eviction -----------------------------------------------------------------------
 
@@ -303,7 +304,7 @@ class PackageCache:
         """(wheel keys, bundle/environment names) held by live leases; None when a lease could not be read."""
         wheels: set[str] = set()
         names: set[str] = set()
-        for path in self._dir("leases").glob("*.json"):
+        for path in self.subdir("leases").glob("*.json"):
             try:
                 f = open(path, "r+")  # noqa: SIM115  # apart from its `with` below: its errors are told apart
             except FileNotFoundError:
@@ -487,7 +488,7 @@ class CacheLease:
 
     def __init__(self, cache: PackageCache) -> None:
         self.cache = cache
-        self.path = cache._dir("leases") / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+        self.path = cache.subdir("leases") / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
         self.wheels: set[str] = set()
         self.names: set[str] = set()
         self._file: IO[str] | None = None

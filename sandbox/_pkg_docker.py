@@ -332,7 +332,7 @@ class DockerPackageBackend:
                     raise PackageInstallError("internal", f"compiling {batch} took over {_COMPILE_TIMEOUT:.0f} s")
                 time.sleep(0.2)
             # A file that did not compile (a syntax error) is only left out: exit status 1 is no failure.
-            with tempfile.TemporaryDirectory(dir=self.cache._dir("tmp")) as tmp:
+            with tempfile.TemporaryDirectory(dir=self.cache.subdir("tmp")) as tmp:
                 compiled = Path(tmp, "compiled.tar")
                 with compiled.open("wb") as f:
                     try:

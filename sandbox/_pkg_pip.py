@@ -64,9 +64,9 @@ _UNREACHABLE = ("Max retries exceeded", "NewConnectionError", "ConnectTimeoutErr
 #: Tokens of pip's output that may go into a message: names, versions, specifiers (no $, {, %, quotes, /).
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 _VERSION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.+!*_-]{0,62}[A-Za-z0-9*])?$")
-_REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(?:\[[A-Za-z0-9._,-]{1,200}\])?"
-                          r"(?:(?:===|==|!=|<=|>=|~=|<|>)[A-Za-z0-9.+!*_-]{1,64}"
-                          r"(?:,(?:===|==|!=|<=|>=|~=|<|>)[A-Za-z0-9.+!*_-]{1,64}){0,15})?$")
+REQUIREMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}(?:\[[A-Za-z0-9._,-]{1,200}\])?"
+                         r"(?:(?:===|==|!=|<=|>=|~=|<|>)[A-Za-z0-9.+!*_-]{1,64}"
+                         r"(?:,(?:===|==|!=|<=|>=|~=|<|>)[A-Za-z0-9.+!*_-]{1,64}){0,15})?$")
 
 @dataclass(frozen=True)
 class Target:
@@ -279,7 +279,7 @@ def _requirement_args(requirements: Sequence[str]) -> list[str]:
     """Requirements as pip arguments: canonical ``name[extras]specifiers`` only (see parse_requirements)."""
     out = []
     for r in requirements:
-        if not _REQUIREMENT.fullmatch(r):
+        if not REQUIREMENT.fullmatch(r):
             raise PipFailure("internal", "the host refused a requirement it did not recognise")
         out.append(r)
     return out
@@ -453,7 +453,7 @@ def _requirement_rebuilt(text: str) -> str | None:
         return None
     extras = f"[{','.join(sorted(_canonical(e) for e in req.extras))}]" if req.extras else ""
     out = f"{_canonical(req.name)}{extras}{','.join(sorted(str(s) for s in req.specifier))}"
-    return out if _REQUIREMENT.fullmatch(out) and not req.url else None
+    return out if REQUIREMENT.fullmatch(out) and not req.url else None
 
 
 def _conflict_causes(text: str, requirements: Sequence[str], constraints: Sequence[str]) -> list[str]:

@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Protocol
 
 from .hostfiles import UnsafePath, check_relative_path
 
@@ -192,12 +192,37 @@ def coalesce(chunks: Iterator[bytes], size: int) -> Iterator[bytes]:
         yield bytes(pending)
 
 
+class SnapshotFiles(Protocol):
+    """A session's files and staging directory, as a snapshot moves them (see :class:`DockerFiles`,
+    :class:`LocalFiles`)."""
+
+    #: Where the kernel writes the pickled variables, and reads them back from, as the kernel names it.
+    staging: str
+
+    def read_workspace(self, out: IO[bytes], budget: Budget, skipped: list[tuple[str, str]]) -> list[tuple[str, int]]:
+        """The working directory's regular files as a tar on ``out``; (path, size) of each kept."""
+        ...
+
+    def read_blobs(self, wanted: set[str], budget: Budget, write: Callable[[str, IO[bytes], int], None]) -> set[str]:
+        """Hand each wanted blob of the staging directory to ``write``; the names found."""
+        ...
+
+    def write_workspace(self, tar: IO[bytes]) -> None:
+        """Unpack ``tar`` (checked, re-packed by the host) into the working directory."""
+        ...
+
+    def write_blobs(self, blobs: list[tuple[str, Callable[[], IO[bytes]], int]]) -> None:
+        """Copy (name, opener, size) blobs into the staging directory."""
+        ...
+
+
 class DockerFiles:
     """A Docker session's files, through the engine's archive API."""
 
-    def __init__(self, sandbox: Any) -> None:
-        self.kernel = sandbox._kernel
-        self.workdir = sandbox.workdir
+    def __init__(self, kernel: Any, workdir: str) -> None:
+        """``kernel``: the session's :class:`~sandbox.container.DockerKernel` (its engine client, container, uid)."""
+        self.kernel = kernel
+        self.workdir = workdir
         self.staging = f"{self.workdir}/{STAGING}"
 
     def _stream(self, path: str) -> Iterator[bytes]:
@@ -236,9 +261,10 @@ class DockerFiles:
 class LocalFiles:
     """A local session's files, on this machine (its working directory and private directory)."""
 
-    def __init__(self, sandbox: Any) -> None:
-        self.workdir = sandbox.workdir
-        self.staging = os.path.join(sandbox._local.private, STAGING)
+    def __init__(self, workdir: str, private: str) -> None:
+        """``private``: the session's private directory on this machine (the staging directory goes there)."""
+        self.workdir = workdir
+        self.staging = os.path.join(private, STAGING)
 
     def read_workspace(self, out: IO[bytes], budget: Budget, skipped: list[tuple[str, str]]) -> list[tuple[str, int]]:
         with tempfile.TemporaryFile() as spool:
@@ -302,6 +328,3 @@ class LocalFiles:
                 while chunk := src.read(CHUNK):
                     dst.write(chunk)
 
-
-def files_of(sandbox: Any) -> DockerFiles | LocalFiles:
-    return DockerFiles(sandbox) if sandbox.backend == "docker" else LocalFiles(sandbox)

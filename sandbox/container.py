@@ -43,7 +43,7 @@ import time
 import uuid
 import warnings
 from pathlib import PurePosixPath
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _podman
 from ._labels import LABEL, owner_labels, process_start_time
@@ -58,6 +58,9 @@ from .hostfiles import UnsafePath, check_relative_path
 from .kernel import KernelSandbox
 from .limits import Limits
 from .network import PROXY_PORT, NetworkLog, NetworkPolicy, NetworkProxy, NetworkRecord
+
+if TYPE_CHECKING:
+    from ._snapshot_io import DockerFiles
 
 WORKDIR = "/workspace"
 SANDBOX_UID = 1000
@@ -619,6 +622,12 @@ class DockerSandbox(KernelSandbox):
         super().__init__(process, functions, timeout=timeout, output_limit=output_limit,
                          function_timeout=function_timeout, max_run_time=max_run_time, limits=limits,
                          start_timeout=start_timeout)
+
+    def snapshot_files(self) -> DockerFiles:
+        """The session's files and snapshot staging directory, through the engine's archive API."""
+        from ._snapshot_io import DockerFiles
+
+        return DockerFiles(self._kernel, self.workdir)
 
     @property
     def network_policy(self) -> NetworkPolicy | None:

@@ -130,7 +130,7 @@ class EnginePool:
         with self._lock:
             warm, state.warm = state.warm, []
         for sb in warm:
-            sb._on_close.clear()
+            sb.close_callbacks.clear()
             sb.close()
 
     # --- handing out sessions ------------------------------------------------------------
@@ -164,7 +164,7 @@ class EnginePool:
                 surplus = state.warm.pop()  # a warm session of other options gives its place up
             state.sessions += 1
         if surplus is not None:
-            surplus._on_close.clear()
+            surplus.close_callbacks.clear()
             surplus.close()
         self._wake.set()  # refill
         if sb is not None:
@@ -193,7 +193,7 @@ class EnginePool:
                     state.sessions -= 1
                 self._wake.set()
 
-        sb._on_close.append(release)
+        sb.close_callbacks.append(release)
         return sb
 
     def status(self) -> list[dict[str, Any]]:

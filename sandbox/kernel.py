@@ -36,12 +36,14 @@ import base64
 import binascii
 import contextlib
 import json
+import os
 import signal
 import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from . import _jupyter
 from ._transport import Connection, Stream
@@ -62,6 +64,13 @@ from .result import (
     strip_ansi,
 )
 from .runtime import sandbox_wire as wire
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from ._snapshot_io import SnapshotFiles
+    from .packages import SessionPackages
+    from .snapshot import RestoreReport, Snapshot, SnapshotStore
 
 #: What the runtime writes to the kernel's own stderr once it is up (see sandbox_runtime.READY_MARKER).
 READY_MARKER = "sandbox-runtime: kernel ready"
@@ -360,7 +369,7 @@ class KernelSandbox:
         self._requests = _jupyter.Requests()
         self._closed = False
         #: Called once when the session closes (an engine pool releases its slot here).
-        self._on_close: list[Callable[[], None]] = []
+        self.close_callbacks: list[Callable[[], None]] = []
         self._lock = threading.RLock()  # one run at a time per session
         self._sup: Connection | None = None  # the supervisor's stream
         self._kern: Connection | None = None  # the current kernel's call stream
@@ -560,7 +569,7 @@ class KernelSandbox:
             f"__sr.configure(output_limit={int(self.output_limit)!r}, max_payload={int(self.limits.max_payload)!r})\n"
             "del __sr\n"
         )
-        reply = self._execute_silent(code, max(deadline - time.monotonic(), 5.0))
+        reply = self.execute_silent(code, max(deadline - time.monotonic(), 5.0))
         if reply.get("status") != "ok":
             raise KernelStartError("the sandbox runtime failed to load in the kernel: "
                                    f"{_jupyter.text_field(reply, 'evalue', str(reply))[:500]}")
@@ -751,18 +760,46 @@ class KernelSandbox:
             execution.done.set()
         return execution
 
-    def _execute_silent(self, code: str, timeout: float,
-                        user_expressions: dict[str, str] | None = None) -> dict[str, Any]:
-        """Run bookkeeping code: no history, no output; the shell reply's content is returned."""
+    # --- bookkeeping in the kernel (sandbox.snapshot's interface, see SnapshotKernel there) ----------
+
+    @contextlib.contextmanager
+    def exclusive_kernel(self) -> Iterator[None]:
+        """Hold the session (no run, no other bookkeeping meanwhile) with its kernel up: started, or restarted
+        when it had stopped. Raises :class:`~sandbox.errors.SandboxClosed` on a closed session."""
+        with self._lock:
+            self._check_open()
+            self._ensure_kernel()
+            yield
+
+    def start_silent(self, code: str,
+                     user_expressions: dict[str, str] | None = None) -> Callable[[float], dict[str, Any]]:
+        """Start bookkeeping code in the kernel (no history, no output) and return at once, inside
+        :meth:`exclusive_kernel`. The function returned waits at most its argument's seconds for the shell
+        reply and returns its content; it raises :class:`~sandbox.errors.KernelStartError` when the kernel does
+        not answer in time or stopped (then call :meth:`interrupt_and_settle`)."""
         execution = self._start_execute(code, user=False, user_expressions=user_expressions)
-        try:
-            if not execution.done.wait(max(timeout, 0.1)):
-                raise KernelStartError(f"the kernel did not answer within {timeout:g} s")
-            if execution.reply is None:
-                raise KernelStartError(f"the kernel stopped: {self._start_failure_detail()}")
-            return execution.reply
-        finally:
-            self._exec = None
+
+        def wait(timeout: float) -> dict[str, Any]:
+            try:
+                if not execution.done.wait(max(timeout, 0.1)):
+                    raise KernelStartError(f"the kernel did not answer within {timeout:g} s")
+                if execution.reply is None:
+                    raise KernelStartError(f"the kernel stopped: {self._start_failure_detail()}")
+                return execution.reply
+            finally:
+                self._exec = None
+
+        return wait
+
+    def execute_silent(self, code: str, timeout: float,
+                       user_expressions: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run bookkeeping code in the kernel (no history, no output) inside :meth:`exclusive_kernel`; the shell
+        reply's content. Raises as :meth:`start_silent`'s waiting does."""
+        return self.start_silent(code, user_expressions)(timeout)
+
+    def snapshot_files(self) -> SnapshotFiles:
+        """The session's working directory and snapshot staging directory, as a snapshot moves them."""
+        raise NotImplementedError(f"the {self.backend!r} backend has no files a snapshot can move")
 
     # --- public API -------------------------------------------------------------------------
 
@@ -916,7 +953,7 @@ class KernelSandbox:
                     # Ctrl-C on the host: stop the code in the kernel too, so the session
                     # is idle and consistent when the caller catches the interrupt.
                     self._exec = None
-                    self._settle_after_host_interrupt()
+                    self.interrupt_and_settle()
                     raise
                 finally:
                     self._exec = None
@@ -1040,7 +1077,7 @@ class KernelSandbox:
                 # The code failed, so the listing that rode on its request was not made: ask again.
                 with contextlib.suppress(KernelStartError):
                     result.files = self._parse_listing(
-                        self._execute_silent("", LISTING_RETRY_TIMEOUT, user_expressions={"files": _LIST_FILES}))
+                        self.execute_silent("", LISTING_RETRY_TIMEOUT, user_expressions={"files": _LIST_FILES}))
         return result
 
     def _time_left(self, execution: _Execution, limit: float | None) -> float:
@@ -1069,11 +1106,14 @@ class KernelSandbox:
         if not self._closed and self._state == "ready":
             self._interrupt()
 
-    def _settle_after_host_interrupt(self) -> None:
+    def interrupt_and_settle(self) -> None:
+        """After code the host gave up waiting for (a run past its time, see also :meth:`start_silent`): interrupt
+        it and wait for the kernel to be idle again, or restart the kernel (its variables are then lost) when it
+        does not obey."""
         self._dispatcher.abandon_all(None)
         try:
             self._interrupt()
-            reply = self._execute_silent("", self.interrupt_grace + 2.0)  # queued behind the interrupted cell
+            reply = self.execute_silent("", self.interrupt_grace + 2.0)  # queued behind the interrupted cell
             if reply.get("status") not in ("ok", "error"):
                 raise KernelStartError("no answer")
         except BaseException:
@@ -1092,7 +1132,7 @@ class KernelSandbox:
         answer): only a restart stops those.
         """
         try:
-            reply = self._execute_silent(
+            reply = self.execute_silent(
                 "", 5.0, user_expressions={"threads": "__import__('sandbox_runtime').after_interrupt()"})
             value = reply.get("user_expressions", {}).get("threads", {})
             text = value.get("data", {}).get("text/plain", "") if isinstance(value, dict) else ""
@@ -1107,7 +1147,7 @@ class KernelSandbox:
         with self._lock:
             self._check_open()
             self._ensure_kernel()
-            reply = self._execute_silent("", 30.0, user_expressions={"files": _LIST_FILES})
+            reply = self.execute_silent("", 30.0, user_expressions={"files": _LIST_FILES})
             files = self._parse_listing(reply)
             if files is None:
                 raise FileTransferError("the sandbox did not answer the file listing with a valid list")
@@ -1189,7 +1229,7 @@ class KernelSandbox:
         finally:
             self._dispatcher.close()
             self._finalizer()
-            for callback in self._on_close:
+            for callback in self.close_callbacks:
                 with contextlib.suppress(Exception):
                     callback()
 
@@ -1200,9 +1240,12 @@ class KernelSandbox:
     # --- durable sessions (sandbox.snapshot) --------------------------------------------------
 
     #: What :meth:`restore` brought back (a :class:`sandbox.snapshot.RestoreReport`), on restored sessions.
-    restored: Any = None
+    restored: RestoreReport | None = None
+    #: The session's packages (:class:`sandbox.packages.SessionPackages`) on backends that install any.
+    packages: SessionPackages | None = None
 
-    def snapshot(self, *, since: Any = None, store: Any = None, timeout: float = 300.0, delta: bool = False) -> Any:
+    def snapshot(self, *, since: Snapshot | None = None, store: SnapshotStore | str | os.PathLike[str] | None = None,
+                 timeout: float = 300.0, delta: bool = False) -> Snapshot:
         """Save this session (files, variables, packages, working directory) to one file; returns a Snapshot.
 
         ``since=`` an earlier snapshot of this session saves incrementally:
@@ -1226,7 +1269,7 @@ class KernelSandbox:
         return take(self, since=since, store=store, timeout=timeout, delta=delta)
 
     @classmethod
-    def restore(cls, snapshot: Any, functions: Any = (), **options: Any) -> Any:
+    def restore(cls, snapshot: Snapshot | str | os.PathLike[str], functions: Any = (), **options: Any) -> Self:
         """A new, started session of this backend holding ``snapshot`` (a Snapshot or a snapshot file's path).
 
         ``options`` are the constructor's (``engine=``, ``memory=``,

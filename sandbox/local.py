@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ._labels import process_start_time
 from ._transport import PipeStream, Stream
@@ -40,6 +40,9 @@ from .hostfiles import UnsafePath, check_relative_path, read_confined, write_con
 from .kernel import KERNEL_CODE, KernelSandbox
 from .limits import Limits
 from .result import FileInfo
+
+if TYPE_CHECKING:
+    from ._snapshot_io import LocalFiles
 
 #: Environment variables passed to the kernel; everything else is dropped.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "SYSTEMROOT")
@@ -249,6 +252,12 @@ class LocalSandbox(KernelSandbox):
         self._dirs_finalizer = weakref.finalize(self, _remove_dirs, [private] + ([directory] if own_workdir else []))
 
     # --- files ------------------------------------------------------------------------------
+
+    def snapshot_files(self) -> LocalFiles:
+        """The session's files and snapshot staging directory (in its private directory), on this machine."""
+        from ._snapshot_io import LocalFiles
+
+        return LocalFiles(self.workdir, self._local.private)
 
     def list_files(self) -> list[FileInfo]:
         # The files are on this machine: no need to ask the kernel.

@@ -131,7 +131,7 @@ def parse_requirements(requirements: Iterable[Any]) -> list[tuple[str, str]]:
         name = canonical_name(req.name)
         extras = f"[{','.join(sorted(canonical_name(e) for e in req.extras))}]" if req.extras else ""
         canon = f"{name}{extras}{','.join(sorted(str(s) for s in req.specifier))}"
-        if not pip._REQUIREMENT.fullmatch(canon):  # the resolver's own check, made here with a clear message
+        if not pip.REQUIREMENT.fullmatch(canon):  # the resolver's own check, made here with a clear message
             raise PackageInstallError("invalid", f"{text!r} is not a package requirement: {_GRAMMAR}")
         if (canon, name) not in out:
             out.append((canon, name))
@@ -598,10 +598,13 @@ class SessionPackages:
         kernel (the in-sandbox ``install()`` does that); new kernels see them
         at start.
         """
-        record, _ = self._install(list(requirements), source)
+        record, _ = self.install_batch(list(requirements), source=source)
         return record
 
-    def _install(self, requirements: list[Any], source: str) -> tuple[InstallRecord, str]:
+    def install_batch(self, requirements: list[Any], *, source: str) -> tuple[InstallRecord, str]:
+        """Install ``requirements`` (as :meth:`install`; ``source`` "runtime" is refused when the policy turns
+        installs from the sandbox off): the record, and the new batch's path in the sandbox ("" when nothing
+        new was needed), which the running kernel adds with ``sandbox_runtime.use_packages``."""
         started = time.perf_counter()
         # As the sandbox sent them (records of refused requests keep them): bounded, control characters replaced.
         shown = tuple("".join(c if c.isprintable() else "?" for c in str(r)[:MAX_REQUIREMENT_LENGTH])
@@ -669,7 +672,7 @@ class SessionPackages:
             if not isinstance(requirements, (list, tuple)):
                 return _failure(PackageInstallError("invalid", "install() takes package names as strings"))
             try:
-                record, path = self._install(list(requirements)[: MAX_REQUIREMENTS + 1], "runtime")
+                record, path = self.install_batch(list(requirements)[: MAX_REQUIREMENTS + 1], source="runtime")
             except PackageInstallError as exc:
                 return _failure(exc)
             return {"ok": True, "path": path,

@@ -66,15 +66,20 @@ import time
 import uuid
 import zipfile
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from . import _jupyter
-from ._snapshot_io import STAGING, Budget, TooLarge, files_of, repack
+from ._snapshot_io import STAGING, Budget, SnapshotFiles, TooLarge, repack
 from ._snapshot_manifest import (MAX_MANIFEST_BYTES, Manifest, ManifestError, VariableInfo, parse_json, printable,
                                  validate)
 from .errors import KernelStartError, SandboxError
+from .limits import Limits
+
+if TYPE_CHECKING:
+    from .packages import SessionPackages
 
 #: The snapshot file format this version writes for a delta (a whole snapshot is written as format 1, which
 #: older versions read too). Files of a format not in READABLE_FORMATS are refused.
@@ -98,12 +103,78 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}(\.[A-Za-z_][A-Za-z0-9_]{0,99}
 _HEADER = "snapshot.json"
 _WORKSPACE = "workspace.tar"
 
-__all__ = ["FORMAT_VERSION", "Manifest", "RestoreReport", "Snapshot", "SnapshotError", "SnapshotStore",
-           "VariableInfo", "restore", "take"]
+__all__ = ["FORMAT_VERSION", "Manifest", "RestoreReport", "Snapshot", "SnapshotError", "SnapshotKernel",
+           "SnapshotStore", "VariableInfo", "restore", "take"]
 
 
 class SnapshotError(SandboxError):
     """A snapshot could not be made, read or restored; the message says why and what to do."""
+
+
+class SnapshotKernel(Protocol):
+    """What saving and restoring need of a session: :class:`~sandbox.kernel.KernelSandbox` has it.
+
+    The kernel's half (``sandbox_snapshot`` in the runtime) is called with
+    bookkeeping code while the session is held with :meth:`exclusive_kernel`;
+    the files and the pickled variables move through :meth:`snapshot_files`.
+    """
+
+    #: What :func:`restore_into` brought back, once it has.
+    restored: RestoreReport | None
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: only ``"docker"`` and ``"local"`` sessions save and restore."""
+        ...
+
+    @property
+    def workdir(self) -> str:
+        """The working directory, as the kernel names it."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """The session's limits (a snapshot's size is ``max_snapshot_bytes``)."""
+        ...
+
+    @property
+    def packages(self) -> SessionPackages | None:
+        """The session's installed packages, when it can install any."""
+        ...
+
+    def start(self) -> object:
+        """Start the session's kernel now."""
+        ...
+
+    def close(self) -> None:
+        """End the session."""
+        ...
+
+    def exclusive_kernel(self) -> AbstractContextManager[None]:
+        """Hold the session (nothing else runs in it meanwhile) with its kernel up."""
+        ...
+
+    def start_silent(self, code: str,
+                     user_expressions: dict[str, str] | None = None) -> Callable[[float], dict[str, Any]]:
+        """Start bookkeeping code; the function returned waits for its reply (KernelStartError when none)."""
+        ...
+
+    def execute_silent(self, code: str, timeout: float,
+                       user_expressions: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run bookkeeping code and return its reply (KernelStartError when none)."""
+        ...
+
+    def interrupt_and_settle(self) -> None:
+        """Interrupt code the host gave up waiting for, and wait for the kernel to be idle (or restart it)."""
+        ...
+
+    def snapshot_files(self) -> SnapshotFiles:
+        """The session's working directory and staging directory, as a snapshot moves them."""
+        ...
+
+
+#: A session class :func:`restore` makes.
+K = TypeVar("K", bound=SnapshotKernel)
 
 
 @functools.cache  # importlib.metadata reads the installed distributions: 4 ms of every save
@@ -512,30 +583,23 @@ def _write_atomically(directory: Path, snapshot_id: str, fill: Callable[[zipfile
 # --- the kernel's half, called with a JSON argument -----------------------------------------------------
 
 
-def _call(sb: Any, function: str, spec: dict[str, Any], timeout: float, what: str) -> Any:
+def _call(sb: SnapshotKernel, function: str, spec: dict[str, Any], timeout: float, what: str) -> Any:
     """Run ``sandbox_snapshot.<function>(spec)`` in the kernel; its JSON answer (untrusted, only parsed)."""
     return _finish(sb, _begin(sb, function, spec), timeout, what)
 
 
-def _begin(sb: Any, function: str, spec: dict[str, Any]) -> Any:
+def _begin(sb: SnapshotKernel, function: str, spec: dict[str, Any]) -> Callable[[float], dict[str, Any]]:
     """Start ``sandbox_snapshot.<function>(spec)`` in the kernel and return at once; :func:`_finish` waits for it."""
     expression = f"__import__('sandbox_snapshot').{function}({json.dumps(spec)!r})"
-    return sb._start_execute("", user=False, user_expressions={"r": expression})
+    return sb.start_silent("", user_expressions={"r": expression})
 
 
-def _finish(sb: Any, execution: Any, timeout: float, what: str) -> Any:
+def _finish(sb: SnapshotKernel, waiting: Callable[[float], dict[str, Any]], timeout: float, what: str) -> Any:
     """The JSON answer of a call :func:`_begin` started (untrusted, only parsed)."""
     try:
-        try:
-            if not execution.done.wait(max(timeout, 0.1)):
-                raise KernelStartError(f"the kernel did not answer within {timeout:g} s")
-            if execution.reply is None:
-                raise KernelStartError(f"the kernel stopped: {sb._start_failure_detail()}")
-            reply = execution.reply
-        finally:
-            sb._exec = None
+        reply = waiting(timeout)
     except KernelStartError as exc:
-        sb._settle_after_host_interrupt()
+        sb.interrupt_and_settle()
         raise SnapshotError(f"the sandbox did not finish {what} within {timeout:g} s ({exc}); the code was "
                             "interrupted. A variable whose pickling never ends can cause this: delete it, or "
                             "pass a longer timeout=") from None
@@ -555,18 +619,15 @@ def _finish(sb: Any, execution: Any, timeout: float, what: str) -> Any:
         raise SnapshotError(f"the sandbox's answer while {what} is malformed ({type(exc).__name__})") from None
 
 
-def _staging_dir(sb: Any) -> str:
-    return files_of(sb).staging
-
-
-def _check_backend(sb: Any) -> None:
-    if getattr(sb, "backend", None) not in ("docker", "local"):
-        raise SnapshotError(f"the {getattr(sb, 'backend', '?')!r} backend cannot save or restore sessions; "
+def _check_backend(sb: SnapshotKernel) -> None:
+    if sb.backend not in ("docker", "local"):
+        raise SnapshotError(f"the {sb.backend!r} backend cannot save or restore sessions; "
                             "use the docker (or local) backend")
 
 
-def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str | os.PathLike[str] | None = None,
-         timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, delta: bool = False) -> Snapshot:
+def take(sb: SnapshotKernel, *, since: Snapshot | None = None,
+         store: SnapshotStore | str | os.PathLike[str] | None = None, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
+         delta: bool = False) -> Snapshot:
     """Save the session ``sb`` to a new file in ``store``; see :meth:`KernelSandbox.snapshot`.
 
     ``delta`` (with ``since`` in the same store): the file holds only the
@@ -587,10 +648,8 @@ def take(sb: Any, *, since: Snapshot | None = None, store: SnapshotStore | str |
     as_delta = (delta and since is not None and since.depth + 1 <= MAX_DELTA_LINKS
                 and since.path.parent.resolve() == store.root.resolve())
     store.remove_partials()
-    with sb._lock:
-        sb._check_open()
-        sb._ensure_kernel()
-        io_ = files_of(sb)
+    with sb.exclusive_kernel():
+        io_ = sb.snapshot_files()
         token = _new_id()
         scan = _call(sb, "scan", {"since": since.id if since else None, "workdir": sb.workdir, "exclude": STAGING},
                      timeout, "scanning the session")
@@ -742,9 +801,9 @@ def _same(new: Manifest, old: Manifest) -> bool:
         [(v.name, v.blob, v.refs) for v in old.saved] and new.unsaved == old.unsaved and new.cwd == old.cwd
 
 
-def _packages(sb: Any) -> list[str]:
+def _packages(sb: SnapshotKernel) -> list[str]:
     """``name==version`` of every distribution added to the session (host-side records, not the sandbox's word)."""
-    packages = getattr(sb, "packages", None)
+    packages = sb.packages
     try:
         added = packages.added() if packages is not None else {}
     except Exception:
@@ -757,8 +816,8 @@ def current(snap: Snapshot | str | os.PathLike[str]) -> Snapshot:
     return snap._current() if isinstance(snap, Snapshot) else Snapshot.open(snap)
 
 
-def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
-            restore_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> Any:
+def restore(cls: Callable[..., K], snap: Snapshot | str | os.PathLike[str], functions: Any = (), *,
+            restore_timeout: float = DEFAULT_SNAPSHOT_TIMEOUT, **options: Any) -> K:
     """A new started session of ``cls`` holding ``snap``; see :meth:`KernelSandbox.restore`. ``options`` are
     the constructor's (``timeout=`` too: the session's time limit per run); ``restore_timeout`` bounds each
     step of loading the snapshot."""
@@ -778,7 +837,7 @@ def restore(cls: Any, snap: Snapshot | str | os.PathLike[str], functions: Any = 
     return sb
 
 
-def restore_into(sb: Any, snap: Snapshot, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
+def restore_into(sb: SnapshotKernel, snap: Snapshot, *, timeout: float = DEFAULT_SNAPSHOT_TIMEOUT,
                  install: bool = True) -> None:
     """Load ``snap`` (see :func:`current`) into ``sb``, a started session that has run nothing yet; sets
     ``sb.restored``. ``install``: the snapshot's packages are installed at run time (else ``sb`` was made
@@ -791,17 +850,17 @@ def restore_into(sb: Any, snap: Snapshot, *, timeout: float = DEFAULT_SNAPSHOT_T
         raise
 
 
-def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True) -> RestoreReport:
+def _restore_into(sb: SnapshotKernel, snap: Snapshot, timeout: float, install: bool = True) -> RestoreReport:
     notices: list[str] = []
-    io_ = files_of(sb)
-    with sb._lock:
-        sb._check_open()
-        sb._ensure_kernel()
+    io_ = sb.snapshot_files()
+    with sb.exclusive_kernel():
         if snap.packages and install:
             try:
-                _, path = sb.packages._install(list(snap.packages), "restore")
+                if sb.packages is None:
+                    raise SandboxError("this session cannot install packages")
+                _, path = sb.packages.install_batch(list(snap.packages), source="restore")
                 if path:  # the running kernel imports from it at once (later kernels get it at start)
-                    sb._execute_silent(f"__import__('sandbox_runtime').use_packages({[path]!r})", 60.0)
+                    sb.execute_silent(f"__import__('sandbox_runtime').use_packages({[path]!r})", 60.0)
             except SandboxError as exc:
                 notices.append(f"the packages were not re-installed ({printable(str(exc), 300)}); variables "
                                "that need them did not load")
@@ -848,7 +907,7 @@ def _restore_into(sb: Any, snap: Snapshot, timeout: float, install: bool = True)
                          snap.packages, tuple(notices))
 
 
-def _copy_files_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
+def _copy_files_in(io_: SnapshotFiles, snap: Snapshot, budget: Budget) -> None:
     """The snapshot's files into the working directory."""
     with _opened(snap) as chain, _holder(chain, _WORKSPACE).open(_WORKSPACE) as src, \
             tempfile.TemporaryFile() as clean:
@@ -862,7 +921,7 @@ def _copy_files_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
         io_.write_workspace(clean)
 
 
-def _copy_blobs_in(io_: Any, snap: Snapshot, budget: Budget) -> None:
+def _copy_blobs_in(io_: SnapshotFiles, snap: Snapshot, budget: Budget) -> None:
     """The snapshot's variables' blobs into the staging directory."""
     with _opened(snap) as chain:
         blobs = sorted({v.blob for v in snap.manifest.saved})

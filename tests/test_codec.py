@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandbox.runtime import sandbox_codec as codec
+from sandbox.runtime import sandbox_codec_decode as codec_decode
 from sandbox.runtime.sandbox_codec import CodecError, EncodeError, Opaque, ToolError
 
 RUNTIME_DIR = pathlib.Path(codec.__file__).parent
@@ -624,7 +625,7 @@ def test_huge_claims_fail_before_allocating():
 
 
 def _json_trees():
-    tags = st.sampled_from(sorted(codec._DECODERS) + ["ndarray", "bytes", "?"])
+    tags = st.sampled_from(sorted(codec_decode.DECODERS) + ["ndarray", "bytes", "?"])
     scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**65),
                         st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
                         st.sampled_from(["<f8", "|b1", "<M8[ns]", "O", "UTC", "Europe/Paris", "C",
@@ -1399,11 +1400,11 @@ def test_old_pandas_gets_nanosecond_datetimes():
 
     old = types.SimpleNamespace(__version__="1.5.3")
     arr = np.array(["2024-01-01T00:00:00.000001", "NaT"], dtype="M8[us]")
-    ns = codec._pd_nanoseconds(old, arr)
+    ns = codec_decode.pd_nanoseconds(old, arr)
     assert ns.dtype == np.dtype("M8[ns]") and np.array_equal(ns, arr, equal_nan=True)
     with pytest.raises(CodecError, match="range"):
-        codec._pd_nanoseconds(old, np.array(["3000-01-01"], dtype="M8[us]"))
-    assert codec._pd_nanoseconds(types.SimpleNamespace(__version__="2.2.3"), arr) is arr
+        codec_decode.pd_nanoseconds(old, np.array(["3000-01-01"], dtype="M8[us]"))
+    assert codec_decode.pd_nanoseconds(types.SimpleNamespace(__version__="2.2.3"), arr) is arr
 
 
 # --- bounds on what the decoder builds (security issue 18) ---------------------------------------------------------
@@ -1530,10 +1531,10 @@ def test_iana_zone_names_still_arrive_as_zones():
     for key in ("Europe/Paris", "UTC", "America/Argentina/Buenos_Aires"):
         value = dt.datetime(2024, 7, 1, 12, tzinfo=zoneinfo.ZoneInfo(key))
         assert same(rt(value), value)
-    assert codec._iana_zone("Europe/Paris") == "Europe/Paris"
+    assert codec_decode.iana_zone("Europe/Paris") == "Europe/Paris"
     for bad in ("dateutil/Europe/Paris", "/usr/share/zoneinfo/UTC", "Europe/../../../etc/passwd", "localtime",
                 "posix/../UTC", "", "x" * 1000, 5, None):
-        assert codec._iana_zone(bad) is None
+        assert codec_decode.iana_zone(bad) is None
 
 
 @needs_pandas

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from codeact import models as models_module
 from codeact.models import _openai as openai_model_module
-from codeact.catalog._tokens import _encoding
+from codeact.catalog import cl100k_encoding
 from codeact.context_window import (
     MESSAGE_OVERHEAD,
     TOOL_CALL_OVERHEAD,
@@ -54,7 +54,7 @@ def model_list_reads(server: OpenAITestServer) -> int:
 
 
 def cl100k(text: str) -> int:
-    return len(_encoding().encode(text, disallowed_special=()))
+    return len(cl100k_encoding().encode(text, disallowed_special=()))
 
 
 # --------------------------------------------------------------------------- a given window

@@ -13,6 +13,14 @@
   standard library, its sibling files (as top-level modules there, as ``sandbox.runtime.*`` on the
   host) and the kernel's own packages listed in ``KERNEL_PACKAGES``, nothing else.
 
+* No module uses another module's private names (a leading underscore, dunders aside): not
+  ``from m import _name`` (unless ``_name`` is a private submodule of the importer's own package), not a
+  private module ``_m`` of a package the importer is outside of (``codeact/output.py`` importing
+  ``codeact.tools._render``), not ``alias._name`` on a name an import of ``codeact``/``sandbox`` bound in
+  the file. A name another module needs gets a public spelling where it is defined (re-exported from the
+  package's ``__init__`` when another package needs it). Attributes of other libraries' objects
+  (``os._exit``, ipykernel's internals) are not ours to rename and are not checked.
+
 A failure lists each offending import with its file and line, so it says what to move.
 """
 
@@ -228,6 +236,118 @@ def describe(imports: Iterable[Import]) -> str:
     return "\n".join(f"    {i.where()}" for i in imports)
 
 
+# --- private names ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrivateUse:
+    """One use of another module's private name: ``name`` is the dotted name reached (``codeact.tools._render``,
+    ``codeact.agent._RunState``, ``sandbox.runtime.sandbox_codec_values._TAG``)."""
+
+    path: str  # relative to the tree's root
+    line: int
+    name: str
+    text: str  # the import statement or the attribute expression
+
+    @property
+    def key(self) -> str:
+        """How the allow-list names it: file and name, no line (lines move)."""
+        return f"{self.path}: {self.name}"
+
+    def where(self) -> str:
+        return f"{self.path}:{self.line}: {self.text}  ({self.name})"
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def _inside(package: str, owner: str) -> bool:
+    return package == owner or package.startswith(owner + ".")
+
+
+def private_uses(root: Path, packages: Sequence[str], script_dirs: Sequence[str] = ()) -> list[PrivateUse]:
+    """Every use, in the packages' modules, of a private name of another module (see the module's docstring)."""
+    modules = module_files(root, packages)
+    found: list[PrivateUse] = []
+    for module, path in modules.items():
+        siblings: dict[str, str] = {}
+        if any(path.parent == root / d for d in script_dirs):
+            siblings = {p.stem: f"{_package_of(module, path)}.{p.stem}" for p in path.parent.glob("*.py")
+                        if p.name != "__init__.py"}
+        found += _private_uses_of(module, path, path.relative_to(root).as_posix(), modules, packages, siblings)
+    return sorted(found, key=lambda u: (u.path, u.line, u.name))
+
+
+def _private_uses_of(module: str, path: Path, rel: str, modules: dict[str, Path], packages: Sequence[str],
+                     siblings: dict[str, str]) -> list[PrivateUse]:
+    package = _package_of(module, path)
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[PrivateUse] = []
+    bound: dict[str, str] = {}  # name an import of one of our modules binds in this file -> what it names
+
+    def ours(name: str) -> bool:
+        return name.partition(".")[0] in packages
+
+    def check_module(name: str, node: ast.AST, text: str) -> None:
+        """A private module of a package the importer is outside of."""
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if _private(part):
+                if not _inside(package, ".".join(parts[:i])):
+                    found.append(PrivateUse(rel, getattr(node, "lineno", 0), ".".join(parts[: i + 1]), text))
+                return
+
+    for node in ast.walk(tree):  # every statement: module level, functions, classes, TYPE_CHECKING blocks
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                head, _, rest = alias.name.partition(".")
+                name = siblings[head] + (f".{rest}" if rest else "") if head in siblings else alias.name
+                if ours(name):
+                    check_module(name, node, _statement(node))
+                    if alias.asname:
+                        bound[alias.asname] = name
+                    else:
+                        bound[head] = siblings.get(head, head)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base = ".".join(base_parts[: len(base_parts) - (node.level - 1)])
+                if node.module:
+                    base = f"{base}.{node.module}"
+            else:
+                head, _, rest = (node.module or "").partition(".")
+                base = siblings[head] + (f".{rest}" if rest else "") if head in siblings else node.module or ""
+            if not ours(base):
+                continue
+            text = _statement(node)
+            check_module(base, node, text)
+            for alias in node.names:
+                target = f"{base}.{alias.name}"
+                if target in modules:
+                    check_module(target, node, text)  # a submodule: private only to its own package
+                elif _private(alias.name):
+                    found.append(PrivateUse(rel, node.lineno, target, text))
+                if alias.name != "*":
+                    bound[alias.asname or alias.name] = target
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain = [node.attr]
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                chain.append(root.attr)
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                name = ".".join([bound[root.id], *reversed(chain)])
+                found.append(PrivateUse(rel, node.lineno, name, ast.unparse(node)))
+    return found
+
+
+#: Uses of private names that remain, as "file: dotted name" (see PrivateUse.key). Each entry is a debt: give the
+#: name a public home and delete the entry; an entry that no longer occurs fails the test until it is deleted.
+ALLOWED_PRIVATE_USES: frozenset[str] = frozenset()
+
+
 # --- the rules, over the real tree ---------------------------------------------------------------------------------
 
 
@@ -256,6 +376,19 @@ def test_the_runtime_imports_only_the_standard_library_and_itself(tree_imports: 
     if bad:
         pytest.fail(f"{RUNTIME}/* runs inside the kernel without the host packages: it may import the standard "
                     f"library, its sibling files and {sorted(KERNEL_PACKAGES)} only:\n" + describe(bad), pytrace=False)
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    uses = private_uses(REPO, PACKAGES, script_dirs=(RUNTIME,))
+    bad = [u for u in uses if u.key not in ALLOWED_PRIVATE_USES]
+    stale = sorted(ALLOWED_PRIVATE_USES - {u.key for u in uses})
+    if bad:
+        pytest.fail("A module uses another module's private names (give each a public name where it is defined, "
+                    "re-exported from its package's __init__ when another package needs it):\n"
+                    + "\n".join(f"    {u.where()}" for u in bad), pytrace=False)
+    if stale:
+        pytest.fail("ALLOWED_PRIVATE_USES lists uses that are gone; delete these entries:\n"
+                    + "\n".join(f"    {k}" for k in stale), pytrace=False)
 
 
 def test_the_checker_sees_every_module_and_resolves_relative_imports(tree_imports: list[Import]) -> None:
@@ -338,3 +471,36 @@ def test_forbidden_imports_are_found_in_functions_and_type_checking_blocks(tmp_p
     assert [i.where() for i in bad] == ["lib/rt/one.py:5: import numpy", "lib/rt/one.py:6: from lib import x"]
     # `import two` inside lib/rt is the sibling file, the same module as `from . import two` on the host.
     assert ("lib.rt.one", "lib.rt.two") in {(i.source, i.target) for i in imports if i.internal}
+
+
+def test_private_names_are_found_in_imports_and_on_imported_modules(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/a/__init__.py": "from ._impl import thing\nfrom . import _impl\n",  # its own private module: fine
+        "pkg/a/_impl.py": "thing = 1\n_hidden = 2\n",
+        "pkg/a/_other.py": "from ._impl import _hidden\n",
+        "pkg/b.py": textwrap.dedent("""\
+            from .a import _impl
+            from pkg.a._impl import thing
+            import pkg.a._impl as impl
+            from . import a
+            x = a._impl
+            def f(self):
+                import os
+                return impl._hidden, os._exit, a.__name__, self._x, thing._cache
+            """),
+        "pkg/rt/__init__.py": "",
+        "pkg/rt/one.py": "import two as _two\n_two._x\n",
+        "pkg/rt/two.py": "_x = 1\n",
+    })
+    found = [(u.path, u.line, u.name) for u in private_uses(root, ["pkg"], script_dirs=("pkg/rt",))]
+    assert found == [
+        ("pkg/a/_other.py", 1, "pkg.a._impl._hidden"),  # a private name, even from a sibling
+        ("pkg/b.py", 1, "pkg.a._impl"),  # a private module of a package b is not inside
+        ("pkg/b.py", 2, "pkg.a._impl"),
+        ("pkg/b.py", 3, "pkg.a._impl"),
+        ("pkg/b.py", 5, "pkg.a._impl"),  # through the package
+        ("pkg/b.py", 8, "pkg.a._impl._hidden"),  # on a module an import bound (os._exit is not ours)
+        ("pkg/b.py", 8, "pkg.a._impl.thing._cache"),  # on a name imported from our module
+        ("pkg/rt/one.py", 2, "pkg.rt.two._x"),  # a runtime sibling imported as a top-level module
+    ]

@@ -28,8 +28,7 @@ from typing import Any
 
 from ..messages import Message, ModelResponse, ToolCallRequest, Usage
 from ..models import estimate_tokens
-from ..react import observation_text
-from ..react._formats import python_literal
+from ..react import observation_text, python_literal
 from ._plan import FINAL_ANSWER, PlanTrace, TracedCall, run_plan
 from ._task import Oracle, Task, TaskContext
 

@@ -29,7 +29,8 @@ from ._catalog import Namespace, ToolCatalog, ToolEntry
 from ._disclosure import DEFAULT_TOOL_BUDGET, DISCLOSURES, Disclosure, check_disclosure, resolve_disclosure
 from ._helpers import HELPER_NAMES, catalog_functions
 from ._surface import ToolSurface
-from ._tokens import TOKENIZER, count_tokens, tokenizer_name
+from ._search import query_parts
+from ._tokens import TOKENIZER, cl100k_encoding, count_tokens, tokenizer_name
 
 __all__ = [
     "DEFAULT_TOOL_BUDGET",
@@ -43,7 +44,9 @@ __all__ = [
     "ToolSurface",
     "catalog_functions",
     "check_disclosure",
+    "cl100k_encoding",
     "count_tokens",
+    "query_parts",
     "resolve_disclosure",
     "tokenizer_name",
 ]

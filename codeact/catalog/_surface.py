@@ -95,8 +95,7 @@ class ToolSurface:
             extra.append(HELPER_STUBS)
             sections.append(on_demand_section(self.catalog))
         if self.skills is not None:
-            from ..skills import skills_section
-            from ..skills._session import SAVE_SKILL_STUB
+            from ..skills import SAVE_SKILL_STUB, skills_section
 
             extra.append(SAVE_SKILL_STUB)
             sections.append(skills_section(self.skills))

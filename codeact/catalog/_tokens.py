@@ -34,7 +34,7 @@ _SPECIAL = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>":
 
 
 @functools.lru_cache(maxsize=1)
-def _encoding() -> Any:
+def cl100k_encoding() -> Any:
     """The tiktoken ``Encoding`` (loaded once, about 0.3 s), or None without tiktoken."""
     try:
         import tiktoken
@@ -55,12 +55,12 @@ def _encoding() -> Any:
 
 def tokenizer_name() -> str:
     """``cl100k_base``, or ``chars/4`` when tiktoken is not installed."""
-    return TOKENIZER if _encoding() is not None else "chars/4"
+    return TOKENIZER if cl100k_encoding() is not None else "chars/4"
 
 
 def count_tokens(text: str) -> int:
     """Tokens of ``text`` (special-token text counts as ordinary text)."""
-    encoding = _encoding()
+    encoding = cl100k_encoding()
     if encoding is None:
         return (len(text) + 3) // 4
     return len(encoding.encode(text, disallowed_special=()))

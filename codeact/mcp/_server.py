@@ -240,7 +240,7 @@ class SandboxSessions:
 
     async def restore(self, session: _Session, snapshot_id: str) -> Any:
         """Replace the session's sandbox by a new one holding snapshot ``snapshot_id`` of the store; its report."""
-        from sandbox.snapshot import SnapshotError, restore
+        from sandbox.snapshot import SnapshotError
 
         snap = await asyncio.to_thread(self._store().get, snapshot_id)  # only ids of this store; validated
         if self.options.backend not in ("docker", "local"):
@@ -254,7 +254,7 @@ class SandboxSessions:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the CLI warned about an unsafe backend once, at start
-                new = await asyncio.to_thread(restore, factory, snap, (), **options)
+                new = await asyncio.to_thread(factory.restore, snap, (), **options)
         finally:
             self._starting.remove(session)
         await self.reset(session)

@@ -40,8 +40,7 @@ from typing import Any, AsyncIterator, Iterator, Literal, Mapping, Sequence
 
 from .. import telemetry
 from ..errors import ApprovalDenied, ConfigError, MCPServerError, ToolDefinitionError
-from ..tools import RunContext, Tool
-from ..tools._json_schema import python_name
+from ..tools import RunContext, Tool, python_name
 from ._config import MCPServerConfig, load_config, parse_config
 from ._connection import ServerConnection
 from ._results import convert_result, extension_for, is_result_wrapper, shown_output_schema, stand_in

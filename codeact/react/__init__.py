@@ -34,7 +34,7 @@ Example::
 from __future__ import annotations
 
 from ._agent import HOST, ReActAgent, ReActSession, observation_text
-from ._formats import FORMATS, ActionCall, ActionFormat, Decision, format_name, make_format
+from ._formats import FORMATS, ActionCall, ActionFormat, Decision, format_name, make_format, python_literal
 
 #: The agent kinds results and runs record, CodeAct first.
 AGENT_KINDS = ("codeact", *FORMATS.values())
@@ -51,4 +51,5 @@ __all__ = [
     "format_name",
     "make_format",
     "observation_text",
+    "python_literal",
 ]

@@ -29,7 +29,7 @@ Example::
 from __future__ import annotations
 
 from ._prompt import MAX_PROMPT_BLOCK, MAX_PROMPT_SKILLS, skills_section
-from ._session import SKILL_NAMES, SessionSkills, SkillApproval, SkillApprover, skill_functions
+from ._session import SAVE_SKILL_STUB, SKILL_NAMES, SessionSkills, SkillApproval, SkillApprover, skill_functions
 from ._store import (
     MAX_SKILL_BYTES,
     MAX_SKILLS,
@@ -47,6 +47,7 @@ __all__ = [
     "MAX_PROMPT_SKILLS",
     "MAX_SKILLS",
     "MAX_SKILL_BYTES",
+    "SAVE_SKILL_STUB",
     "SKILL_NAMES",
     "SessionSkills",
     "Skill",

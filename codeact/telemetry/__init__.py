@@ -38,12 +38,11 @@ from ..errors import ConfigError
 from ._env import INSTALL_HINT, capture_content_from_environment, enabled_by_environment
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._spans import RunTrace as RunTrace
-    from ._spans import Tracing
+    from ._spans import RunTrace, Tracing
 
 __all__ = ["configure", "tracing", "active", "shutdown", "start_run", "mcp_call", "enabled_by_environment",
            "capture_content_from_environment", "INSTALL_HINT", "span", "span_failed", "code_result",
-           "environment_for_workers"]
+           "environment_for_workers", "RunTrace", "Tracing"]
 
 _UNSET: Any = object()
 #: The process's tracing: _UNSET (not decided yet), None (off) or a Tracing.
@@ -52,7 +51,7 @@ _lock = threading.Lock()
 
 
 def tracing() -> Tracing | None:
-    """The process's :class:`~codeact.telemetry._spans.Tracing`, or None when tracing is off.
+    """The process's :class:`Tracing`, or None when tracing is off.
 
     Called once per run (not per step): the run keeps what it got. The first
     call decides from the environment; later ones only notice a global
@@ -143,7 +142,7 @@ def _from_global_provider() -> Tracing | None:
 
 
 def start_run(*, agent: str, run_id: str, model: Any, backend: str, task: str, redact: Any = None) -> Any:
-    """The run's :class:`~codeact.telemetry._spans.RunTrace` (its ``invoke_agent`` span started under the
+    """The run's :class:`RunTrace` (its ``invoke_agent`` span started under the
     current context), or None when tracing is off. The agents call it once per run."""
     t = tracing()
     if t is None:
@@ -279,3 +278,13 @@ def _server_kind() -> Any:
     from opentelemetry.trace import SpanKind
 
     return SpanKind.SERVER
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`RunTrace` and :class:`Tracing`, read on first use: their module needs OpenTelemetry (the ``otel``
+    extra), which this package does not import until tracing is on."""
+    if name in ("RunTrace", "Tracing"):
+        from . import _spans
+
+        return getattr(_spans, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

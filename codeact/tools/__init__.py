@@ -71,12 +71,17 @@ stub with the same signature whose calls come back to the host.
 
 from __future__ import annotations
 
-from ._context import RunContext
-from ._context import RunHooks as RunHooks  # for the agent loops (not the public API)
-from ._context import run_hooks as run_hooks
-from ._execution import to_daemon_thread as to_daemon_thread
+from typing import TYPE_CHECKING, Any
+
+from ._context import RunContext, RunHooks, run_hooks
+from ._execution import to_daemon_thread
 from ._loading import load_tools
+from ._render import format_annotation, is_structured, strip_annotated, structured_fields
+from ._schema import clean_schema, inline_defs
 from ._tool import Tool, ensure_tools, tool
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._json_schema import python_name, to_json
 
 __all__ = [
     "RunContext",
@@ -84,4 +89,28 @@ __all__ = [
     "tool",
     "ensure_tools",
     "load_tools",
+    # For the agents: what a running agent offers the tool being called, and how a sync tool runs from async code.
+    "RunHooks",
+    "run_hooks",
+    "to_daemon_thread",
+    # For what else describes Python types and JSON schemas to a model (output types, MCP tools).
+    "clean_schema",
+    "format_annotation",
+    "inline_defs",
+    "is_structured",
+    "python_name",
+    "strip_annotated",
+    "structured_fields",
+    "to_json",
 ]
+
+#: Names read from ``_json_schema`` on first use (only schema-described tools need it).
+_JSON_SCHEMA_NAMES = frozenset({"python_name", "to_json"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _JSON_SCHEMA_NAMES:
+        from . import _json_schema
+
+        return getattr(_json_schema, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

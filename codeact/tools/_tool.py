@@ -254,6 +254,15 @@ class Tool(Generic[P, R]):
         """
         return self._interface.bind(args, kwargs)
 
+    def calling(self, func: Callable[..., Any]) -> Tool[P, R]:
+        """A copy of this tool that runs ``func`` instead, called as this tool's function would be (with its
+        signature's layout); the name, texts, schema and validation are this tool's (their parts are immutable,
+        so the copy shares them). For many tools of one template, each bound to its own object."""
+        copied = copy.copy(self)
+        copied.func = func
+        copied._invoke = _execution.function_invoker(func, self.signature, self.context_param)
+        return copied
+
     def call(self, arguments: Mapping[str, Any], context: RunContext[Any] | None = None) -> Any:
         """Validate ``arguments`` and run the tool; return its result.
 

@@ -194,13 +194,12 @@ DEFAULT_MAX_DEPTH, DEFAULT_MAX_ITEMS = _limits.DEFAULT_MAX_DEPTH, _limits.DEFAUL
 REPR_LIMIT, MESSAGE_LIMIT, PANDAS_OBJECT_ITEMS = _limits.REPR_LIMIT, _limits.MESSAGE_LIMIT, _limits.PANDAS_OBJECT_ITEMS
 MAX_INT_BITS, MAX_FRACTION_BITS = _limits.MAX_INT_BITS, _limits.MAX_FRACTION_BITS
 MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT = _limits.MAX_DECIMAL_DIGITS, _limits.MAX_DECIMAL_EXPONENT
-# Internals that tests reach for by their old names here.
-_DECODERS, _iana_zone, _pd_nanoseconds = _decode._DECODERS, _decode._iana_zone, _decode._pd_nanoseconds
-_Encoder = _encode._Encoder
-_Decoder = _decode._Decoder
-_Buffers = _decode._Buffers
-_enum_registry, _too_many, _safe_repr = _decode._enum_registry, _decode._too_many, _values._safe_repr
-_numpy, _pandas = _values._numpy, _values._pandas
+# The other modules' names this module uses.
+_Encoder = _encode.Encoder
+_Decoder = _decode.Decoder
+_Buffers = _decode.Buffers
+_enum_registry, _too_many, _safe_repr = _decode.enum_registry, _decode.too_many, _values.safe_repr
+_numpy, _pandas = _values.numpy_if_available, _values.pandas_if_available
 
 # --- wire format --------------------------------------------------------------------
 
@@ -291,7 +290,7 @@ def decode(
         hend = hstart + hlen
         if nbuf:
             table = _Buffers(mv, pos, nbuf, hend)
-            bufs: _decode._BufferTable = table
+            bufs: _decode.BufferTable = table
             end = table.end
         else:
             bufs, end = (), hend

@@ -42,9 +42,9 @@ else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/san
 CodecError = _values.CodecError
 Opaque = _values.Opaque
 ToolError = _values.ToolError
-_TAG, _NoneType, _JSON_SCALARS, _INT_LO = _values._TAG, _values._NoneType, _values._JSON_SCALARS, _values._INT_LO
-_MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values._MASKED_DTYPES, _values._BUILTIN_EXCEPTIONS
-_safe_repr, _numpy, _pandas = _values._safe_repr, _values._numpy, _values._pandas
+_TAG, _NoneType, _JSON_SCALARS, _INT_LO = _values.TAG, _values.NoneType, _values.JSON_SCALARS, _values.INT_LO
+_MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values.MASKED_DTYPES, _values.BUILTIN_EXCEPTIONS
+_safe_repr, _numpy, _pandas = _values.safe_repr, _values.numpy_if_available, _values.pandas_if_available
 _NAT = -(2**63)  # numpy's NaT in int64
 
 
@@ -59,7 +59,7 @@ def _float_in(v: Any) -> float:
     raise CodecError(f"malformed payload: expected a float, got {t.__name__}")
 
 
-def _too_many(max_items: float) -> CodecError:
+def too_many(max_items: float) -> CodecError:
     return CodecError(limits.too_many_message(max_items))
 
 
@@ -107,7 +107,7 @@ def _int_field(v: Any, what: str) -> int:
     return v
 
 
-def _enum_registry(enum_types: Any) -> dict:
+def enum_registry(enum_types: Any) -> dict:
     if not enum_types:
         return {}
     if isinstance(enum_types, Mapping):
@@ -120,15 +120,15 @@ def _enum_registry(enum_types: Any) -> dict:
     return reg
 
 
-class _BufferTable(Protocol):
-    """The payload's buffers as the decoder reads them: a :class:`_Buffers`, or a list."""
+class BufferTable(Protocol):
+    """The payload's buffers as the decoder reads them: a :class:`Buffers`, or a list."""
 
     def __len__(self) -> int: ...
 
     def __getitem__(self, i: int, /) -> memoryview: ...
 
 
-class _Buffers:
+class Buffers:
     """The payload's raw buffers, each sliced when it is used (never a list of millions of views)."""
 
     __slots__ = ("mv", "lens", "starts")
@@ -153,10 +153,10 @@ class _Buffers:
         return self.mv[start : start + self.lens[i]]
 
 
-class _Decoder:
+class Decoder:
     __slots__ = ("max_depth", "max_items", "items", "bufs", "used", "enums", "lenient")
 
-    def __init__(self, bufs: _BufferTable, max_depth: int, max_items: float, enums: dict,
+    def __init__(self, bufs: BufferTable, max_depth: int, max_items: float, enums: dict,
                  lenient: bool = False) -> None:
         self.bufs = bufs
         self.max_depth = max_depth
@@ -169,7 +169,7 @@ class _Decoder:
     def count(self, n: int) -> None:
         self.items += n
         if self.items > self.max_items:
-            raise _too_many(self.max_items)
+            raise too_many(self.max_items)
 
     def too_deep(self) -> Any:
         if self.lenient:
@@ -191,7 +191,7 @@ class _Decoder:
                 d = depth + 1
                 return {k: (x if type(x) in _JSON_SCALARS else dec(x, d)) for k, x in node.items()}
             tag = node[_TAG]
-            handler = _DECODERS.get(tag) if type(tag) is str else None
+            handler = DECODERS.get(tag) if type(tag) is str else None
             if not self.lenient:
                 if handler is None:
                     raise CodecError(f"malformed payload: unknown tag {_safe_repr(tag, 80)}")
@@ -388,7 +388,7 @@ def _py_values(kind: str, itemsize: int, byteorder: str, mult_text: str | None, 
 # --- tag decoders --------------------------------------------------------------------
 
 
-def _d_int(d: _Decoder, node: dict, depth: int) -> int:
+def _d_int(d: Decoder, node: dict, depth: int) -> int:
     x: Any = node.get("x")
     _need(type(x) is str, "int: 'x' must be a string")
     if len(x) > limits.MAX_INT_HEX_CHARS:
@@ -400,29 +400,29 @@ def _d_int(d: _Decoder, node: dict, depth: int) -> int:
     return v
 
 
-def _d_float(d: _Decoder, node: dict, depth: int) -> float:
+def _d_float(d: Decoder, node: dict, depth: int) -> float:
     v: Any = node.get("v")
     _need(v in ("nan", "inf", "-inf"), "float: bad value")
     return float(v)
 
 
-def _d_tuple(d: _Decoder, node: dict, depth: int) -> tuple:
+def _d_tuple(d: Decoder, node: dict, depth: int) -> tuple:
     return tuple(d.dec_list(node.get("v"), depth))
 
 
-def _d_set(d: _Decoder, node: dict, depth: int) -> set:
+def _d_set(d: Decoder, node: dict, depth: int) -> set:
     items = d.dec_list(node.get("v"), depth)
     d.check_keys(items)
     return set(items)
 
 
-def _d_frozenset(d: _Decoder, node: dict, depth: int) -> frozenset:
+def _d_frozenset(d: Decoder, node: dict, depth: int) -> frozenset:
     items = d.dec_list(node.get("v"), depth)
     d.check_keys(items)
     return frozenset(items)
 
 
-def _d_dict(d: _Decoder, node: dict, depth: int) -> dict:
+def _d_dict(d: Decoder, node: dict, depth: int) -> dict:
     pairs: Any = node.get("v")
     _need(type(pairs) is list, "dict: 'v' must be a list")
     d.count(2 * len(pairs))
@@ -436,21 +436,21 @@ def _d_dict(d: _Decoder, node: dict, depth: int) -> dict:
     return dict(zip(keys, values, strict=True))
 
 
-def _d_bytes(d: _Decoder, node: dict, depth: int) -> bytes:
+def _d_bytes(d: Decoder, node: dict, depth: int) -> bytes:
     return bytes(d.take(node))
 
 
-def _d_bytearray(d: _Decoder, node: dict, depth: int) -> bytearray:
+def _d_bytearray(d: Decoder, node: dict, depth: int) -> bytearray:
     return bytearray(d.take(node))
 
 
-def _d_complex(d: _Decoder, node: dict, depth: int) -> complex:
+def _d_complex(d: Decoder, node: dict, depth: int) -> complex:
     v: Any = node.get("v")
     _need(type(v) is list and len(v) == 2, "complex: 'v' must be [re, im]")
     return complex(_float_in(v[0]), _float_in(v[1]))
 
 
-def _d_decimal(d: _Decoder, node: dict, depth: int) -> decimal.Decimal:
+def _d_decimal(d: Decoder, node: dict, depth: int) -> decimal.Decimal:
     v: Any = node.get("v")
     _need(type(v) is str, "decimal: 'v' must be a string")
     if len(v) > limits.MAX_DECIMAL_CHARS:
@@ -467,7 +467,7 @@ def _d_decimal(d: _Decoder, node: dict, depth: int) -> decimal.Decimal:
     return out
 
 
-def _d_fraction(d: _Decoder, node: dict, depth: int) -> fractions.Fraction:
+def _d_fraction(d: Decoder, node: dict, depth: int) -> fractions.Fraction:
     v: Any = node.get("v")
     _need(type(v) is list and len(v) == 2, "fraction: 'v' must be [numerator, denominator]")
     num = d.dec(v[0], depth)
@@ -483,7 +483,7 @@ def _d_fraction(d: _Decoder, node: dict, depth: int) -> fractions.Fraction:
 _ZONES: frozenset | None = None
 
 
-def _iana_zone(zone: Any) -> str | None:
+def iana_zone(zone: Any) -> str | None:
     """``zone`` if it is a key of the IANA time zone database here, else None.
 
     Zone keys come from the other side: they must never reach a lookup that
@@ -511,7 +511,7 @@ def _d_tz(node: Any) -> _dt.tzinfo | None:
     zone = node.get("zone")
     if zone is not None:
         _need(type(zone) is str, "tz: bad zone key")
-    if _iana_zone(zone) is not None:
+    if iana_zone(zone) is not None:
         try:
             return importlib.import_module("zoneinfo").ZoneInfo(zone)
         except Exception:  # listed but unreadable: the fixed offset below
@@ -529,7 +529,7 @@ def _d_tz(node: Any) -> _dt.tzinfo | None:
 def _d_pd_tz(pd: Any, node: Any) -> Any:
     """A TZ node for pandas: pytz zones go back to pandas by key (pandas < 3 keeps pytz)."""
     tz = _d_tz(node)
-    zone = _iana_zone(node.get("zone"))  # pandas takes "dateutil/<path>" too: only IANA names reach it
+    zone = iana_zone(node.get("zone"))  # pandas takes "dateutil/<path>" too: only IANA names reach it
     if node.get("lib") == "pytz" and zone is not None:
         try:
             return pd.Timestamp(0, tz=zone).tz  # pandas' own lookup of a zone key
@@ -544,35 +544,35 @@ def _fold(node: dict) -> int:
     return fold
 
 
-def _d_datetime(d: _Decoder, node: dict, depth: int) -> _dt.datetime:
+def _d_datetime(d: Decoder, node: dict, depth: int) -> _dt.datetime:
     v = _dt.datetime.fromisoformat(_str_field(node, "v", limits.MAX_DATETIME_CHARS))
     tz = _d_tz(node["tz"]) if "tz" in node else None
     return v.replace(tzinfo=tz, fold=_fold(node))
 
 
-def _d_date(d: _Decoder, node: dict, depth: int) -> _dt.date:
+def _d_date(d: Decoder, node: dict, depth: int) -> _dt.date:
     return _dt.date.fromisoformat(_str_field(node, "v", limits.MAX_DATE_CHARS))
 
 
-def _d_time(d: _Decoder, node: dict, depth: int) -> _dt.time:
+def _d_time(d: Decoder, node: dict, depth: int) -> _dt.time:
     v = _dt.time.fromisoformat(_str_field(node, "v", limits.MAX_DATETIME_CHARS))
     tz = _d_tz(node["tz"]) if "tz" in node else None
     return v.replace(tzinfo=tz, fold=_fold(node))
 
 
-def _d_timedelta(d: _Decoder, node: dict, depth: int) -> _dt.timedelta:
+def _d_timedelta(d: Decoder, node: dict, depth: int) -> _dt.timedelta:
     v: Any = node.get("v")
     _need(type(v) is list and len(v) == 3 and all(type(x) is int for x in v), "timedelta: bad value")
     return _dt.timedelta(days=v[0], seconds=v[1], microseconds=v[2])
 
 
-def _d_uuid(d: _Decoder, node: dict, depth: int) -> uuid.UUID:
+def _d_uuid(d: Decoder, node: dict, depth: int) -> uuid.UUID:
     v = _str_field(node, "v", limits.UUID_HEX_CHARS)
     _need(_UUID_RE.match(v) is not None, "uuid: bad hex")
     return uuid.UUID(hex=v)
 
 
-def _d_path(d: _Decoder, node: dict, depth: int) -> pathlib.PurePath:
+def _d_path(d: Decoder, node: dict, depth: int) -> pathlib.PurePath:
     kind: Any = node.get("k")
     cls = _PATHS.get(kind)
     if cls is None:
@@ -582,7 +582,7 @@ def _d_path(d: _Decoder, node: dict, depth: int) -> pathlib.PurePath:
     return cls(text)
 
 
-def _d_enum(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_enum(d: Decoder, node: dict, depth: int) -> Any:
     value = d.dec(node.get("v"), depth)
     if not d.enums:
         return value
@@ -610,21 +610,21 @@ def _d_enum(d: _Decoder, node: dict, depth: int) -> Any:
     return value
 
 
-def _d_opaque(d: _Decoder, node: dict, depth: int) -> Opaque:
+def _d_opaque(d: Decoder, node: dict, depth: int) -> Opaque:
     text = _str_field(node, "str", limits.MAX_OPAQUE_TEXT_CHARS) if "str" in node else None
     return Opaque(_str_field(node, "type", limits.MAX_TYPE_NAME_CHARS),
                   _str_field(node, "repr", limits.MAX_OPAQUE_TEXT_CHARS), text)
 
 
-def _d_exc(d: _Decoder, node: dict, depth: int) -> BaseException:
+def _d_exc(d: Decoder, node: dict, depth: int) -> BaseException:
     return _decode_exception(node.get("e"), d)
 
 
-def _d_ndarray(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_ndarray(d: Decoder, node: dict, depth: int) -> Any:
     return d.nd(node, depth, want_list=False)
 
 
-def _d_npscalar(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_npscalar(d: Decoder, node: dict, depth: int) -> Any:
     dts = node.get("dtype")
     np = _numpy()
     if dts == "U":
@@ -641,7 +641,7 @@ def _d_npscalar(d: _Decoder, node: dict, depth: int) -> Any:
     if "x" in node:
         raw = bytes.fromhex(_str_field(node, "x", limits.MAX_NPSCALAR_HEX_CHARS))
         sub: dict[str, Any] = {_TAG: "ndarray", "dtype": dts, "shape": [], "b": 0}
-        arr = _Decoder([memoryview(raw)], 2, 10, {}).nd(sub, 0, want_list=np is None)
+        arr = Decoder([memoryview(raw)], 2, 10, {}).nd(sub, 0, want_list=np is None)
         return arr[()] if np is not None else arr
     v: Any = node.get("v")
     if kind == "b":
@@ -675,7 +675,7 @@ def _d_npscalar(d: _Decoder, node: dict, depth: int) -> Any:
 # pandas -------------------------------------------------------------------------------
 
 
-def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
+def _d_arr(d: Decoder, node: Any, depth: int, pd: Any) -> Any:
     """A column node -> numpy/extension array (pandas present) or a list."""
     _need(type(node) is dict, "column must be an object")
     kind = node.get("k")
@@ -687,7 +687,7 @@ def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
         if as_list:
             return _ns_values(node.get("a"), arr)
         _need(arr.ndim == 1, "column must be one-dimensional")
-        return _pd_nanoseconds(pd, arr)
+        return pd_nanoseconds(pd, arr)
     if kind == "dttz":
         tz = _d_tz(node.get("tz")) if as_list else _d_pd_tz(pd, node.get("tz"))
         _need(tz is not None, "dttz: missing tz")
@@ -697,7 +697,7 @@ def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
             arr = _ns_values(node.get("a"), arr)
             return [x.replace(tzinfo=_UTC).astimezone(tz) if type(x) is _dt.datetime else x for x in arr]
         _need(arr.ndim == 1 and arr.dtype.kind == "M", "dttz: values must be datetime64")
-        return pd.array(_pd_nanoseconds(pd, arr)).tz_localize("UTC").tz_convert(tz)
+        return pd.array(pd_nanoseconds(pd, arr)).tz_localize("UTC").tz_convert(tz)
     if kind == "cat":
         codes = d.nd(node.get("codes"), depth, want_list=as_list)
         cats = _d_index(d, node.get("cats"), depth)
@@ -735,7 +735,7 @@ def _d_arr(d: _Decoder, node: Any, depth: int, pd: Any) -> Any:
     raise CodecError("malformed payload: unknown column kind")
 
 
-def _pd_nanoseconds(pd: Any, arr: Any) -> Any:
+def pd_nanoseconds(pd: Any, arr: Any) -> Any:
     """pandas < 2 holds datetime64/timedelta64 only in ns: convert, refusing overflow."""
     if arr.dtype.kind not in "Mm" or not pd.__version__.startswith(("0.", "1.")):
         return arr
@@ -781,13 +781,13 @@ def _string_dtype(pd: Any, storage: str, na: str) -> Any:
     raise CodecError("malformed payload: string dtype not available")
 
 
-def _d_index(d: _Decoder, node: Any, depth: int) -> Any:
+def _d_index(d: Decoder, node: Any, depth: int) -> Any:
     """An index node inside a DataFrame/Series/Categorical (no depth of its own)."""
     _need(type(node) is dict and node.get(_TAG) in _INDEX_TAGS, "expected an index node")
-    return _DECODERS[node[_TAG]](d, node, depth)
+    return DECODERS[node[_TAG]](d, node, depth)
 
 
-def _d_pd_index(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_index(d: Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     arr = _d_arr(d, node.get("data"), depth, pd)
     name = d.dec(node.get("name"), depth)
@@ -806,7 +806,7 @@ def _d_pd_index(d: _Decoder, node: dict, depth: int) -> Any:
     return idx
 
 
-def _d_pd_range(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_range(d: Decoder, node: dict, depth: int) -> Any:
     v: Any = node.get("v")
     _need(type(v) is list and len(v) == 3 and all(type(x) is int and abs(x) < 2**63 for x in v) and v[2] != 0,
           "RangeIndex: bad range")
@@ -820,7 +820,7 @@ def _d_pd_range(d: _Decoder, node: dict, depth: int) -> Any:
     return list(r)
 
 
-def _d_pd_multi(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_multi(d: Decoder, node: dict, depth: int) -> Any:
     levels: Any = node.get("levels")
     codes: Any = node.get("codes")
     names: Any = node.get("names")
@@ -839,7 +839,7 @@ def _d_pd_multi(d: _Decoder, node: dict, depth: int) -> Any:
     return [tuple(level[c[i]] if c[i] >= 0 else None for level, c in zip(lv, cd, strict=True)) for i in range(n)]
 
 
-def _d_pd_series(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_series(d: Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     arr = _d_arr(d, node.get("data"), depth, pd)
     index = _d_index(d, node.get("index"), depth)
@@ -850,7 +850,7 @@ def _d_pd_series(d: _Decoder, node: dict, depth: int) -> Any:
     return pd.Series(arr, index=index, name=name, dtype=arr.dtype, copy=False)
 
 
-def _d_pd_frame(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_frame(d: Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     columns = _d_index(d, node.get("columns"), depth)
     index = _d_index(d, node.get("index"), depth)
@@ -877,7 +877,7 @@ def _d_pd_frame(d: _Decoder, node: dict, depth: int) -> Any:
     return frame
 
 
-def _d_pd_timestamp(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_timestamp(d: Decoder, node: dict, depth: int) -> Any:
     v = _int_field(node.get("v"), "Timestamp value")
     unit: Any = node.get("unit")
     _need(unit in _PD_UNITS and _INT_LO < v < 2**63, "Timestamp: bad value or unit")
@@ -892,7 +892,7 @@ def _d_pd_timestamp(d: _Decoder, node: dict, depth: int) -> Any:
     return out.replace(tzinfo=_UTC).astimezone(tz) if tz is not None else out
 
 
-def _d_pd_timedelta(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_timedelta(d: Decoder, node: dict, depth: int) -> Any:
     v = _int_field(node.get("v"), "Timedelta value")
     unit: Any = node.get("unit")
     _need(unit in _PD_UNITS and _INT_LO < v < 2**63, "Timedelta: bad value or unit")
@@ -902,22 +902,22 @@ def _d_pd_timedelta(d: _Decoder, node: dict, depth: int) -> Any:
     return _dt.timedelta(microseconds=v * _US_PER[unit] if unit in _US_PER else v // 1000)
 
 
-def _d_pd_nat(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_nat(d: Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     return pd.NaT if pd is not None else None
 
 
-def _d_pd_na(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_na(d: Decoder, node: dict, depth: int) -> Any:
     pd = _pandas()
     return pd.NA if pd is not None else None
 
 
-def _d_pd_categorical(d: _Decoder, node: dict, depth: int) -> Any:
+def _d_pd_categorical(d: Decoder, node: dict, depth: int) -> Any:
     _need(node.get("k") == "cat", "Categorical: bad node")
     return _d_arr(d, node, depth, _pandas())
 
 
-_DECODERS: Mapping[str, Any] = MappingProxyType(
+DECODERS: Mapping[str, Any] = MappingProxyType(
     {
         "int": _d_int,
         "float": _d_float,
@@ -957,7 +957,7 @@ _DECODERS: Mapping[str, Any] = MappingProxyType(
 #: Type names for Opaque stand-ins of nodes from_jsonable cannot rebuild.
 _TAG_TYPES: Mapping[str, str] = MappingProxyType(
     {
-        **{t: t for t in _DECODERS},
+        **{t: t for t in DECODERS},
         "decimal": "decimal.Decimal",
         "fraction": "fractions.Fraction",
         "datetime": "datetime.datetime",
@@ -970,7 +970,7 @@ _TAG_TYPES: Mapping[str, str] = MappingProxyType(
         "exc": "Exception",
         "ndarray": "numpy.ndarray",
         "npscalar": "numpy.generic",
-        **{t: "pandas." + t[3:] for t in _DECODERS if t.startswith("pd.")},
+        **{t: "pandas." + t[3:] for t in DECODERS if t.startswith("pd.")},
     }
 )
 
@@ -986,14 +986,14 @@ def from_jsonable(tree: Any, *, enum_types: Mapping[str, type] | Iterable[type] 
     ``max_items`` bounds the values built (arrays become lists without numpy; a
     RangeIndex a list without pandas): past it, parts become Opaque.
     """
-    return _from_jsonable(tree, max_depth, _enum_registry(enum_types),
+    return _from_jsonable(tree, max_depth, enum_registry(enum_types),
                           max_items if max_items is not None else math.inf)
 
 
 def _from_jsonable(tree: Any, max_depth: int, enums: dict, max_items: float,
-                   parent: _Decoder | None = None) -> Any:
+                   parent: Decoder | None = None) -> Any:
     """from_jsonable; inside a decode (``parent``), counting against the parent's items."""
-    dec = _Decoder([], max_depth + 2, max_items, enums, lenient=True)
+    dec = Decoder([], max_depth + 2, max_items, enums, lenient=True)
     if parent is not None:
         dec.items, dec.max_items = parent.items, parent.max_items
     try:
@@ -1010,7 +1010,7 @@ def decode_exception(data: Any) -> BaseException:
     return _decode_exception(data, None)
 
 
-def _decode_exception(data: Any, parent: _Decoder | None) -> BaseException:
+def _decode_exception(data: Any, parent: Decoder | None) -> BaseException:
     """decode_exception; inside a decode (``parent``), its args count against the parent's items."""
     try:
         if type(data) is not dict:

@@ -3,7 +3,7 @@
 Part of the codec (:mod:`sandbox_codec` frames the tree into a payload and
 exports the public names); standard library only: numpy and pandas are
 looked at only when a value of theirs is encoded. The node of every type is
-listed in :mod:`sandbox_codec`'s docstring. :class:`_Encoder` refuses what the
+listed in :mod:`sandbox_codec`'s docstring. :class:`Encoder` refuses what the
 receiver would refuse (the bounds in :mod:`sandbox_codec_limits`) with
 :class:`EncodeError`, so the sender learns first; in ``safe`` mode
 (:func:`to_jsonable`, for logs) it never raises.
@@ -35,10 +35,10 @@ else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/san
 EncodeError = _values.EncodeError
 Opaque = _values.Opaque
 ToolError = _values.ToolError
-_TAG, _PLAIN_LEAVES, _STR_ONLY, _INT_LO, _INT_HI = (_values._TAG, _values._PLAIN_LEAVES, _values._STR_ONLY,
-                                                     _values._INT_LO, _values._INT_HI)
-_MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values._MASKED_DTYPES, _values._BUILTIN_EXCEPTIONS
-_type_name, _safe_repr, _own_str = _values._type_name, _values._safe_repr, _values._own_str
+_TAG, _PLAIN_LEAVES, _STR_ONLY, _INT_LO, _INT_HI = (_values.TAG, _values.PLAIN_LEAVES, _values.STR_ONLY,
+                                                     _values.INT_LO, _values.INT_HI)
+_MASKED_DTYPES, _BUILTIN_EXCEPTIONS = _values.MASKED_DTYPES, _values.BUILTIN_EXCEPTIONS
+_type_name, _safe_repr, _own_str = _values.qualified_type_name, _values.safe_repr, _values.own_str
 
 
 class _Cut(Exception):
@@ -69,7 +69,7 @@ def _td_us(td: _dt.timedelta) -> int:
 # --- the encoder -------------------------------------------------------------------
 
 
-class _Encoder:
+class Encoder:
     __slots__ = ("max_depth", "max_bytes", "bufs", "nbytes", "safe", "inline", "active")
 
     def __init__(self, max_depth: int, max_bytes: int | None, safe: bool = False, inline: int = 0) -> None:
@@ -227,7 +227,7 @@ class _Encoder:
         return node
 
 
-def _e_int(enc: _Encoder, v: int, depth: int) -> Any:
+def _e_int(enc: Encoder, v: int, depth: int) -> Any:
     if _INT_LO <= v < _INT_HI:
         return v
     if v.bit_length() > limits.MAX_INT_BITS and not enc.safe:
@@ -235,40 +235,40 @@ def _e_int(enc: _Encoder, v: int, depth: int) -> Any:
     return {_TAG: "int", "x": format(v, "x")}
 
 
-def _e_float(enc: _Encoder, v: float, depth: int) -> Any:
+def _e_float(enc: Encoder, v: float, depth: int) -> Any:
     return v if v - v == 0.0 else {_TAG: "float", "v": _nonfinite(v)}
 
 
-def _e_list(enc: _Encoder, v: list, depth: int) -> list:
+def _e_list(enc: Encoder, v: list, depth: int) -> list:
     return enc.seq(v, depth)
 
 
-def _e_dict(enc: _Encoder, v: dict, depth: int) -> dict:
+def _e_dict(enc: Encoder, v: dict, depth: int) -> dict:
     return enc.mapping(v, depth)
 
 
-def _e_tuple(enc: _Encoder, v: tuple, depth: int) -> dict:
+def _e_tuple(enc: Encoder, v: tuple, depth: int) -> dict:
     return {_TAG: "tuple", "v": enc.seq(v, depth)}
 
 
-def _e_set(enc: _Encoder, v: set, depth: int) -> dict:
+def _e_set(enc: Encoder, v: set, depth: int) -> dict:
     return {_TAG: "set", "v": enc.seq(v, depth)}
 
 
-def _e_frozenset(enc: _Encoder, v: frozenset, depth: int) -> dict:
+def _e_frozenset(enc: Encoder, v: frozenset, depth: int) -> dict:
     return {_TAG: "frozenset", "v": enc.seq(v, depth)}
 
 
-def _e_bytes(enc: _Encoder, v: bytes, depth: int) -> dict:
+def _e_bytes(enc: Encoder, v: bytes, depth: int) -> dict:
     return enc.buf({_TAG: "bytes"}, v)
 
 
-def _e_bytearray(enc: _Encoder, v: bytearray, depth: int) -> dict:
+def _e_bytearray(enc: Encoder, v: bytearray, depth: int) -> dict:
     # Copied: a view would pin the bytearray's size and see later changes.
     return enc.buf({_TAG: "bytearray"}, bytes(v))
 
 
-def _e_memoryview(enc: _Encoder, v: memoryview, depth: int) -> dict:
+def _e_memoryview(enc: Encoder, v: memoryview, depth: int) -> dict:
     try:
         if not v.c_contiguous:
             data: bytes | memoryview = v.tobytes()
@@ -281,17 +281,17 @@ def _e_memoryview(enc: _Encoder, v: memoryview, depth: int) -> dict:
     return enc.buf({_TAG: "bytes"}, data)
 
 
-def _e_complex(enc: _Encoder, v: complex, depth: int) -> dict:
+def _e_complex(enc: Encoder, v: complex, depth: int) -> dict:
     return {_TAG: "complex", "v": [_float_out(v.real), _float_out(v.imag)]}
 
 
-def _e_decimal(enc: _Encoder, v: decimal.Decimal, depth: int) -> dict:
+def _e_decimal(enc: Encoder, v: decimal.Decimal, depth: int) -> dict:
     if not enc.safe and not limits.decimal_fits(v):
         raise EncodeError(limits.DECIMAL_TOO_BIG)
     return {_TAG: "decimal", "v": str(v)}
 
 
-def _e_fraction(enc: _Encoder, v: fractions.Fraction, depth: int) -> dict:
+def _e_fraction(enc: Encoder, v: fractions.Fraction, depth: int) -> dict:
     if not enc.safe and max(v.numerator.bit_length(), v.denominator.bit_length()) > limits.MAX_FRACTION_BITS:
         raise EncodeError(limits.FRACTION_TOO_BIG)
     return {_TAG: "fraction", "v": [_e_int(enc, v.numerator, 0), _e_int(enc, v.denominator, 0)]}
@@ -328,7 +328,7 @@ def _tz_node(tz: _dt.tzinfo, at: Any) -> dict | None:
     return node or None
 
 
-def _e_datetime(enc: _Encoder, v: _dt.datetime, depth: int) -> dict:
+def _e_datetime(enc: Encoder, v: _dt.datetime, depth: int) -> dict:
     node: dict[str, Any] = {_TAG: "datetime", "v": _dt.datetime.isoformat(_dt.datetime.replace(v, tzinfo=None, fold=0))}
     if v.tzinfo is not None:
         tz = _tz_node(v.tzinfo, v)
@@ -339,11 +339,11 @@ def _e_datetime(enc: _Encoder, v: _dt.datetime, depth: int) -> dict:
     return node
 
 
-def _e_date(enc: _Encoder, v: _dt.date, depth: int) -> dict:
+def _e_date(enc: Encoder, v: _dt.date, depth: int) -> dict:
     return {_TAG: "date", "v": _dt.date.isoformat(v)}
 
 
-def _e_time(enc: _Encoder, v: _dt.time, depth: int) -> dict:
+def _e_time(enc: Encoder, v: _dt.time, depth: int) -> dict:
     node: dict[str, Any] = {_TAG: "time", "v": _dt.time.isoformat(_dt.time.replace(v, tzinfo=None, fold=0))}
     if v.tzinfo is not None:
         tz = _tz_node(v.tzinfo, v)
@@ -354,29 +354,29 @@ def _e_time(enc: _Encoder, v: _dt.time, depth: int) -> dict:
     return node
 
 
-def _e_timedelta(enc: _Encoder, v: _dt.timedelta, depth: int) -> dict:
+def _e_timedelta(enc: Encoder, v: _dt.timedelta, depth: int) -> dict:
     return {_TAG: "timedelta", "v": [v.days, v.seconds, v.microseconds]}
 
 
-def _e_uuid(enc: _Encoder, v: uuid.UUID, depth: int) -> dict:
+def _e_uuid(enc: Encoder, v: uuid.UUID, depth: int) -> dict:
     return {_TAG: "uuid", "v": v.hex}
 
 
-def _e_path(enc: _Encoder, v: pathlib.PurePath, depth: int) -> dict:
+def _e_path(enc: Encoder, v: pathlib.PurePath, depth: int) -> dict:
     for cls in (pathlib.WindowsPath, pathlib.PosixPath, pathlib.PureWindowsPath, pathlib.PurePosixPath):
         if isinstance(v, cls):
             return {_TAG: "path", "k": cls.__name__, "v": str(v)}
     raise TypeError("unknown path flavour")
 
 
-def _e_opaque(enc: _Encoder, v: Opaque, depth: int) -> dict:
+def _e_opaque(enc: Encoder, v: Opaque, depth: int) -> dict:
     node = {_TAG: "opaque", "type": v.type_name, "repr": v.repr_text}
     if v.str_text is not None:
         node["str"] = v.str_text
     return node
 
 
-def _e_enum(enc: _Encoder, v: enum.Enum, depth: int) -> dict:
+def _e_enum(enc: Encoder, v: enum.Enum, depth: int) -> dict:
     t = type(v)
     return {
         _TAG: "enum",
@@ -448,7 +448,7 @@ _BASES: tuple = (
 _ND_KINDS = frozenset("biufcMmSU")
 
 
-def _nd_node(enc: _Encoder, np: Any, a: Any, depth: int) -> dict | None:
+def _nd_node(enc: Encoder, np: Any, a: Any, depth: int) -> dict | None:
     dt = a.dtype
     shape = list(a.shape)
     if dt.kind in _ND_KINDS and dt.fields is None and dt.subdtype is None and dt.itemsize > 0:
@@ -467,7 +467,7 @@ def _nd_node(enc: _Encoder, np: Any, a: Any, depth: int) -> dict | None:
     return None  # structured / void arrays: Opaque
 
 
-def _e_numpy(enc: _Encoder, v: Any, depth: int) -> dict | None:
+def _e_numpy(enc: Encoder, v: Any, depth: int) -> dict | None:
     np = sys.modules.get("numpy")
     if np is None:
         return None
@@ -494,7 +494,7 @@ def _e_numpy(enc: _Encoder, v: Any, depth: int) -> dict | None:
     return None
 
 
-def _pd_array_node(enc: _Encoder, pd: Any, np: Any, obj: Any, depth: int) -> dict:
+def _pd_array_node(enc: Encoder, pd: Any, np: Any, obj: Any, depth: int) -> dict:
     """Column node for the values of a Series or an Index."""
     dtype = obj.dtype
     if isinstance(dtype, np.dtype):
@@ -541,7 +541,7 @@ def _pd_array_node(enc: _Encoder, pd: Any, np: Any, obj: Any, depth: int) -> dic
     return {"k": "np", "a": _nd_node(enc, np, values, depth)}
 
 
-def _pd_index_node(enc: _Encoder, pd: Any, np: Any, idx: Any, depth: int) -> dict:
+def _pd_index_node(enc: Encoder, pd: Any, np: Any, idx: Any, depth: int) -> dict:
     if type(idx) is pd.RangeIndex:
         return {_TAG: "pd.RangeIndex", "v": [idx.start, idx.stop, idx.step], "name": enc.enc(idx.name, depth)}
     if isinstance(idx, pd.MultiIndex):
@@ -557,7 +557,7 @@ def _pd_index_node(enc: _Encoder, pd: Any, np: Any, idx: Any, depth: int) -> dic
     return node
 
 
-def _e_pandas(enc: _Encoder, v: Any, depth: int) -> dict | None:
+def _e_pandas(enc: Encoder, v: Any, depth: int) -> dict | None:
     pd = sys.modules.get("pandas")
     np = sys.modules.get("numpy")
     if pd is None or np is None:
@@ -606,7 +606,7 @@ def _e_pandas(enc: _Encoder, v: Any, depth: int) -> dict | None:
 def to_jsonable(value: Any, *, inline_bytes: int = 65536, max_depth: int = limits.DEFAULT_MAX_DEPTH) -> Any:
     """The tagged tree of ``value`` as JSON-able data, for logs. Never raises."""
     try:
-        return _Encoder(max_depth, None, safe=True, inline=inline_bytes).enc(value, 0)
+        return Encoder(max_depth, None, safe=True, inline=inline_bytes).enc(value, 0)
     except Exception as e:  # e.g. RecursionError from a very large max_depth
         try:
             return _opaque_node(type(value), f"<{_type_name(type(value))}: not logged ({type(e).__name__})>")

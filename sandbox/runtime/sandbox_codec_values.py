@@ -22,14 +22,14 @@ else:  # in the sandbox, and as a script: top-level modules (PYTHONPATH=/opt/san
     import sandbox_codec_limits as limits
 
 #: The key that marks a tagged node in the header's tree.
-_TAG = "$"
-_NoneType = type(None)
-_JSON_SCALARS = frozenset({str, int, float, bool, _NoneType})
-_PLAIN_LEAVES = frozenset({str, bool, _NoneType})
-_STR_ONLY = frozenset({str})
-_INT_LO, _INT_HI = -(2**63), 2**64  # plain JSON ints: what int64/uint64 readers take
+TAG = "$"
+NoneType = type(None)
+JSON_SCALARS = frozenset({str, int, float, bool, NoneType})
+PLAIN_LEAVES = frozenset({str, bool, NoneType})
+STR_ONLY = frozenset({str})
+INT_LO, INT_HI = -(2**63), 2**64  # plain JSON ints: what int64/uint64 readers take
 #: pandas masked dtypes that travel as data + mask buffers (a "masked" column node).
-_MASKED_DTYPES = frozenset(
+MASKED_DTYPES = frozenset(
     ["Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32", "Float64", "boolean"]
 )
 
@@ -91,7 +91,8 @@ del _cls
 # --- helpers ---------------------------------------------------------------------
 
 
-def _type_name(t: type) -> str:
+def qualified_type_name(t: type) -> str:
+    """``module.QualName`` of ``t`` (a builtin's bare name); "?" when the class will not say."""
     try:
         mod = getattr(t, "__module__", None)
         name = getattr(t, "__qualname__", None) or getattr(t, "__name__", "?")
@@ -104,14 +105,14 @@ def _type_name(t: type) -> str:
         return "?"
 
 
-def _safe_repr(v: Any, limit: int = limits.REPR_LIMIT) -> str:
+def safe_repr(v: Any, limit: int = limits.REPR_LIMIT) -> str:
     try:
         text = repr(v)
         if type(text) is not str:
             text = str.__str__(text)
     except Exception as e:  # a failing __repr__ must not stop the call
         try:
-            return f"<{_type_name(type(v))} object (repr failed: {type(e).__name__})>"
+            return f"<{qualified_type_name(type(v))} object (repr failed: {type(e).__name__})>"
         except Exception:
             return "<object (repr failed)>"
     if len(text) > limit:
@@ -119,7 +120,7 @@ def _safe_repr(v: Any, limit: int = limits.REPR_LIMIT) -> str:
     return text
 
 
-def _own_str(v: Any, limit: int) -> str | None:
+def own_str(v: Any, limit: int) -> str | None:
     """``str(v)`` when its class defines its own (capped); None otherwise or when it fails."""
     try:
         str_method: object = type(v).__str__  # (object: the type checker sees no overlap with object.__str__)
@@ -133,7 +134,7 @@ def _own_str(v: Any, limit: int) -> str | None:
     return text if len(text) <= limit else text[: limit - 30] + f"... [{len(text) - limit + 30} chars cut]"
 
 
-def _numpy() -> Any:
+def numpy_if_available() -> Any:
     """numpy, imported if it can be; None when missing. (Any: numpy is optional and untyped here.)"""
     mod = sys.modules.get("numpy")
     if mod is not None:
@@ -144,7 +145,7 @@ def _numpy() -> Any:
         return None
 
 
-def _pandas() -> Any:
+def pandas_if_available() -> Any:
     """pandas, imported if it can be; None when missing."""
     mod = sys.modules.get("pandas")
     if mod is not None:
@@ -158,7 +159,7 @@ def _pandas() -> Any:
 # --- exceptions --------------------------------------------------------------------
 
 _GROUPS = tuple(t for t in (getattr(builtins, "BaseExceptionGroup", None),) if t is not None)
-_BUILTIN_EXCEPTIONS: Mapping[str, type] = MappingProxyType(
+BUILTIN_EXCEPTIONS: Mapping[str, type] = MappingProxyType(
     {
         name: obj
         for name, obj in vars(builtins).items()
@@ -179,7 +180,7 @@ def as_tool_error(exc: BaseException) -> BaseException:
     exceptions are returned as they are.
     """
     cls = type(exc)
-    if isinstance(exc, ToolError) or _BUILTIN_EXCEPTIONS.get(cls.__name__) is not cls:
+    if isinstance(exc, ToolError) or BUILTIN_EXCEPTIONS.get(cls.__name__) is not cls:
         return exc
     both = _BOTH_CLASSES.get(cls)
     if both is None:
@@ -197,7 +198,7 @@ def as_tool_error(exc: BaseException) -> BaseException:
     except Exception:
         return exc
     out.type_name = cls.__name__
-    out.message = _own_str(exc, limits.MESSAGE_LIMIT) or ""
+    out.message = own_str(exc, limits.MESSAGE_LIMIT) or ""
     for attr in ("filename", "filename2", "__notes__"):
         value = getattr(exc, attr, None)
         if value is not None:

@@ -95,6 +95,16 @@ class _State:
 _state = _State()
 
 
+def shell() -> Any:
+    """IPython's shell of this kernel (None before :func:`launch` made it)."""
+    return _state.shell
+
+
+def host_function_stubs() -> list[Callable[..., Any]]:
+    """The stubs :func:`install` placed for the host's functions (the code's names for them)."""
+    return list(_state.stubs.values())
+
+
 # --- the call link to the host ------------------------------------------------------
 
 

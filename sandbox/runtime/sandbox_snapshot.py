@@ -80,7 +80,7 @@ _discarded = itertools.count()
 def _shell() -> Any:
     import sandbox_runtime
 
-    return sandbox_runtime._state.shell
+    return sandbox_runtime.shell()
 
 
 def _cloudpickle() -> Any:
@@ -98,7 +98,7 @@ def _user_variables() -> list[tuple[str, Any]]:
     import sandbox_runtime
 
     hidden = getattr(shell, "user_ns_hidden", {})
-    stubs = {id(s) for s in sandbox_runtime._state.stubs.values()}
+    stubs = {id(s) for s in sandbox_runtime.host_function_stubs()}
     runtime = {id(getattr(sandbox_runtime, n, None)) for n in ("ToolError", "install_packages", "PackageInstallError")}
     out = []
     for name, value in list(shell.user_ns.items()):

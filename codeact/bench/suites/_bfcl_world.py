@@ -384,13 +384,7 @@ class _AsGiven:
 
 def _bound(template: Tool[Any, Any], call: Any) -> Tool[Any, Any]:
     """A copy of ``template`` that runs ``call`` (same signature, validator and texts)."""
-    from ...tools._execution import function_invoker
-
-    copied = copy.copy(template)
-    # Tool has no public way to swap its function or validator; its parts are immutable, so sharing them is safe.
-    copied.func = call
-    copied._invoke = function_invoker(call, template.signature, None)
-    return copied
+    return template.calling(call)
 
 
 def _description(doc: dict[str, Any]) -> str:

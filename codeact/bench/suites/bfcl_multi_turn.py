@@ -129,7 +129,7 @@ def _oracle(truth: tuple[GroundCall, ...]) -> Oracle:
         yield [call(name, *args, **kwargs) for name, args, kwargs in fresh]
         return "Done."
 
-    from ...react._formats import python_literal
+    from ...react import python_literal
 
     lines = []
     for c in truth:

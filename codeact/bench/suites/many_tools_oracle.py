@@ -34,8 +34,7 @@ from typing import Any
 
 from codeact.bench._oracle import ORACLE, WholeReplies
 from codeact.bench._task import Task
-from codeact.catalog import count_tokens
-from codeact.catalog._search import query_parts
+from codeact.catalog import count_tokens, query_parts
 from codeact.messages import Message, ModelResponse, Usage
 from codeact.models import estimate_tokens
 from sandbox.pyparse import AST_LOCK, parse
