@@ -306,7 +306,7 @@ class Tool(Generic[P, R]):
                     days: how many days to report
                 \"\"\"
         """
-        return python_stub(self.name, self._stub_docstring(), self._interface.display(), is_async=self.is_async)
+        return python_stub(self.name, _stub_docstring(self), self._interface.display(), is_async=self.is_async)
 
     def openai_schema(self) -> dict[str, Any]:
         """The tool as an OpenAI function-calling definition (``tools=[...]`` item).
@@ -357,17 +357,11 @@ class Tool(Generic[P, R]):
         return HostFunction(
             run_tool,
             name=self.name,
-            doc=self._stub_docstring(),
+            doc=_stub_docstring(self),
             signature=self._interface.display(),
             timeout=self.timeout,
             **options,
         )
-
-    def _stub_docstring(self) -> str:
-        doc = stub_docstring(self._interface, self._summary, self._returns_doc, self._usage)
-        if self._types_doc:
-            doc = (doc + "\n\n" if doc else "") + self._types_doc
-        return doc
 
     @classmethod
     def from_schema(
@@ -437,12 +431,20 @@ class Tool(Generic[P, R]):
             group=group,
         )
         self.__name__ = self.__qualname__ = name
-        self.__doc__ = self._stub_docstring() or None
+        self.__doc__ = _stub_docstring(self) or None
         self.__module__ = getattr(call, "__module__", None) or __name__
         return self
 
 
 @functools.lru_cache(maxsize=1)
+def _stub_docstring(t: Tool[Any, Any]) -> str:
+    """The docstring of ``t``'s Python stub: its summary, arguments, returns and usage, then its types."""
+    doc = stub_docstring(t._interface, t._summary, t._returns_doc, t._usage)
+    if t._types_doc:
+        doc = (doc + "\n\n" if doc else "") + t._types_doc
+    return doc
+
+
 def _host_function_options() -> frozenset[str]:
     """The keyword options this version of ``HostFunction`` takes (``is_async`` is new)."""
     from sandbox.functions import HostFunction
