@@ -99,7 +99,7 @@ def test_history_resume_over_http_after_a_restart_and_the_manifest_is_text(tmp_p
         session = server.workspace.create()
         session.send("make things")
         wait_idle(session)
-        run_id = session._run_ids[-1]
+        run_id = session.run_ids[-1]
     # the server stopped: its sessions were saved
     second = ScriptedModel([code_reply("print(int(df.a.sum()))"), "six"])
     with serve(tmp_path, second) as server:

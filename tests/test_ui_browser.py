@@ -205,7 +205,7 @@ def test_data_analysis_end_to_end_on_docker(browser: Any, openai_server: OpenAIT
         expect(t.locator(".run-status")).to_contain_text("success")
 
         # The artifact: listed, downloaded, byte for byte the file the code wrote.
-        run_id = server.workspace.sessions()[0]._run_ids[0]
+        run_id = server.workspace.sessions()[0].run_ids[0]
         on_host = (tmp_path / "artifacts" / run_id / "revenue_by_region.png").read_bytes()
         assert on_host.startswith(b"\x89PNG")
         link = page.locator("#artifact-files a", has_text="revenue_by_region.png")

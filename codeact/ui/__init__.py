@@ -31,6 +31,6 @@ Example::
 from __future__ import annotations
 
 from ._server import UIServer
-from ._session import AgentFactory, UIOptions
+from ._options import AgentFactory, UIOptions
 
 __all__ = ["AgentFactory", "UIOptions", "UIServer"]

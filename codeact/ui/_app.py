@@ -297,7 +297,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         return _inline_image(mime, data)
 
     async def artifact(request: Request) -> Response:
-        from ._session import read_artifact
+        from ._artifacts import read_artifact
 
         path = request.path_params["path"]
         try:
@@ -308,7 +308,7 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         return _attachment(data, PurePosixPath(path).name)
 
     async def run_files(request: Request) -> Response:
-        from ._session import list_artifacts
+        from ._artifacts import list_artifacts
 
         try:
             rid = await run_in_threadpool(history.resolve, request.path_params["rid"])

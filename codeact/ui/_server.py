@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ._app import create_app
 from ._history import History
 from ._security import Guard, allowed_hosts_for, new_token
-from ._session import AgentFactory, UIOptions
+from ._options import AgentFactory, UIOptions
 from ._workspace import Workspace
 
 

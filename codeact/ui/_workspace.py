@@ -9,7 +9,8 @@ import uuid
 from typing import Any
 
 from ..errors import SessionLimitReached, SessionNotFound
-from ._session import AgentFactory, UIOptions, UISession
+from ._options import AgentFactory, UIOptions
+from ._session import UISession
 
 
 class Workspace:
