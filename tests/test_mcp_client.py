@@ -241,7 +241,7 @@ def test_closing_stops_every_server_process():
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert len(MCPToolset([toolbox()])) == 0  # never opened: no tools, no process
     with pytest.raises(MCPServerError, match="closed"):
-        tools._submit(asyncio.sleep(0), 1)
+        tools._calls.submit(asyncio.sleep(0), 1)
 
 
 def test_closing_during_a_call_ends_the_call_with_an_error():
