@@ -38,7 +38,7 @@ from .events import (
     TurnMessage,
 )
 from .images import StepImages, step_images, wants_images
-from .messages import Message
+from .messages import Message, Usage
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .output import AnswerCheck, OutputSpec
 from .parsing import parse_reply
@@ -332,12 +332,15 @@ class CodeActTurn:
         self._step_started = time.perf_counter()
         agent = chat.agent
 
+        def price(usage: Usage) -> Usage:  # the cost of each call, in its event and the run log
+            return turn.link.price(usage, agent.model)
+
         def call(messages: list[Message]) -> Generator[Event, None, Any]:
             return model_turn(agent.model, chat.privacy.redact_user_messages(messages), step, run_id=turn.run_id,
-                              stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace)
+                              stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace, price=price)
 
         yield from compaction_events(compacted_call(chat.compactor, chat.messages, chat.turn_starts, call,
-                                                    run_id=turn.run_id, step=step.index), step, turn.trace)
+                                                    run_id=turn.run_id, step=step.index), step, turn.trace, price)
 
 
 def no_code_feedback(other_blocks: tuple[str, ...], text: str) -> str:

@@ -204,6 +204,64 @@ def test_the_summary_line_shows_the_cost_when_it_is_known():
     assert "$" not in renderer.summary_text("success", 2, 1000, 100, 1.0, "abc").plain
 
 
+def test_the_run_log_keeps_each_calls_cost_and_logs_show_gives_the_trees_total_beside_the_runs_own(tmp_path):
+    from codeact.cli import cli
+    from codeact.cli.render import fmt_tokens
+
+    db = tmp_path / "runs.db"
+    log = RunLog(db)
+    leaf = react_leaf(log, answer=7)
+    prices = {"root-model": Prices(1.0, 2.0), "leaf-model": Prices(3.0, 4.0)}  # a child uses the table above it
+    parent = CodeActAgent(ScriptedModel([py("print(leaf('a') + leaf('b'))"), "The sum is 14."], name="root-model"),
+                          [leaf.as_tool(name="leaf", description="Answers 7.")], sandbox="restricted", log=log,
+                          limits=RunLimits(prices=prices))
+    result = parent.run("add two sevens")
+    assert result.status == "success", result.error
+    children = log.children(result.run_id)
+    assert len(children) == 2 and all(c.usage.cost for c in children)
+    own, tree = result.usage, result.tree_usage
+    assert own.requests == 2 and tree.requests == 2 + 2  # each leaf answered in one model call
+    assert own.cost is not None and tree.cost == pytest.approx(own.cost + sum(c.usage.cost for c in children))
+    assert tree.total_tokens == own.total_tokens + sum(c.usage.total_tokens for c in children)
+
+    # Stored per model call and per run, whatever the prices' source (here: the table, after the call).
+    record = log.get_run(result.run_id)
+    assert record.usage.cost == pytest.approx(own.cost)
+    assert [s.usage.cost for s in record.steps] == pytest.approx([s.usage.cost for s in result.steps])
+    assert all(s.usage.cost for s in record.steps)
+    expected = Prices(1.0, 2.0).cost(record.steps[0].usage)
+    assert record.steps[0].usage.cost == pytest.approx(expected)
+    logged, runs = log.tree_usage(result.run_id)
+    assert runs == 3 and (logged.requests, logged.total_tokens) == (tree.requests, tree.total_tokens)
+    assert logged.cost == pytest.approx(tree.cost)
+    model_outputs = [e["payload"]["usage"] for e in log.get_events(result.run_id) if e["type"] == "ModelOutput"]
+    assert all(u["cost"] for u in model_outputs)  # the event carries it (a live view shows it too)
+
+    shown = CliRunner().invoke(cli, ["logs", "show", result.run_id, "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    for step in record.steps:
+        assert f"Step {step.step} ·" in text and f"${step.usage.cost:.4f}" in text
+    assert f"${own.cost:.4f} · " in text  # the run's own, on its summary line
+    assert f"whole tree (3 runs): 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" in text
+    assert f"(this run alone: 2 model calls · {fmt_tokens(own.total_tokens)} tokens · ${own.cost:.4f})" in text
+
+    drawn = CliRunner().invoke(cli, ["logs", "show", "--tree", result.run_id, "--db", str(db)])
+    assert drawn.exit_code == 0, drawn.output
+    text = " ".join(drawn.output.split())
+    assert f"whole tree (3 runs): 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" in text
+    assert all(f"${c.usage.cost:.4f}" in text for c in children)
+
+    # Without prices nothing is made up: no "$" anywhere, the tokens still add up.
+    free = CodeActAgent(ScriptedModel([py("print(leaf('a'))"), "7"], name="root-model"),
+                        [leaf.as_tool(name="leaf", description="Answers 7.")], sandbox="restricted", log=log)
+    unpriced = free.run("one seven")
+    assert unpriced.tree_usage.cost is None and unpriced.tree_usage.requests == 3
+    assert log.get_run(unpriced.run_id).usage.cost is None
+    shown = CliRunner().invoke(cli, ["logs", "show", unpriced.run_id, "--db", str(db)])
+    assert shown.exit_code == 0 and "$" not in shown.output and "whole tree (2 runs): 3 model calls" in shown.output
+
+
 def test_a_budget_of_dollars_needs_prices(tmp_path):
     agent = CodeActAgent(ScriptedModel(["done"]), sandbox="local", log=False, limits=RunLimits(max_cost=1.0))
     result = agent.run("anything")

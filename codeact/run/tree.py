@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..budget import Budget
 from ..errors import AgentToolError, ConfigError
+from ..messages import Usage
 from ..tools import RunContext, Tool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,11 @@ class RunLink:
         self.budget.check(before_call=True)
         self._reserved = True
 
+    def price(self, usage: Usage, model: Any) -> Usage:
+        """``usage`` (one model call of ``model``) with its cost, when the model's prices are known (its own, or
+        the ``RunLimits.prices`` table of this run or the nearest run above that has one)."""
+        return self.budget.price(usage, model)
+
     def spent(self, step: Step, result: RunResult, model: Any) -> None:
         """Count the step's model call: its cost filled in, added to the run's usage and to the budgets;
         raise :class:`~codeact.errors.BudgetExceeded` when that went past a limit."""
@@ -78,6 +84,10 @@ class RunLink:
         self.budget.charge(self.path, step.usage, reserved=self._reserved)
         self._reserved = False
         self.budget.check(before_call=False)
+
+    def tree_usage(self) -> Usage:
+        """What this run and the runs below it spent so far (its budget counts every charge below it)."""
+        return self.budget.spent
 
     def finish(self) -> None:
         """The run ended: close what it kept open for its calls (stateful child sessions). Idempotent."""
