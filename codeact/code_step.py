@@ -154,7 +154,9 @@ class CodeActions:
 
     def _run(self, code: str, state: ActionState) -> Iterator[ToolCall | CodeOutput | ExecutionResult]:
         """Run a code action on a worker thread, yielding its output and each tool call as they come, then the
-        result. If the caller stops (Ctrl-C, closing the generator), the code is interrupted first."""
+        result. If the caller stops (Ctrl-C, closing the generator), the code is interrupted first; when the
+        run's cancel event is set meanwhile (an agent tool's call timed out, the calling run ended), the code is
+        interrupted and the run ends ``cancelled`` before its next step."""
         chat = self.chat
         sandbox = chat.sandbox
         events: queue.Queue[Any] = queue.Queue()
@@ -181,11 +183,15 @@ class CodeActions:
 
         worker = threading.Thread(target=work, daemon=True, name="codeact-action")
         worker.start()
+        cancel, cancelled = state.turn.cancel, False
         try:
             while True:
                 try:
                     item = events.get(timeout=0.2)
                 except queue.Empty:
+                    if cancel is not None and cancel.is_set() and not cancelled:
+                        cancelled = True
+                        chat.box.interrupt()  # the run is over for its caller: stop the code now
                     continue
                 if item is done:
                     break

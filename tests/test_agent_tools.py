@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from textwrap import dedent
 from typing import Any
 
@@ -379,6 +380,58 @@ def test_a_childs_approvals_go_to_the_parents_approver_naming_the_agent(tmp_path
     [request] = asked
     assert (request.tool, request.arguments, request.agent) == ("delete", {"path": "a.txt"}, "codeact > cleaner")
     assert request.run_id != result.run_id and "ok" in result.steps[0].observation
+
+
+class WarmSource:
+    """A sandbox source (like an engine pool) that hands out one local sandbox started beforehand, so that a
+    test's clock starts with the code, not the kernel's start."""
+
+    def __init__(self) -> None:
+        from sandbox import open_sandbox
+
+        self.handed: Any = open_sandbox("local", timeout=120).start()
+
+    def sandbox(self, functions: Any = (), **options: Any) -> Any:
+        self.handed.register(*functions)
+        return self.handed
+
+
+def test_a_child_whose_call_timed_out_is_cancelled_at_once_and_its_sandbox_closed(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    source = WarmSource()
+    child = CodeActAgent(ScriptedModel([py("print('sleeping', flush=True)\nimport time\ntime.sleep(90)")] * 3,
+                                       name="child-model"), sandbox=source, log=log)
+    seen: dict[str, Any] = {}
+
+    def after_the_timeout(messages: list[Message]) -> str:
+        # The parent's next model call, on the host: the child must be over already, not when the parent ends.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [run] = [r for r in log.list_runs(limit=None) if r.parent_run_id]
+            if run.status != "running":
+                break
+            time.sleep(0.1)
+        seen.update(child=run, closed=source.handed.closed)
+        return "It took too long."
+
+    parent = CodeActAgent(ScriptedModel([py("""
+        try:
+            sleeper("take your time")
+        except Exception as e:
+            print(type(e).__name__, e)
+    """), after_the_timeout], name="parent-model"),
+        [child.as_tool(name="sleeper", description="Sleeps.", timeout=3)], sandbox="restricted", log=log)
+    result = parent.run("ask the sleeper")
+    assert result.status == "success", result.error
+    assert "TimeoutError" in result.steps[0].observation and "3 s" in result.steps[0].observation
+    run = seen["child"]
+    assert run.status == "cancelled" and run.parent_run_id == result.run_id
+    assert run.duration < 15  # its code would have slept 90 s
+    assert seen["closed"]  # its sandbox too, before the parent went on
+    record = log.get_run(run.id)
+    assert "sleeping" in record.steps[0].observation and "KeyboardInterrupt" in record.steps[0].observation
+    [finished] = [e for e in log.get_events(run.id) if e["type"] == "RunFinished"]
+    assert finished["payload"]["result"]["status"] == "cancelled"
 
 
 def test_a_stateful_child_keeps_its_variables_across_the_calls_of_one_parent_run(tmp_path):
