@@ -382,6 +382,40 @@ def test_a_childs_approvals_go_to_the_parents_approver_naming_the_agent(tmp_path
     assert request.run_id != result.run_id and "ok" in result.steps[0].observation
 
 
+def test_a_childs_installs_and_skill_saves_ask_the_top_runs_approver_naming_the_agent(tmp_path):
+    from sandbox.packages import PackagePolicy
+
+    from codeact.skills import SkillApproval, SkillStore
+    from tests.test_packages import make_wheel
+
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "codeact_child_demo", "3.0")
+    store = SkillStore(tmp_path / "skills")
+    asked: list[Any] = []
+    # No approver of its own: alone, its installs would be denied and saving skills switched off.
+    child = CodeActAgent(ScriptedModel([py("""
+        install('codeact-child-demo')
+        import codeact_child_demo
+        def triple(x):
+            '''Three times x.'''
+            return 3 * x
+        print(codeact_child_demo.VALUE, save_skill(triple))
+    """), "saved"], name="child-model"), sandbox="local", log=False, skills=store, approve_installs=True,
+        package_policy=PackagePolicy(cache_dir=str(tmp_path / "cache"), wheelhouse=str(wheelhouse), offline=True))
+    parent = CodeActAgent(ScriptedModel([py("print(helper('install it and keep triple'))"), "done"]),
+                          [child.as_tool(name="helper", description="Installs and saves.")], sandbox="restricted",
+                          log=False, approve=lambda request: asked.append(request) or True)
+    result = parent.run("go")
+    assert result.status == "success", result.error
+    install, save = asked
+    assert (install.tool, install.agent, install.arguments["requirements"]) == \
+        ("install", "codeact > helper", ["codeact-child-demo"])
+    assert isinstance(save, SkillApproval) and (save.name, save.agent) == ("triple", "codeact > helper")
+    assert install.run_id == save.run_id != result.run_id
+    assert [s.name for s in store.list()] == ["triple"]
+
+
 class WarmSource:
     """A sandbox source (like an engine pool) that hands out one local sandbox started beforehand, so that a
     test's clock starts with the code, not the kernel's start."""
