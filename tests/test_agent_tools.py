@@ -1,8 +1,7 @@
 """Agents as tools (``agent.as_tool``) and run budgets that hold across the tree of runs.
 
-Real sandboxes (docker for the acceptance run, the local kernel elsewhere), a real run log and the real CLI;
-only the models' text is scripted. ``output_type=`` (typed answers) is not tested here: the child's ``run``
-gains it in another branch.
+Real sandboxes (docker for the acceptance run, the local kernel or the restricted backend elsewhere), a real
+run log and the real CLI; only the models' text is scripted.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from dataclasses import dataclass
 from textwrap import dedent
 from typing import Any
 
@@ -414,6 +414,41 @@ def test_a_childs_installs_and_skill_saves_ask_the_top_runs_approver_naming_the_
     assert isinstance(save, SkillApproval) and (save.name, save.agent) == ("triple", "codeact > helper")
     assert install.run_id == save.run_id != result.run_id
     assert [s.name for s in store.list()] == ["triple"]
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+def test_a_typed_child_answers_the_parents_code_with_a_value_of_that_type(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    locate = react_leaf(log, answer={"x": "3", "y": 4})  # checked against Point: "3" becomes 3
+    count = CodeActAgent(ScriptedModel(["41"]), sandbox="restricted", log=log)  # a text reply, parsed as int
+    vague = CodeActAgent(ScriptedModel(["lots"] * 5), sandbox="restricted", log=log, output_retries=1)
+    parent = CodeActAgent(ScriptedModel([py("""
+        p = locate("where is it?")
+        n = count("how many?")
+        try:
+            vague("how many, roughly?")
+        except Exception as e:
+            print(e)
+        final_answer({"point": p, "sum": p["x"] + p["y"], "next": n + 1})
+    """)]), [locate.as_tool(name="locate", description="Finds a point.", output_type=Point),
+             count.as_tool(name="count", description="Counts.", output_type=int),
+             vague.as_tool(name="vague", description="Counts, vaguely.", output_type=int)],
+        sandbox="restricted", log=log)
+    result = parent.run("where and how many")
+    assert result.status == "success", result.error
+    # A dataclass answer crosses into the sandbox as the dict of its checked fields (the codec's plain data).
+    assert result.answer == {"point": {"x": 3, "y": 4}, "sum": 7, "next": 42}
+    observation = result.steps[0].observation
+    assert "vague (run " in observation and "ended with status invalid_output" in observation
+    assert "did not fit the type `int`" in observation
+    answers = {c.status: log.get_run(c.id).answer for c in log.children(result.run_id) if c.status != "success"}
+    assert answers == {"invalid_output": "lots"}
+    assert sorted(c.status for c in log.children(result.run_id)) == ["invalid_output", "success", "success"]
 
 
 class WarmSource:

@@ -101,9 +101,10 @@ class AgentRuns:
             name: what the calling code calls it (a Python identifier).
             description: what the agent is for; the calling model reads it.
             output_type: the type of answer to ask the child for (passed to its ``run``): the
-                calling code receives the validated value (into a docker or local sandbox it crosses
-                the codec: a dataclass or pydantic answer arrives as a dict of its fields); a child
-                whose answer never fits raises AgentToolError with status ``invalid_output``.
+                calling code receives the checked value as the codec carries it into a sandbox
+                (``int``, ``list[str]``, ``tuple``, ``datetime`` ... as themselves; a dataclass or
+                pydantic answer as the dict of its checked fields); a child whose answer never fits
+                raises AgentToolError with status ``invalid_output``.
             stateful: keep one conversation with this agent across the calls of one
                 calling run (variables and history survive; closed when that run ends).
             max_parallel: calls that may run at once (threads in the calling code);
