@@ -70,6 +70,9 @@ class CodeActChat(Protocol):
     def start_turn(self, task: str, files: Sequence[Any], answer_note: str) -> str: ...
     def autosave(self, state: ActionState) -> Iterator[Event]: ...
 
+#: Seconds a code action may still run once its run's cancel event is set, before it is interrupted.
+CANCEL_GRACE = 1.0
+
 #: Added to the observation of a code action :meth:`ChatSession.interrupt` stopped, so that the model
 #: knows the KeyboardInterrupt came from the user (Ctrl-C / Stop) and not from its own code.
 USER_INTERRUPT_NOTE = ("Note: the user interrupted this code (Ctrl-C / Stop). Variables it set before the "
@@ -183,15 +186,19 @@ class CodeActions:
 
         worker = threading.Thread(target=work, daemon=True, name="codeact-action")
         worker.start()
-        cancel, cancelled = state.turn.cancel, False
+        cancel, cancelled_at, interrupted = state.turn.cancel, 0.0, False
         try:
             while True:
                 try:
                     item = events.get(timeout=0.2)
                 except queue.Empty:
-                    if cancel is not None and cancel.is_set() and not cancelled:
-                        cancelled = True
-                        chat.box.interrupt()  # the run is over for its caller: stop the code now
+                    if cancel is not None and cancel.is_set() and not interrupted:
+                        # The run is over for its caller: code still running after a moment's grace (code that
+                        # set the flag itself ends on its own) is stopped now.
+                        cancelled_at = cancelled_at or time.monotonic()
+                        if time.monotonic() - cancelled_at >= CANCEL_GRACE:
+                            interrupted = True
+                            chat.box.interrupt()
                     continue
                 if item is done:
                     break
