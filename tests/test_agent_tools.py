@@ -253,6 +253,17 @@ def test_the_run_log_keeps_each_calls_cost_and_logs_show_gives_the_trees_total_b
     assert f"whole tree (3 runs): 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" in text
     assert all(f"${c.usage.cost:.4f}" in text for c in children)
 
+    from io import StringIO
+
+    from rich.console import Console
+
+    from codeact.cli.render import Renderer
+
+    live = Console(file=StringIO(), width=200)
+    Renderer(live, live=False).summary(result)  # what `codeact run` prints at the end
+    assert f"with the agents it called: 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" \
+        in live.file.getvalue()
+
     # Without prices nothing is made up: no "$" anywhere, the tokens still add up.
     free = CodeActAgent(ScriptedModel([py("print(leaf('a'))"), "7"], name="root-model"),
                         [leaf.as_tool(name="leaf", description="Answers 7.")], sandbox="restricted", log=log)
