@@ -112,7 +112,8 @@ class AgentRuns:
             timeout: seconds one call may take (a whole child run: longer than a plain tool's 60 s
                 default; None: the calling sandbox's call timeout). The calling code action's run-time
                 limit still holds. A call that times out raises TimeoutError in the calling code and
-                cancels the child's run at once (its running code interrupted, its sandbox closed).
+                cancels the child's run at once (its running code interrupted, its sandbox closed; a
+                ``stateful`` child's session stays open for the next call).
 
         Raises:
             ConfigError: a bad name or description, a cycle of agents calling each other,
