@@ -208,10 +208,12 @@ class ChatSandbox:
         return policy
 
     def _approve_install(self, request: Any) -> bool:
+        """Ask about an install the code asked for: the top run's approver when this run is an agent called
+        as a tool (the request names the agent)."""
         state = self._current()
         return self._approvals.ask(ApprovalRequest(
             "install", {"packages": request.summary(), "requirements": list(request.requirements)},
-            state.run_id if state else "", state.step if state else 0))
+            state.run_id if state else "", state.step if state else 0), state.link if state else None)
 
     def _on_install(self, record: Any) -> None:
         """A package install the code asked for (a worker thread): an event among the step's tool calls."""

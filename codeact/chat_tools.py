@@ -85,7 +85,9 @@ class ChatTools:
         if agent.skills is not None:
             from .skills import SessionSkills
 
-            can_ask = agent.approve is not None or agent.auto_approve_skills
+            state = self._current()
+            above = getattr(state.link, "approver", None) if state is not None else None  # the top run's
+            can_ask = agent.approve is not None or agent.auto_approve_skills or above is not None
             skills = SessionSkills(agent.skills, self._approve_skill if can_ask else None)
         return ToolSurface(agent.tools, disclosure=agent.tool_disclosure, budget=agent.tool_budget,
                            descriptions=group_descriptions(agent.tools), skills=skills,
@@ -94,14 +96,15 @@ class ChatTools:
 
     def _approve_skill(self, request: Any) -> bool:
         """Ask about saving a skill (:class:`~codeact.skills.SkillApproval`) as tools that require approval are
-        asked: one question at a time, the human's time off the code's clock, no save after a late yes."""
+        asked: one question at a time, the human's time off the code's clock, no save after a late yes; the
+        top run's approver when this run is an agent called as a tool (the request names the agent)."""
         from dataclasses import replace
 
         state = self._current()
         request = replace(request, run_id=state.run_id if state else "", step=state.step if state else 0)
         if self.agent.auto_approve_skills:
             return True
-        return self._approvals.ask(request)
+        return self._approvals.ask(request, state.link if state else None)
 
     # --- a call from the sandbox ----------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from .events import (
     TurnMessage,
 )
 from .images import StepImages, step_images, wants_images
-from .messages import Message
+from .messages import Message, Usage
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .output import AnswerCheck, OutputSpec
 from .parsing import parse_reply
@@ -69,6 +69,9 @@ class CodeActChat(Protocol):
     def answer_types(self, output: OutputSpec | None) -> tuple[str, str]: ...
     def start_turn(self, task: str, files: Sequence[Any], answer_note: str) -> str: ...
     def autosave(self, state: ActionState) -> Iterator[Event]: ...
+
+#: Seconds a code action may still run once its run's cancel event is set, before it is interrupted.
+CANCEL_GRACE = 1.0
 
 #: Added to the observation of a code action :meth:`ChatSession.interrupt` stopped, so that the model
 #: knows the KeyboardInterrupt came from the user (Ctrl-C / Stop) and not from its own code.
@@ -154,7 +157,9 @@ class CodeActions:
 
     def _run(self, code: str, state: ActionState) -> Iterator[ToolCall | CodeOutput | ExecutionResult]:
         """Run a code action on a worker thread, yielding its output and each tool call as they come, then the
-        result. If the caller stops (Ctrl-C, closing the generator), the code is interrupted first."""
+        result. If the caller stops (Ctrl-C, closing the generator), the code is interrupted first; when the
+        run's cancel event is set meanwhile (an agent tool's call timed out, the calling run ended), the code is
+        interrupted and the run ends ``cancelled`` before its next step."""
         chat = self.chat
         sandbox = chat.sandbox
         events: queue.Queue[Any] = queue.Queue()
@@ -181,11 +186,19 @@ class CodeActions:
 
         worker = threading.Thread(target=work, daemon=True, name="codeact-action")
         worker.start()
+        cancel, cancelled_at, interrupted = state.turn.cancel, 0.0, False
         try:
             while True:
                 try:
                     item = events.get(timeout=0.2)
                 except queue.Empty:
+                    if cancel is not None and cancel.is_set() and not interrupted:
+                        # The run is over for its caller: code still running after a moment's grace (code that
+                        # set the flag itself ends on its own) is stopped now.
+                        cancelled_at = cancelled_at or time.monotonic()
+                        if time.monotonic() - cancelled_at >= CANCEL_GRACE:
+                            interrupted = True
+                            chat.box.interrupt()
                     continue
                 if item is done:
                     break
@@ -332,12 +345,15 @@ class CodeActTurn:
         self._step_started = time.perf_counter()
         agent = chat.agent
 
+        def price(usage: Usage) -> Usage:  # the cost of each call, in its event and the run log
+            return turn.link.price(usage, agent.model)
+
         def call(messages: list[Message]) -> Generator[Event, None, Any]:
             return model_turn(agent.model, chat.privacy.redact_user_messages(messages), step, run_id=turn.run_id,
-                              stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace)
+                              stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace, price=price)
 
         yield from compaction_events(compacted_call(chat.compactor, chat.messages, chat.turn_starts, call,
-                                                    run_id=turn.run_id, step=step.index), step, turn.trace)
+                                                    run_id=turn.run_id, step=step.index), step, turn.trace, price)
 
 
 def no_code_feedback(other_blocks: tuple[str, ...], text: str) -> str:

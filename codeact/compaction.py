@@ -604,9 +604,10 @@ def compacted_call(compactor: Compactor, messages: Sequence[Message], turn_start
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def compaction_events(events: Generator[Event, None, Any], step: Any, trace: Any = None
-                      ) -> Generator[Event, None, Any]:
-    """Relay :func:`compacted_call`'s events; a summary's usage joins ``step.usage``, each compaction a span."""
+def compaction_events(events: Generator[Event, None, Any], step: Any, trace: Any = None,
+                      price: Callable[[Usage], Usage] | None = None) -> Generator[Event, None, Any]:
+    """Relay :func:`compacted_call`'s events; a summary's usage joins ``step.usage``, each compaction a span.
+    ``price`` fills in a summary call's cost when the model's prices are known."""
     extra = Usage()
     while True:
         try:
@@ -616,6 +617,8 @@ def compaction_events(events: Generator[Event, None, Any], step: Any, trace: Any
                 step.usage = step.usage + extra
             return stop.value
         if isinstance(event, Compacted):
+            if price is not None and event.usage.requests:
+                event = replace(event, usage=price(event.usage))
             extra = extra + event.usage
             if trace is not None:
                 trace.compacted(event)

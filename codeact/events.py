@@ -246,10 +246,15 @@ class RunResult(Generic[AnswerT]):
     answer: AnswerT = None  # type: ignore[assignment]  # None until the run answers
     status: RunStatus = "running"
     steps: list[Step] = field(default_factory=list)
+    #: What this run's own model calls spent (tokens, and dollars when prices are known).
     usage: Usage = field(default_factory=Usage)
     duration: float = 0.0
     artifacts: list[Path] = field(default_factory=list)
     error: str | None = None
+    #: What this run and every run it started spent together: agents it called as tools
+    #: (``agent.as_tool``), and the agents they called, at any depth. Equal to ``usage`` for a run
+    #: that called no agent; set when the run ends.
+    tree_usage: Usage = field(default_factory=Usage)
 
     @property
     def ok(self) -> bool:

@@ -1,14 +1,15 @@
 """Agents as tools (``agent.as_tool``) and run budgets that hold across the tree of runs.
 
-Real sandboxes (docker for the acceptance run, the local kernel elsewhere), a real run log and the real CLI;
-only the models' text is scripted. ``output_type=`` (typed answers) is not tested here: the child's ``run``
-gains it in another branch.
+Real sandboxes (docker for the acceptance run, the local kernel or the restricted backend elsewhere), a real
+run log and the real CLI; only the models' text is scripted.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
+from dataclasses import dataclass
 from textwrap import dedent
 from typing import Any
 
@@ -204,6 +205,75 @@ def test_the_summary_line_shows_the_cost_when_it_is_known():
     assert "$" not in renderer.summary_text("success", 2, 1000, 100, 1.0, "abc").plain
 
 
+def test_the_run_log_keeps_each_calls_cost_and_logs_show_gives_the_trees_total_beside_the_runs_own(tmp_path):
+    from codeact.cli import cli
+    from codeact.cli.render import fmt_tokens
+
+    db = tmp_path / "runs.db"
+    log = RunLog(db)
+    leaf = react_leaf(log, answer=7)
+    prices = {"root-model": Prices(1.0, 2.0), "leaf-model": Prices(3.0, 4.0)}  # a child uses the table above it
+    parent = CodeActAgent(ScriptedModel([py("print(leaf('a') + leaf('b'))"), "The sum is 14."], name="root-model"),
+                          [leaf.as_tool(name="leaf", description="Answers 7.")], sandbox="restricted", log=log,
+                          limits=RunLimits(prices=prices))
+    result = parent.run("add two sevens")
+    assert result.status == "success", result.error
+    children = log.children(result.run_id)
+    assert len(children) == 2 and all(c.usage.cost for c in children)
+    own, tree = result.usage, result.tree_usage
+    assert own.requests == 2 and tree.requests == 2 + 2  # each leaf answered in one model call
+    assert own.cost is not None and tree.cost == pytest.approx(own.cost + sum(c.usage.cost for c in children))
+    assert tree.total_tokens == own.total_tokens + sum(c.usage.total_tokens for c in children)
+
+    # Stored per model call and per run, whatever the prices' source (here: the table, after the call).
+    record = log.get_run(result.run_id)
+    assert record.usage.cost == pytest.approx(own.cost)
+    assert [s.usage.cost for s in record.steps] == pytest.approx([s.usage.cost for s in result.steps])
+    assert all(s.usage.cost for s in record.steps)
+    expected = Prices(1.0, 2.0).cost(record.steps[0].usage)
+    assert record.steps[0].usage.cost == pytest.approx(expected)
+    logged, runs = log.tree_usage(result.run_id)
+    assert runs == 3 and (logged.requests, logged.total_tokens) == (tree.requests, tree.total_tokens)
+    assert logged.cost == pytest.approx(tree.cost)
+    model_outputs = [e["payload"]["usage"] for e in log.get_events(result.run_id) if e["type"] == "ModelOutput"]
+    assert all(u["cost"] for u in model_outputs)  # the event carries it (a live view shows it too)
+
+    shown = CliRunner().invoke(cli, ["logs", "show", result.run_id, "--db", str(db)])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    for step in record.steps:
+        assert f"Step {step.step} ·" in text and f"${step.usage.cost:.4f}" in text
+    assert f"${own.cost:.4f} · " in text  # the run's own, on its summary line
+    assert f"whole tree (3 runs): 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" in text
+    assert f"(this run alone: 2 model calls · {fmt_tokens(own.total_tokens)} tokens · ${own.cost:.4f})" in text
+
+    drawn = CliRunner().invoke(cli, ["logs", "show", "--tree", result.run_id, "--db", str(db)])
+    assert drawn.exit_code == 0, drawn.output
+    text = " ".join(drawn.output.split())
+    assert f"whole tree (3 runs): 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" in text
+    assert all(f"${c.usage.cost:.4f}" in text for c in children)
+
+    from io import StringIO
+
+    from rich.console import Console
+
+    from codeact.cli.render import Renderer
+
+    live = Console(file=StringIO(), width=200)
+    Renderer(live, live=False).summary(result)  # what `codeact run` prints at the end
+    assert f"with the agents it called: 4 model calls · {fmt_tokens(tree.total_tokens)} tokens · ${tree.cost:.4f}" \
+        in live.file.getvalue()
+
+    # Without prices nothing is made up: no "$" anywhere, the tokens still add up.
+    free = CodeActAgent(ScriptedModel([py("print(leaf('a'))"), "7"], name="root-model"),
+                        [leaf.as_tool(name="leaf", description="Answers 7.")], sandbox="restricted", log=log)
+    unpriced = free.run("one seven")
+    assert unpriced.tree_usage.cost is None and unpriced.tree_usage.requests == 3
+    assert log.get_run(unpriced.run_id).usage.cost is None
+    shown = CliRunner().invoke(cli, ["logs", "show", unpriced.run_id, "--db", str(db)])
+    assert shown.exit_code == 0 and "$" not in shown.output and "whole tree (2 runs): 3 model calls" in shown.output
+
+
 def test_a_budget_of_dollars_needs_prices(tmp_path):
     agent = CodeActAgent(ScriptedModel(["done"]), sandbox="local", log=False, limits=RunLimits(max_cost=1.0))
     result = agent.run("anything")
@@ -321,6 +391,127 @@ def test_a_childs_approvals_go_to_the_parents_approver_naming_the_agent(tmp_path
     [request] = asked
     assert (request.tool, request.arguments, request.agent) == ("delete", {"path": "a.txt"}, "codeact > cleaner")
     assert request.run_id != result.run_id and "ok" in result.steps[0].observation
+
+
+def test_a_childs_installs_and_skill_saves_ask_the_top_runs_approver_naming_the_agent(tmp_path):
+    from sandbox.packages import PackagePolicy
+
+    from codeact.skills import SkillApproval, SkillStore
+    from tests.test_packages import make_wheel
+
+    wheelhouse = tmp_path / "wheels"
+    wheelhouse.mkdir()
+    make_wheel(wheelhouse, "codeact_child_demo", "3.0")
+    store = SkillStore(tmp_path / "skills")
+    asked: list[Any] = []
+    # No approver of its own: alone, its installs would be denied and saving skills switched off.
+    child = CodeActAgent(ScriptedModel([py("""
+        install('codeact-child-demo')
+        import codeact_child_demo
+        def triple(x):
+            '''Three times x.'''
+            return 3 * x
+        print(codeact_child_demo.VALUE, save_skill(triple))
+    """), "saved"], name="child-model"), sandbox="local", log=False, skills=store, approve_installs=True,
+        package_policy=PackagePolicy(cache_dir=str(tmp_path / "cache"), wheelhouse=str(wheelhouse), offline=True))
+    parent = CodeActAgent(ScriptedModel([py("print(helper('install it and keep triple'))"), "done"]),
+                          [child.as_tool(name="helper", description="Installs and saves.")], sandbox="restricted",
+                          log=False, approve=lambda request: asked.append(request) or True)
+    result = parent.run("go")
+    assert result.status == "success", result.error
+    install, save = asked
+    assert (install.tool, install.agent, install.arguments["requirements"]) == \
+        ("install", "codeact > helper", ["codeact-child-demo"])
+    assert isinstance(save, SkillApproval) and (save.name, save.agent) == ("triple", "codeact > helper")
+    assert install.run_id == save.run_id != result.run_id
+    assert [s.name for s in store.list()] == ["triple"]
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+def test_a_typed_child_answers_the_parents_code_with_a_value_of_that_type(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    locate = react_leaf(log, answer={"x": "3", "y": 4})  # checked against Point: "3" becomes 3
+    count = CodeActAgent(ScriptedModel(["41"]), sandbox="restricted", log=log)  # a text reply, parsed as int
+    vague = CodeActAgent(ScriptedModel(["lots"] * 5), sandbox="restricted", log=log, output_retries=1)
+    parent = CodeActAgent(ScriptedModel([py("""
+        p = locate("where is it?")
+        n = count("how many?")
+        try:
+            vague("how many, roughly?")
+        except Exception as e:
+            print(e)
+        final_answer({"point": p, "sum": p["x"] + p["y"], "next": n + 1})
+    """)]), [locate.as_tool(name="locate", description="Finds a point.", output_type=Point),
+             count.as_tool(name="count", description="Counts.", output_type=int),
+             vague.as_tool(name="vague", description="Counts, vaguely.", output_type=int)],
+        sandbox="restricted", log=log)
+    result = parent.run("where and how many")
+    assert result.status == "success", result.error
+    # A dataclass answer crosses into the sandbox as the dict of its checked fields (the codec's plain data).
+    assert result.answer == {"point": {"x": 3, "y": 4}, "sum": 7, "next": 42}
+    observation = result.steps[0].observation
+    assert "vague (run " in observation and "ended with status invalid_output" in observation
+    assert "did not fit the type `int`" in observation
+    answers = {c.status: log.get_run(c.id).answer for c in log.children(result.run_id) if c.status != "success"}
+    assert answers == {"invalid_output": "lots"}
+    assert sorted(c.status for c in log.children(result.run_id)) == ["invalid_output", "success", "success"]
+
+
+class WarmSource:
+    """A sandbox source (like an engine pool) that hands out one local sandbox started beforehand, so that a
+    test's clock starts with the code, not the kernel's start."""
+
+    def __init__(self) -> None:
+        from sandbox import open_sandbox
+
+        self.handed: Any = open_sandbox("local", timeout=120).start()
+
+    def sandbox(self, functions: Any = (), **options: Any) -> Any:
+        self.handed.register(*functions)
+        return self.handed
+
+
+def test_a_child_whose_call_timed_out_is_cancelled_at_once_and_its_sandbox_closed(tmp_path):
+    log = RunLog(tmp_path / "runs.db")
+    source = WarmSource()
+    child = CodeActAgent(ScriptedModel([py("print('sleeping', flush=True)\nimport time\ntime.sleep(90)")] * 3,
+                                       name="child-model"), sandbox=source, log=log)
+    seen: dict[str, Any] = {}
+
+    def after_the_timeout(messages: list[Message]) -> str:
+        # The parent's next model call, on the host: the child must be over already, not when the parent ends.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [run] = [r for r in log.list_runs(limit=None) if r.parent_run_id]
+            if run.status != "running":
+                break
+            time.sleep(0.1)
+        seen.update(child=run, closed=source.handed.closed)
+        return "It took too long."
+
+    parent = CodeActAgent(ScriptedModel([py("""
+        try:
+            sleeper("take your time")
+        except Exception as e:
+            print(type(e).__name__, e)
+    """), after_the_timeout], name="parent-model"),
+        [child.as_tool(name="sleeper", description="Sleeps.", timeout=3)], sandbox="restricted", log=log)
+    result = parent.run("ask the sleeper")
+    assert result.status == "success", result.error
+    assert "TimeoutError" in result.steps[0].observation and "3 s" in result.steps[0].observation
+    run = seen["child"]
+    assert run.status == "cancelled" and run.parent_run_id == result.run_id
+    assert run.duration < 15  # its code would have slept 90 s
+    assert seen["closed"]  # its sandbox too, before the parent went on
+    record = log.get_run(run.id)
+    assert "sleeping" in record.steps[0].observation and "KeyboardInterrupt" in record.steps[0].observation
+    [finished] = [e for e in log.get_events(run.id) if e["type"] == "RunFinished"]
+    assert finished["payload"]["result"]["status"] == "cancelled"
 
 
 def test_a_stateful_child_keeps_its_variables_across_the_calls_of_one_parent_run(tmp_path):

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from codeact import CodeActAgent, ScriptedModel
+from codeact import CodeActAgent, Prices, RunLimits, ScriptedModel
 from codeact._namespace import parse_listing, read_namespace
 from codeact.compaction import (AFTER_SHARE, BLOCK_HEADER, SUMMARY_PROMPT, Compactor, ContextTooLarge, assigned_names,
                                 compacted_text)
@@ -253,8 +253,9 @@ def test_a_session_folds_turns_with_its_kernel_namespace_and_summary(openai_serv
 
     openai_server.default_reply = reply
     model = windowed(OpenAIModel("test-model", base_url=openai_server.base_url, api_key="x", max_retries=0), 3_000)
+    prices = Prices(1.0, 2.0)
     agent = CodeActAgent(model, sandbox="local", log=tmp_path / "runs.db", output_dir=tmp_path / "out",
-                         condenser="summary")
+                         condenser="summary", limits=RunLimits(prices={"test-model": prices}))
     events: list[Any] = []
     with pytest.warns(Warning), agent.session() as chat:
         for t in range(1, 9):
@@ -274,6 +275,10 @@ def test_a_session_folds_turns_with_its_kernel_namespace_and_summary(openai_serv
         result = next(r for r in finished if r.run_id == run)
         assert result.usage.requests == 3 and result.usage.input_tokens >= 900
         assert log.get_run(run).usage.requests == 3
+        # And its dollars: on the Compacted event, in the run's cost (each call priced, the summary too).
+        assert folded[0].usage.cost == pytest.approx(prices.cost(folded[0].usage))
+        assert result.usage.cost == pytest.approx(prices.cost(result.usage))
+        assert log.get_run(run).usage.cost == pytest.approx(result.usage.cost)
     finally:
         log.close()
 

@@ -538,9 +538,13 @@ def test_migration_from_version_2_keeps_runs(db: Path) -> None:
                               prompt="codeact", prompt_version="1"))
         assert log.get_run("new-1").agent == "codeact"
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         columns = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-    assert {"agent", "prompt", "prompt_version", "bench_episode", "owner_pid"} <= columns
+        step_columns = {r[1] for r in conn.execute("PRAGMA table_info(steps)")}
+    assert {"agent", "prompt", "prompt_version", "bench_episode", "owner_pid", "cost"} <= columns
+    assert "cost" in step_columns
+    with RunLog(db) as log:
+        assert log.get_run("old-1").usage.cost is None  # a run recorded before costs were: unknown, not $0
 
 
 def test_a_killed_writer_is_marked_interrupted(db: Path, tmp_path: Path) -> None:

@@ -73,5 +73,5 @@ def test_migration_from_version_3_adds_the_snapshots_table(tmp_path: Path) -> No
         log.save_snapshot(row("20260101T000000-aaaaaaaaaaaa", "s", ["old-1"], 1.0), ["old-1"])
         assert log.find_snapshot("old-1").session == "s"
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert conn.execute("SELECT session FROM runs WHERE id = 'old-1'").fetchone()[0] == "s"

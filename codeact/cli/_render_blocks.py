@@ -21,6 +21,7 @@ from ._render_format import (
     answer_renderable,
     call_text,
     elide_lines,
+    fmt_cost,
     fmt_seconds,
     fmt_tokens,
     short,
@@ -41,12 +42,15 @@ class Blocks:
         self.output_root = output_root
         self._run_id = ""  # the run being shown: named where an observation's hidden lines are
 
-    def step_header(self, step: int, seconds: float | None = None, tokens: int | None = None) -> None:
+    def step_header(self, step: int, seconds: float | None = None, tokens: int | None = None,
+                    cost: float | None = None) -> None:
         facts = []
         if seconds and seconds >= 0.001:
             facts.append(fmt_seconds(seconds))
         if tokens:
             facts.append(f"{fmt_tokens(tokens)} tokens")
+        if cost is not None:
+            facts.append(fmt_cost(cost))
         title = f"Step {step}" + (f" · {' · '.join(facts)}" if facts else "")
         self.console.print(Rule(Text(title, style="bold"), align="left", style="bright_black"))
 
@@ -102,7 +106,7 @@ class Blocks:
         parts = [
             f"{steps} step{'s' if steps != 1 else ''}",
             f"{fmt_tokens(total)} tokens ({fmt_tokens(input_tokens)} in, {fmt_tokens(output_tokens)} out)",
-            *([f"${cost:.4f}"] if cost is not None else []),
+            *([fmt_cost(cost)] if cost is not None else []),
             fmt_seconds(seconds),
             f"run {run_id}",
         ]

@@ -48,6 +48,17 @@ def fmt_tokens(n: int) -> str:
     return str(n)
 
 
+def fmt_cost(cost: float | None) -> str:
+    """Dollars as ``$0.0123`` ("" when the prices were not known: never shown as $0)."""
+    return f"${cost:.4f}" if cost is not None else ""
+
+
+def fmt_usage(usage: Any) -> str:
+    """A :class:`~codeact.messages.Usage` in one phrase: ``3 model calls · 1.2k tokens · $0.0012``."""
+    calls = f"{usage.requests} model call{'s' if usage.requests != 1 else ''}"
+    return " · ".join(p for p in (calls, f"{fmt_tokens(usage.total_tokens)} tokens", fmt_cost(usage.cost)) if p)
+
+
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "-"

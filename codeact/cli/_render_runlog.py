@@ -11,7 +11,17 @@ from rich.text import Text
 
 from ..terminal import safe
 from ._render_blocks import Blocks
-from ._render_format import STATUS_ICON, STATUS_STYLE, fmt_seconds, fmt_time, fmt_tokens, prose_of, short
+from ._render_format import (
+    STATUS_ICON,
+    STATUS_STYLE,
+    fmt_cost,
+    fmt_seconds,
+    fmt_time,
+    fmt_tokens,
+    fmt_usage,
+    prose_of,
+    short,
+)
 
 
 class RunLogViews(Blocks):
@@ -60,9 +70,10 @@ class RunLogViews(Blocks):
         for c in children:
             self.console.print(self._run_line(c, (names or {}).get(c.id), with_step=True), soft_wrap=True)
 
-    def run_tree(self, root: Any, children_of: Any) -> None:
+    def run_tree(self, root: Any, children_of: Any, totals: tuple[Any, int] | None = None) -> None:
         """A run and the runs below it as a tree; ``children_of(summary)`` gives a run's child runs and the
-        names of the tools they were called as (``(list, {run id: name})``)."""
+        names of the tools they were called as (``(list, {run id: name})``); ``totals``: what the whole tree
+        spent and its number of runs (:meth:`codeact.runlog.RunLog.tree_usage`), shown beside the root's own."""
         from rich.tree import Tree
 
         tree = Tree(self._run_line(root, None, with_step=False))
@@ -77,6 +88,14 @@ class RunLogViews(Blocks):
                 seen.add(child.id)
                 pending.append((node.add(self._run_line(child, names.get(child.id), with_step=True)), child))
         self.console.print(tree)
+        if totals is not None:
+            self.console.print(self.tree_total(root.usage, *totals), soft_wrap=True)
+
+    @staticmethod
+    def tree_total(own: Any, usage: Any, runs: int) -> Text:
+        """What a run and the runs below it spent together, beside what the run spent itself."""
+        return Text.assemble(("whole tree", "bold"), safe(f" ({runs} run{'s' if runs != 1 else ''}): "),
+                             safe(fmt_usage(usage)), (safe(f"  (this run alone: {fmt_usage(own)})"), "dim"))
 
     @staticmethod
     def _run_line(run: Any, name: str | None, *, with_step: bool) -> Text:
@@ -89,14 +108,17 @@ class RunLogViews(Blocks):
         text.append(safe(run.id), style="cyan")
         text.append(safe(f" {run.agent or '?'} "), style="dim" if name else "bold")
         text.append(f"{STATUS_ICON.get(run.status, '?')} {safe(run.status)}", style=style)
-        text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens · "
+        cost = f" · {fmt_cost(run.usage.cost)}" if run.usage.cost is not None else ""
+        text.append(safe(f" · {run.step_count} steps · {fmt_tokens(run.usage.total_tokens)} tokens{cost} · "
                          f"{short(run.task, 60)}"), style="dim")
         return text
 
-    def run_record(self, record: Any, events: Sequence[Any] = ()) -> None:
+    def run_record(self, record: Any, events: Sequence[Any] = (), tree: tuple[Any, int] | None = None) -> None:
         """A recorded run (:class:`codeact.runlog.RunRecord`), step by step, as it was shown live.
 
         ``events``: the run's raw events (``RunLog.get_events``); its compactions are shown at their steps.
+        ``tree``: what the run and the runs below it spent together and how many runs
+        (:meth:`codeact.runlog.RunLog.tree_usage`), shown under the run's own total when it called agents.
         """
         from ..compaction import compacted_from, compacted_text
         from ..observation import NOTHING_PRINTED
@@ -133,7 +155,7 @@ class RunLogViews(Blocks):
                 self.compacted(line)
             # The same measure as the live header (ModelOutput.duration): the model's time, next to its
             # tokens; the code's time is on the observation, as it is live.
-            self.step_header(s.step, s.model_time, s.usage.total_tokens)
+            self.step_header(s.step, s.model_time, s.usage.total_tokens, s.usage.cost)
             prose = prose_of(s.model_output)
             if s.code is None and not s.error and s.model_output.strip() and s.step == len(record.steps):
                 prose = ""  # the plain-text final answer, shown below
@@ -168,5 +190,8 @@ class RunLogViews(Blocks):
         if record.artifacts:
             folder = Path(record.artifacts[0].path).parent
         self.console.print(self.summary_text(record.status, len(record.steps), record.usage.input_tokens,
-                                             record.usage.output_tokens, record.duration, record.id, folder),
+                                             record.usage.output_tokens, record.duration, record.id, folder,
+                                             cost=record.usage.cost),
                            soft_wrap=True)
+        if tree is not None and tree[1] > 1:
+            self.console.print(self.tree_total(record.usage, *tree), soft_wrap=True)

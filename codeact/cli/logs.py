@@ -101,7 +101,9 @@ def logs_list(ctx: click.Context, db: str | None, limit: int, status: str | None
 def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: bool) -> None:
     """Show a run step by step: thoughts, code, tool calls, observations, answer, and its child runs.
 
-    RUN is a run id or a unique prefix of one; without it, the last run.
+    Tokens and cost (when the model's prices were known) per step and for the run; a run that called
+    agents also shows what the whole tree of runs spent. RUN is a run id or a unique prefix of one;
+    without it, the last run.
     """
     from .render import Renderer
 
@@ -113,9 +115,10 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: b
                 raise UserError(f"the run log {log.path} is empty; run something first (try `codeact demo`)")
         else:
             record = log.get_run(run_id)
+        tree = log.tree_usage(record.id)  # the run's own usage and cost, and that of the runs below it
         if as_tree:
             Renderer(live=False).run_tree(log.summary(record.id),
-                                          lambda run: (log.children(run.id), _tool_names(log, run.id)))
+                                          lambda run: (log.children(run.id), _tool_names(log, run.id)), tree)
             return
         children = log.children(record.id)
         names = _tool_names(log, record.id) if children else {}
@@ -123,7 +126,7 @@ def logs_show(ctx: click.Context, run_id: str | None, db: str | None, as_tree: b
     finally:
         log.close()
     renderer = Renderer(live=False)
-    renderer.run_record(record, events)
+    renderer.run_record(record, events, tree)
     renderer.child_runs(children, names)
 
 

@@ -65,6 +65,7 @@ from ._render_format import (
     fmt_seconds,
     fmt_time,
     fmt_tokens,
+    fmt_usage,
     live_tail,
     prose_of,
     short,
@@ -210,7 +211,7 @@ class Renderer(RunLogViews):
     def _on_ModelOutput(self, e: ModelOutput) -> None:
         self._stream = ""
         self.pause()
-        self.step_header(e.step, e.duration, e.usage.total_tokens)
+        self.step_header(e.step, e.duration, e.usage.total_tokens, e.usage.cost)
         from ..parsing import parse_reply
 
         parsed = parse_reply(e.text)
@@ -318,6 +319,10 @@ class Renderer(RunLogViews):
                                              result.usage.output_tokens, result.duration, result.run_id, folder,
                                              cost=result.usage.cost),
                            soft_wrap=True)
+        tree = result.tree_usage
+        if tree.requests > result.usage.requests:  # it called agents: what the whole tree spent
+            self.console.print(Text(safe(f"  with the agents it called: {fmt_usage(tree)}"), style="dim"),
+                               soft_wrap=True)
 
     # -- approvals -------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from ..settings import images_enabled
 from ..errors import CodeActError, ConfigError, ToolArgumentError
 from ..events import ErrorEvent, Event, Observation, RunStarted, Step, ToolCall, TurnMessage
 from ..images import StepImages, attach_images, step_images, wants_images
-from ..messages import Message, ModelResponse
+from ..messages import Message, ModelResponse, Usage
 from ..observation import truncate_middle
 from ..output import DEFAULT_RETRIES, AnswerCheck, OutputSpec
 from ..prompting import FileDescription, fill_template
@@ -318,14 +318,17 @@ class ReActTurn:
         turn.link.before_model_call(agent.model)  # the budget (the whole tree's) has room for it
         schema = check.spec.json_schema() if check.spec is not None else None
 
+        def price(usage: Usage) -> Usage:  # the cost of each call, in its event and the run log
+            return turn.link.price(usage, agent.model)
+
         def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
             return model_turn(agent.model, messages, step, run_id=turn.run_id, stream=agent.stream_model,
-                              cancel=turn.cancel, trace=turn.trace,
+                              cancel=turn.cancel, trace=turn.trace, price=price,
                               tools=fmt.tools_param(list(chat.tools.values()), schema))
 
         response: ModelResponse = yield from compaction_events(compacted_call(
             chat.compactor, chat.messages, chat.turn_starts, ask, run_id=turn.run_id, step=step.index),
-            step, turn.trace)
+            step, turn.trace, price)
         turn.link.spent(step, turn.result, agent.model)  # result.usage; BudgetExceeded when spent
         decision = fmt.parse(response)
         if decision.problem is not None:

@@ -100,14 +100,20 @@ class AgentRuns:
         Args:
             name: what the calling code calls it (a Python identifier).
             description: what the agent is for; the calling model reads it.
-            output_type: the type of answer to ask the child for (passed to its ``run``).
+            output_type: the type of answer to ask the child for (passed to its ``run``): the
+                calling code receives the checked value as the codec carries it into a sandbox
+                (``int``, ``list[str]``, ``tuple``, ``datetime`` ... as themselves; a dataclass or
+                pydantic answer as the dict of its checked fields); a child whose answer never fits
+                raises AgentToolError with status ``invalid_output``.
             stateful: keep one conversation with this agent across the calls of one
                 calling run (variables and history survive; closed when that run ends).
             max_parallel: calls that may run at once (threads in the calling code);
                 one more is refused with a clear error, never queued.
             timeout: seconds one call may take (a whole child run: longer than a plain tool's 60 s
                 default; None: the calling sandbox's call timeout). The calling code action's run-time
-                limit still holds.
+                limit still holds. A call that times out raises TimeoutError in the calling code and
+                cancels the child's run at once (its running code interrupted, its sandbox closed; a
+                ``stateful`` child's session stays open for the next call).
 
         Raises:
             ConfigError: a bad name or description, a cycle of agents calling each other,

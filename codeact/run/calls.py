@@ -11,6 +11,7 @@ clock), pass the hidden :class:`~codeact.tools.RunContext`, report a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -69,13 +70,37 @@ class Approvals:
         #: Held while a human is asked: one question at a time, whoever asks (tools, installs, skill saves).
         self.one_at_a_time = threading.Lock()
 
-    def ask(self, request: Any) -> bool:
-        """Ask this approver about ``request`` (an install, a skill save) as tool calls are asked: one question
-        at a time, the human's time off the calling code's clock, no effect after a late yes. False without
-        an approver."""
-        call = current_call()
-        with call.paused() if call is not None else contextlib.nullcontext(), self.one_at_a_time:
-            allowed = self.approver is not None and bool(self.approver(request))
+    def ask(self, request: Any, link: RunLink | None = None) -> bool:
+        """Ask this approver about ``request`` (an install, a skill save: an :class:`ApprovalRequest`) as tool
+        calls are asked: one question at a time, the human's time off the calling code's clock, no effect
+        after a late yes. False without an approver.
+
+        ``link``: the run's place in a tree of agents; a child run asks the top run's approver (one question
+        at a time for the whole tree, the calls above waiting for it paused too) and ``request.agent`` names
+        the agent asking.
+        """
+        approver, lock, waiting = self._who(link)
+        if link is not None and link.depth > 0 and not getattr(request, "agent", ""):
+            with contextlib.suppress(TypeError, ValueError):  # not a dataclass with ``agent``: asked as it is
+                request = dataclasses.replace(request, agent=link.path)
+        return self._asked(approver, lock, waiting, request)
+
+    def _who(self, link: RunLink | None) -> tuple[Any, threading.Lock, tuple[Any, ...]]:
+        """(approver, its lock, the host calls above that wait for this run): the top run's for a child run."""
+        if link is None or link.depth == 0:
+            return self.approver, self.one_at_a_time, ()
+        return link.approver, link.approval_lock, link.waiting_calls
+
+    @staticmethod
+    def _asked(approver: Any, lock: threading.Lock, waiting: tuple[Any, ...], request: Any) -> bool:
+        call = current_call()  # set when a sandbox's code made this call; None for ReAct
+        with contextlib.ExitStack() as paused:
+            # The human's time is off the clocks of this call and of the calls above waiting for this run.
+            for held in (*waiting, call):
+                if held is not None:
+                    paused.enter_context(held.paused())
+            with lock:
+                allowed = approver is not None and bool(approver(request))
         if call is not None:
             call.checkpoint()
         return allowed
@@ -87,20 +112,10 @@ class Approvals:
         ``link``: the run's place in a tree of agents; a child run asks the top run's approver (one
         question at a time for the whole tree) and the request names the agent asking.
         """
-        call = current_call()  # set when a sandbox's code made this call; None for ReAct
-        approver, lock, agent = (self.approver, self.one_at_a_time, "") if link is None or link.depth == 0 else \
-            (link.approver, link.approval_lock, link.path)
+        approver, lock, waiting = self._who(link)
+        agent = link.path if link is not None and link.depth > 0 else ""
         request = ApprovalRequest(tool.name, {k: preview(v) for k, v in arguments.items()}, run_id, step, agent)
-        with contextlib.ExitStack() as paused:
-            # The human's time is off the clocks of this call and of the calls above waiting for this run.
-            for waiting in (*(link.waiting_calls if link is not None else ()), call):
-                if waiting is not None:
-                    paused.enter_context(waiting.paused())
-            with lock:
-                allowed = approver is not None and approver(request)
-        if call is not None:
-            call.checkpoint()
-        if not allowed:
+        if not self._asked(approver, lock, waiting, request):
             raise ApprovalDenied(f"the user did not allow this call to {tool.name}; "
                                  "do not retry it, find another way or explain in the final answer")
 

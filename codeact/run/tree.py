@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..budget import Budget
 from ..errors import AgentToolError, ConfigError
+from ..messages import Usage
 from ..tools import RunContext, Tool
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +72,11 @@ class RunLink:
         self.budget.check(before_call=True)
         self._reserved = True
 
+    def price(self, usage: Usage, model: Any) -> Usage:
+        """``usage`` (one model call of ``model``) with its cost, when the model's prices are known (its own, or
+        the ``RunLimits.prices`` table of this run or the nearest run above that has one)."""
+        return self.budget.price(usage, model)
+
     def spent(self, step: Step, result: RunResult, model: Any) -> None:
         """Count the step's model call: its cost filled in, added to the run's usage and to the budgets;
         raise :class:`~codeact.errors.BudgetExceeded` when that went past a limit."""
@@ -78,6 +85,10 @@ class RunLink:
         self.budget.charge(self.path, step.usage, reserved=self._reserved)
         self._reserved = False
         self.budget.check(before_call=False)
+
+    def tree_usage(self) -> Usage:
+        """What this run and the runs below it spent so far (its budget counts every charge below it)."""
+        return self.budget.spent
 
     def finish(self) -> None:
         """The run ended: close what it kept open for its calls (stateful child sessions). Idempotent."""
@@ -162,7 +173,7 @@ def agent_tool(agent: Any, *, name: str, description: str, output_type: Any = No
     if max_parallel < 1:
         raise ConfigError(f"max_parallel must be at least 1, got {max_parallel}")
     _check_tree(agent, name)
-    runner = _AgentCalls(agent, name, output_type, stateful, max_parallel)
+    runner = _AgentCalls(agent, name, output_type, stateful, max_parallel, timeout)
 
     def call(ctx: RunContext, task: str) -> Any:
         return runner.call(ctx, task)
@@ -205,10 +216,12 @@ def _check_tree(agent: Any, name: str) -> None:
 class _AgentCalls:
     """The calls of one agent tool: each a child run (or a turn of the parent run's child session)."""
 
-    def __init__(self, agent: Any, name: str, output_type: Any, stateful: bool, max_parallel: int) -> None:
+    def __init__(self, agent: Any, name: str, output_type: Any, stateful: bool, max_parallel: int,
+                 timeout: float | None = None) -> None:
         from sandbox import SessionSource
 
         self.agent, self.name, self.output_type, self.stateful = agent, name, output_type, stateful
+        self.timeout = timeout
         sandbox = getattr(agent, "sandbox", "docker")
         shared = sandbox is not None and not isinstance(sandbox, (str, SessionSource))
         # A started sandbox the user passed in runs one thing at a time: its children cannot overlap.
@@ -252,13 +265,15 @@ class _AgentCalls:
         if caller is None:  # called outside any run (a test, a script)
             return self.agent.run(task, **options)
         session = self._session_for(caller.link) if self.stateful else None
-        # The parent run ends (cancelled, or its code gave up on this call): the child's run ends too.
+        # The parent run ends, or the call is over for the parent's code (it timed out, or the calling sandbox
+        # gave up on it): the child's run is cancelled (its code interrupted) and its sandbox closed.
         options["cancel"] = cancel = threading.Event()
         caller.link.on_finish(cancel.set)
-        if session is None:
-            return self.agent.run(task, **options)
-        with session[1]:  # a conversation takes one turn at a time
-            return session[0].send(task, **options)
+        with _CallWatch(cancel, self.timeout, caller.host_call):
+            if session is None:
+                return self.agent.run(task, **options)
+            with session[1]:  # a conversation takes one turn at a time
+                return session[0].send(task, **options)
 
     def _session_for(self, link: RunLink) -> tuple[Any, threading.Lock]:
         """The child session kept for the parent run ``link`` (made on its first call, closed when it ends)."""
@@ -275,6 +290,35 @@ class _AgentCalls:
             entry = self._sessions.pop(run_id, None)
         if entry is not None:
             entry[0].close()
+
+
+class _CallWatch:
+    """Sets a child run's ``cancel`` event once the call that started it is over for the caller: past the
+    agent tool's ``timeout`` (wall time, as :meth:`Tool.call <codeact.tools.Tool.call>` counts it), or its
+    host call answered otherwise (the calling sandbox's own timeout, an interrupt of the calling code)."""
+
+    #: Seconds between two looks at the call.
+    POLL = 0.1
+
+    def __init__(self, cancel: threading.Event, timeout: float | None, host_call: Any) -> None:
+        self._cancel, self._timeout, self._host_call = cancel, timeout, host_call
+        self._over = threading.Event()
+        self._started = time.monotonic()
+
+    def __enter__(self) -> _CallWatch:
+        if self._timeout is not None or self._host_call is not None:
+            threading.Thread(target=self._watch, daemon=True, name="agent-call-watch").start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._over.set()
+
+    def _watch(self) -> None:
+        while not self._over.wait(self.POLL):
+            late = self._timeout is not None and time.monotonic() - self._started >= self._timeout
+            if late or getattr(self._host_call, "state", "running") in ("timed_out", "abandoned"):
+                self._cancel.set()
+                return
 
 
 __all__ = ["RunLink", "begin_run", "calling", "agent_tool", "DEFAULT_MAX_DEPTH", "DEFAULT_MAX_PARALLEL"]

@@ -179,7 +179,9 @@ def _emitted(events: Iterator[Event], emit: Callable[[Event], Event]) -> Iterato
 
 def _close(turn: Turn) -> None:
     turn.result.duration = turn.elapsed()
+    turn.result.tree_usage = turn.result.usage
     if turn.link is not None:
         turn.link.finish()
+        turn.result.tree_usage = turn.link.tree_usage()
     if turn.trace is not None:
         turn.trace.end(turn.result)

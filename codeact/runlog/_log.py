@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import RunLogError
 from ..events import Event
+from ..messages import Usage
 from . import _queries, _recorder, _snapshots
 from ._db import Database, default_db_path
 from ._records import RunRecord, RunSummary, SnapshotRecord
@@ -120,6 +121,11 @@ class RunLog:
         """The runs that tool calls of run ``run_id`` (id or unique prefix) started: agents called as tools
         (``agent.as_tool``), oldest first; each names its ``parent_step``."""
         return self._db.read(lambda conn: _queries.list_children(conn, run_id))
+
+    def tree_usage(self, run_id: str) -> tuple[Usage, int]:
+        """What run ``run_id`` and all the runs below it (agents it called as tools, at any depth) spent
+        together, and how many runs that is (1: no children). ``summary(run_id).usage`` is the run's own."""
+        return self._db.read(lambda conn: _queries.tree_usage(conn, run_id))
 
     def resolve(self, run_id_or_prefix: str) -> str:
         """The full id of the run that ``run_id_or_prefix`` names (an id or a unique prefix).

@@ -12,13 +12,13 @@ from ._json import loads
 from ._records import ArtifactRecord, ErrorRecord, RunRecord, RunSummary, StepRecord, ToolCallRecord
 
 _SUMMARY_COLUMNS = """id, task, model, backend, status, started, finished, duration, steps,
-                      input_tokens, output_tokens, requests, error, agent, parent_run_id, parent_step"""
+                      input_tokens, output_tokens, requests, error, agent, parent_run_id, parent_step, cost"""
 
 
 def _summary(r: Any) -> RunSummary:
     return RunSummary(
         id=r[0], task=r[1] or "", model=r[2], backend=r[3], status=r[4], started=r[5], finished=r[6],
-        duration=r[7], step_count=r[8] or 0, usage=Usage(r[9] or 0, r[10] or 0, r[11] or 0), error=r[12],
+        duration=r[7], step_count=r[8] or 0, usage=Usage(r[9] or 0, r[10] or 0, r[11] or 0, r[16]), error=r[12],
         agent=r[13], parent_run_id=r[14], parent_step=r[15],
     )
 
@@ -33,6 +33,19 @@ def list_children(conn: sqlite3.Connection, key: str) -> list[RunSummary]:
     rid = resolve(conn, key)
     return [_summary(r) for r in conn.execute(
         f"SELECT {_SUMMARY_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY started, rowid", (rid,)).fetchall()]
+
+
+def tree_usage(conn: sqlite3.Connection, key: str) -> tuple[Usage, int]:
+    """What run ``key`` and every run below it (agents called as tools, at any depth) spent, and how many runs
+    that is. The cost is the sum of the known costs (None when no run's is known)."""
+    rid = resolve(conn, key)
+    row = conn.execute(
+        """WITH RECURSIVE tree(id) AS (
+               SELECT ? UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_run_id = tree.id)
+           SELECT SUM(input_tokens), SUM(output_tokens), SUM(requests), SUM(cost), COUNT(*)
+           FROM runs WHERE id IN (SELECT id FROM tree)""",  # UNION, not UNION ALL: a hand-edited loop ends
+        (rid,)).fetchone()
+    return Usage(row[0] or 0, row[1] or 0, row[2] or 0, row[3]), int(row[4] or 0)
 
 
 def list_runs(conn: sqlite3.Connection, limit: int | None, status: str | None,
@@ -101,7 +114,7 @@ def get_run(conn: sqlite3.Connection, key: str) -> RunRecord:
     r = conn.execute(
         """SELECT id, task, model, backend, tools, files, status, answer, answer_type, error,
                   started, finished, duration, input_tokens, output_tokens, requests,
-                  agent, prompt, prompt_version, bench_episode, parent_run_id, parent_step
+                  agent, prompt, prompt_version, bench_episode, parent_run_id, parent_step, cost
            FROM runs WHERE id = ?""",
         (run_id,),
     ).fetchone()
@@ -131,14 +144,14 @@ def get_run(conn: sqlite3.Connection, key: str) -> RunRecord:
         StepRecord(
             step=s[0], model_output=s[1] or "", input_messages=s[2] or 0, input_chars=s[3] or 0,
             model_time=s[4] or 0.0, code=s[5], observation=s[6], stdout=s[7] or "", stderr=s[8] or "", error=s[9],
-            sandbox_time=s[10] or 0.0, truncated=bool(s[11]), usage=Usage(s[12] or 0, s[13] or 0, s[14] or 0),
+            sandbox_time=s[10] or 0.0, truncated=bool(s[11]), usage=Usage(s[12] or 0, s[13] or 0, s[14] or 0, s[17]),
             started=s[15], duration=s[16] or 0.0, tool_calls=calls.get(s[0], []), artifacts=artifacts.get(s[0], []),
             images=images.get(s[0], []),
         )
         for s in conn.execute(
             """SELECT step, model_output, input_messages, input_chars, model_time, code, observation,
                       stdout, stderr, error, sandbox_time, truncated, input_tokens, output_tokens,
-                      requests, started, duration
+                      requests, started, duration, cost
                FROM steps WHERE run_id = ? ORDER BY step""",
             (run_id,),
         )
@@ -146,8 +159,8 @@ def get_run(conn: sqlite3.Connection, key: str) -> RunRecord:
     return RunRecord(
         id=r[0], task=r[1] or "", model=r[2], backend=r[3], tools=loads(r[4], []) or [], files=loads(r[5], []) or [],
         status=r[6], answer=loads(r[7]), answer_type=r[8], error=r[9], started=r[10], finished=r[11], duration=r[12],
-        usage=Usage(r[13] or 0, r[14] or 0, r[15] or 0), steps=steps, artifacts=artifacts.get(0, []), errors=errors,
-        agent=r[16], prompt=r[17], prompt_version=r[18], bench_episode=r[19], parent_run_id=r[20],
+        usage=Usage(r[13] or 0, r[14] or 0, r[15] or 0, r[22]), steps=steps, artifacts=artifacts.get(0, []),
+        errors=errors, agent=r[16], prompt=r[17], prompt_version=r[18], bench_episode=r[19], parent_run_id=r[20],
         parent_step=r[21],
     )
 

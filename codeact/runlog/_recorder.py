@@ -6,7 +6,8 @@ and ``Observation`` fill in their step; ``FinalAnswer`` sets the answer and
 status; ``ErrorEvent`` marks its step (or the run when fatal); ``RunFinished``
 finalises the run from its :class:`RunResult`. ``CodeOutput`` keeps a step's
 live output until its observation arrives; ``Compacted`` adds a summary call's
-usage to the run's; ``TextDelta`` is not stored.
+usage to the run's; the cost of a model call (dollars, when its prices are known)
+goes with its tokens into the step and the run; ``TextDelta`` is not stored.
 Every other event (and an event type this version does not know) goes to
 the raw ``events`` table only.
 
@@ -123,18 +124,14 @@ def _model_output(conn: sqlite3.Connection, event: ModelOutput) -> None:
     # A step normally has one model output; if it has several (a retry after
     # a parse error), keep the last text and add up the cost.
     conn.execute(
-        """UPDATE steps SET model_output = ?, input_messages = ?, input_chars = ?,
+        f"""UPDATE steps SET model_output = ?, input_messages = ?, input_chars = ?,
              model_time = model_time + ?, input_tokens = input_tokens + ?,
-             output_tokens = output_tokens + ?, requests = requests + ?
+             output_tokens = output_tokens + ?, requests = requests + ?, {_ADD_COST}
            WHERE run_id = ? AND step = ?""",
         (clean(event.text), event.input_messages, event.input_chars, event.duration, u.input_tokens,
-         u.output_tokens, u.requests, event.run_id, event.step),
+         u.output_tokens, u.requests, *_cost(u), event.run_id, event.step),
     )
-    conn.execute(
-        """UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-             requests = requests + ? WHERE id = ?""",
-        (u.input_tokens, u.output_tokens, u.requests, event.run_id),
-    )
+    _add_to_run(conn, event.run_id, u)
 
 
 def _code_action(conn: sqlite3.Connection, event: CodeAction) -> None:
@@ -189,28 +186,42 @@ def _compacted(conn: sqlite3.Connection, event: Compacted) -> None:
     # A summary's model call (condenser="summary") counts in the run's usage; the event itself is in `events`.
     u = event.usage
     if u.requests or u.total_tokens:
-        conn.execute(
-            """UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-                 requests = requests + ? WHERE id = ?""",
-            (u.input_tokens, u.output_tokens, u.requests, event.run_id),
-        )
+        _add_to_run(conn, event.run_id, u)
+
+
+#: Adds the dollars of one model call (a parameter: NULL when unknown) to a row's ``cost``; an unknown cost
+#: leaves it as it is (NULL stays NULL: "not known" is never shown as $0).
+_ADD_COST = "cost = CASE WHEN ? IS NULL THEN cost ELSE COALESCE(cost, 0) + ? END"
+
+
+def _cost(u: Any) -> tuple[float | None, float | None]:
+    return u.cost, u.cost
+
+
+def _add_to_run(conn: sqlite3.Connection, run_id: str, u: Any) -> None:
+    conn.execute(
+        f"""UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
+             requests = requests + ?, {_ADD_COST} WHERE id = ?""",
+        (u.input_tokens, u.output_tokens, u.requests, *_cost(u), run_id),
+    )
 
 
 def _run_finished(conn: sqlite3.Connection, event: RunFinished) -> None:
     result: RunResult = event.result
     run_id = event.run_id
-    started, requests, in_tok, out_tok, task = conn.execute(
-        "SELECT started, requests, input_tokens, output_tokens, task FROM runs WHERE id = ?", (run_id,)
+    started, requests, in_tok, out_tok, cost, task = conn.execute(
+        "SELECT started, requests, input_tokens, output_tokens, cost, task FROM runs WHERE id = ?", (run_id,)
     ).fetchone()
     u = result.usage
     if u.requests or u.total_tokens:  # the result's totals are authoritative when present
         requests, in_tok, out_tok = u.requests, u.input_tokens, u.output_tokens
+        cost = u.cost if u.cost is not None else cost
     duration = result.duration or (event.time - started if started is not None else None)
     conn.execute(
         """UPDATE runs SET status = ?, error = COALESCE(?, error), finished = ?, duration = ?,
-             requests = ?, input_tokens = ?, output_tokens = ?, task = ?,
+             requests = ?, input_tokens = ?, output_tokens = ?, cost = ?, task = ?,
              steps = MAX(steps, ?) WHERE id = ?""",
-        (result.status, clean(result.error), event.time, duration, requests, in_tok, out_tok,
+        (result.status, clean(result.error), event.time, duration, requests, in_tok, out_tok, cost,
          task or clean(result.task) or "", len(result.steps), run_id),
     )
     if result.answer is not None:
@@ -228,11 +239,12 @@ def _run_finished(conn: sqlite3.Connection, event: RunFinished) -> None:
                  duration = CASE WHEN ? > 0 THEN ? ELSE duration END,
                  input_tokens = CASE WHEN requests = 0 THEN ? ELSE input_tokens END,
                  output_tokens = CASE WHEN requests = 0 THEN ? ELSE output_tokens END,
+                 cost = CASE WHEN requests = 0 THEN ? ELSE cost END,
                  requests = CASE WHEN requests = 0 THEN ? ELSE requests END
                WHERE run_id = ? AND step = ?""",
             (clean(step.model_output), clean(step.code), clean(step.observation), clean(step.error), step.model_time,
              step.sandbox_time, step.duration, step.duration, step.usage.input_tokens, step.usage.output_tokens,
-             step.usage.requests, run_id, step.index),
+             step.usage.cost, step.usage.requests, run_id, step.index),
         )
         if step.tool_calls:
             (have,) = conn.execute(
@@ -370,6 +382,7 @@ def event_payload(event: Event) -> dict[str, Any]:
                 "error": value.error,
                 "duration": value.duration,
                 "usage": value.usage,
+                "tree_usage": value.tree_usage,
                 "steps": len(value.steps),
                 "artifacts": [str(p) for p in value.artifacts],
             }

@@ -3,13 +3,14 @@
 ``runs``
     one row per run: task, model, backend, tools/files (JSON), status,
     answer (JSON: the codec preview) and its original Python type name,
-    error, timestamps, duration, token usage totals, step count; who runs it
+    error, timestamps, duration, token usage totals and cost (dollars, NULL when
+    the model's prices are unknown), step count; who runs it
     (host, pid, process start: to find runs whose process died); which agent
     and prompt (name, version) produced it, and its bench episode.
 ``steps``
     one row per (run, step): model output, prompt size, model time, code,
     observation, stdout, stderr, error, sandbox time, truncation flag,
-    tokens, start time, duration, and the live output so far.
+    tokens, cost, start time, duration, and the live output so far.
 ``tool_calls``
     host tool calls made by a step: name, arguments/result (JSON previews),
     error, duration, time.
@@ -41,7 +42,7 @@ from typing import Any
 
 
 #: Current schema version, stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # One entry per version: MIGRATIONS[i] upgrades a database from version i to
 # i + 1. Each is a tuple of single statements (not a script) because
@@ -176,6 +177,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN parent_run_id TEXT",
         "ALTER TABLE runs ADD COLUMN parent_step INTEGER",
         "CREATE INDEX IF NOT EXISTS runs_parent ON runs (parent_run_id)",
+    ),
+    (
+        # Version 6: money. The dollars a step's model calls and a run's cost, when the model's prices are
+        # known (NULL when they are not: unknown, never zero).
+        "ALTER TABLE runs ADD COLUMN cost REAL",
+        "ALTER TABLE steps ADD COLUMN cost REAL",
     ),
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
