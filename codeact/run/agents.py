@@ -7,7 +7,7 @@ import os
 import queue
 import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence, TypeVar, overload
+from typing import Any, AsyncIterator, Callable, Iterator, Protocol, Sequence, TypeVar, overload
 
 from ..events import Event, RunFinished, RunResult
 from ..output import OutputSpec
@@ -19,36 +19,49 @@ from .recording import open_log, result_of
 T = TypeVar("T")
 
 
-class Turns:
-    """``send``: one turn to the end, from the class's ``stream`` (the same for every chat session, and an
-    agent's ``run``)."""
+class Streams(Protocol):
+    """Anything that runs one turn as a stream of events: a chat session, an agent."""
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
                cancel: threading.Event | None = None, output_type: Any = None,
-               output_retries: int | None = None) -> Iterator[Event]:  # pragma: no cover - each has its own
-        raise NotImplementedError
+               output_retries: int | None = None) -> Iterator[Event]: ...
 
-    @overload
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
-             output_type: None = None, output_retries: int | None = None) -> RunResult[Any]: ...
 
-    @overload
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
-             output_type: type[T], output_retries: int | None = None) -> RunResult[T]: ...
+@overload
+def to_the_end(self: Streams, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+               cancel: threading.Event | None = None, output_type: None = None,
+               output_retries: int | None = None) -> RunResult[Any]: ...
 
-    @overload
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
-             output_type: Any, output_retries: int | None = None) -> RunResult[Any]: ...
 
-    def send(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (), cancel: threading.Event | None = None,
-             output_type: Any = None, output_retries: int | None = None) -> RunResult[Any]:
-        """One turn to the end; returns its result (never raises for model, code or tool errors).
+@overload
+def to_the_end(self: Streams, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+               cancel: threading.Event | None = None, output_type: type[T],
+               output_retries: int | None = None) -> RunResult[T]: ...
 
-        ``output_type``: the type the answer must have (:mod:`codeact.output`); ``output_retries``: how many
-        answers that do not fit go back to the model (default: the agent's).
-        """
-        return result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type,
-                                     output_retries=output_retries))
+
+@overload
+def to_the_end(self: Streams, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+               cancel: threading.Event | None = None, output_type: Any,
+               output_retries: int | None = None) -> RunResult[Any]: ...
+
+
+def to_the_end(self: Streams, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
+               cancel: threading.Event | None = None, output_type: Any = None,
+               output_retries: int | None = None) -> RunResult[Any]:
+    """Run ``task`` to the end and return the result (never raises for model, code or tool errors).
+
+    ``output_type``: the type the answer must have (:mod:`codeact.output`); ``output_retries``: how many
+    answers that do not fit go back to the model (default: the agent's). A chat session's ``send`` and an
+    agent's ``run``, written once.
+    """
+    return result_of(self.stream(task, files=files, cancel=cancel, output_type=output_type,
+                                 output_retries=output_retries))
+
+
+class Turns:
+    """``send``: one turn of a chat session to the end (:func:`to_the_end` of the session's ``stream``)."""
+
+    send = to_the_end
 
 
 class AgentRuns:
@@ -131,7 +144,7 @@ class AgentRuns:
                           max_parallel=max_parallel, timeout=timeout)
 
     #: Run ``task`` to the end and return the result (never raises for model, code or tool errors).
-    run = Turns.send
+    run = to_the_end
 
     def stream(self, task: str, *, files: Sequence[str | os.PathLike[str]] = (),
                cancel: threading.Event | None = None, output_type: Any = None,
