@@ -360,7 +360,9 @@ class ChatSession(Turns):
         Raises what the restore raises (the engine is still away): the next turn tries again.
         """
         state = self._state
-        self._resume_note = self.recovery.before_action(state.run_id if state else "", 0) + self._resume_note
+        note = self.recovery.before_action(state.run_id, 0, state.turn.cancel) if state else \
+            self.recovery.before_action("", 0)
+        self._resume_note = note + self._resume_note
 
     def autosave(self, state: ActionState) -> Iterator[Event]:
         """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""

@@ -20,13 +20,20 @@ action's own notices say.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from sandbox.errors import BackendUnavailable, ImageNotFound
 from sandbox.functions import HostFunction
 
 from .chat_sandbox import ChatSandbox
 from .sessions import Saver, recovery_note
+
+
+#: Seconds a restore waits for an engine that does not answer (it is restarting) before it gives up for now.
+ENGINE_WAIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -54,32 +61,35 @@ class Recovery:
         #: A loss whose restore failed (the engine is still away): the next action or turn tries again.
         self.pending: LostKernel | None = None
 
-    def after_action(self, kernel_lost: str | None, run_id: str, step: int) -> str:
+    def after_action(self, kernel_lost: str | None, run_id: str, step: int,
+                     cancel: threading.Event | None = None) -> str:
         """The action of ``step`` just ran; ``kernel_lost`` is its result's account of a lost kernel (None: the
         kernel is fine). Returns the note for the action's observation ("" when nothing is restored).
 
         Never raises: a restore that fails now is said in the note and tried again before the next action.
+        An engine that does not answer (restarting) is waited for, up to :data:`ENGINE_WAIT` seconds or until
+        ``cancel`` is set.
         """
         if not kernel_lost or not self._hold(kernel_lost, (run_id, step), during=True):
             return ""
         try:
-            return self._reopen()
+            return self._reopen(cancel)
         except Exception as exc:  # the engine is still away, say: the next action tries again
             return (f"[Note: the Python session was lost ({_cut(kernel_lost, 300)}). Restoring it from this "
                     f"session's last save failed for now ({type(exc).__name__}: {_cut(str(exc), 300)}); the next "
                     "action tries again first, and stops the turn if it fails again.]")
 
-    def before_action(self, run_id: str, step: int) -> str:
+    def before_action(self, run_id: str, step: int, cancel: threading.Event | None = None) -> str:
         """Before the code of ``step`` runs (or a turn begins): restore a sandbox that went away since the last
         action, or whose restore failed then. Returns the note for the model ("" when nothing was lost).
 
-        Raises what the restore raises (the engine is still away).
+        Raises what the restore raises (the engine is still away after :data:`ENGINE_WAIT` seconds).
         """
         if self.pending is None:
             why = self.box.lost_reason()
             if why is None or not self._hold(why, (run_id, step), during=False):
                 return ""
-        return self._reopen()
+        return self._reopen(cancel)
 
     def _hold(self, why: str, seen_at: tuple[str, int], *, during: bool) -> bool:
         """Note the loss and drop the lost sandbox when there is a save to restore it from; False otherwise."""
@@ -89,10 +99,18 @@ class Recovery:
         self.box.drop()
         return True
 
-    def _reopen(self) -> str:
+    def _reopen(self, cancel: threading.Event | None) -> str:
         lost = self.pending
         assert lost is not None
-        report = self.box.reopen_from(self.functions, lost.snapshot)
+        deadline = time.monotonic() + ENGINE_WAIT
+        while True:
+            try:
+                report = self.box.reopen_from(self.functions, lost.snapshot)
+                break
+            except BackendUnavailable as exc:  # no engine answers: one that restarts is back within seconds
+                stop = cancel or threading.Event()
+                if isinstance(exc, ImageNotFound) or time.monotonic() >= deadline or stop.wait(1.0):
+                    raise
         self.pending = None
         return recovery_note(lost.snapshot, lost.why, report, where=_where(lost), gone=_gone(lost))
 

@@ -306,7 +306,7 @@ class CodeActTurn:
         turn.stop_if_cancelled(f"before the code of step {step.index} ran")  # stopped while the model wrote it
         # The sandbox went away while the model wrote this (or its restore after the last action failed): back
         # from the last save before the code runs. Raises when it cannot (the turn ends; the next one tries).
-        restored = self._restored(chat.recovery.before_action(turn.run_id, step.index))
+        restored = self._restored(chat.recovery.before_action(turn.run_id, step.index, turn.cancel))
         if self.before is None:  # the sandbox started on a thread: wait for it, put the files in
             yield from chat.box.ready(chat.tools.host_functions, state, self.uploads)
             self.before = file_listing(chat.sandbox)
@@ -317,7 +317,8 @@ class CodeActTurn:
         text = restored + executed.text
         # The action lost the kernel (its container removed, its engine restarted, killed for memory): a saved
         # session comes back from its last save now, and the model reads what was lost before its next step.
-        lost_note = self._restored(chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index))
+        lost_note = self._restored(chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index,
+                                                               turn.cancel))
         if lost_note:
             text += "\n\n" + lost_note.rstrip()
         verdict = check.check(chat.privacy.restore_answer(state.answer)) if state.answered else None

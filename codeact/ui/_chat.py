@@ -143,7 +143,8 @@ class _CellTurn:
 
     def begin(self, turn: Turn) -> Iterator[Event]:
         chat = self.chat
-        self.restored = chat.recovery.before_action(turn.run_id, 0)  # went away since the last cell or turn
+        # The sandbox went away since the last cell or turn: back from the last save first.
+        self.restored = chat.recovery.before_action(turn.run_id, 0, turn.cancel)
         chat.box.ensure(chat.tools.host_functions)
         state = chat.current_run()
         assert state is not None
@@ -159,7 +160,7 @@ class _CellTurn:
         executed = yield from self.actions.execute(code, state, step, self.before)
         text = self.restored + executed.text
         # The cell lost the kernel: a saved session comes back from its last save (codeact.chat_recovery).
-        lost_note = chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index)
+        lost_note = chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index, turn.cancel)
         if lost_note:
             text += "\n\n" + lost_note.rstrip()
             chat.after_action()  # the variables panel shows the restored session
