@@ -341,12 +341,12 @@ class CodeActTurn:
             turn.end("success", verdict.value)
 
     def _restored(self, note: str) -> str:
-        """``note`` from :attr:`CodeActChat.recovery`; when it is one (a new sandbox), what the next action needs
-        there: the files listed again, the answer's classes defined again."""
+        """``note`` from :attr:`CodeActChat.recovery` as the model reads it (redacted); when it is one (a new
+        sandbox), what the next action needs there: the files listed again, the answer's classes defined again."""
         if note and self.chat.sandbox is not None:
             self.before = None
             self.answer_types = self.answer_source
-        return note
+        return self.chat.privacy.redact(note) if note else ""
 
     def _ask(self, turn: Turn, step: Step) -> Iterator[Event]:
         """One model call on the history as compaction folds it (:mod:`codeact.compaction`)."""

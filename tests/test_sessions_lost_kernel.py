@@ -135,3 +135,24 @@ def test_without_a_save_the_lost_kernel_starts_fresh_and_says_so(openai_server: 
         assert "files from earlier runs are gone" in after.observation, after.observation
         assert chat.sandbox.name == name and len(containers(name)) == 1  # a new container of the same session
     assert containers(name) == []
+
+
+def test_a_workspace_cell_that_loses_the_kernel_comes_back_from_the_autosave(
+        openai_server: Any, tmp_path: Path) -> None:
+    """The web workspace's cells (the analyst's own code) restore the same way; the variables panel shows it."""
+    from codeact.ui._chat import workspace_chat
+
+    chat = workspace_chat(agent(openai_server, tmp_path),
+                          save=SaveOptions(autosave=True, store=tmp_path / "snaps"))
+    with chat:
+        def cell(source: str) -> Any:
+            return [e for e in chat.run_cell(source) if isinstance(e, RunFinished)][0].result
+
+        assert cell("x = 41").status == "success"
+        killed = cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        assert killed.status == "error" and "killed by SIGKILL" in killed.steps[0].error
+        assert "restored from the save made after step 1 of an earlier turn" in killed.steps[0].observation
+        assert [v.name for v in chat.variables.variables] == ["x"]
+        assert cell("print(x + 1)").steps[0].observation.strip() == "42"
+        name = chat.sandbox.name
+    assert containers(name) == []

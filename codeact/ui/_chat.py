@@ -144,7 +144,7 @@ class _CellTurn:
     def begin(self, turn: Turn) -> Iterator[Event]:
         chat = self.chat
         # The sandbox went away since the last cell or turn: back from the last save first.
-        self.restored = chat.recovery.before_action(turn.run_id, 0, turn.cancel)
+        self.restored = chat.privacy.redact(chat.recovery.before_action(turn.run_id, 0, turn.cancel))
         chat.box.ensure(chat.tools.host_functions)
         state = chat.current_run()
         assert state is not None
@@ -162,7 +162,7 @@ class _CellTurn:
         # The cell lost the kernel: a saved session comes back from its last save (codeact.chat_recovery).
         lost_note = chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index, turn.cancel)
         if lost_note:
-            text += "\n\n" + lost_note.rstrip()
+            text += "\n\n" + chat.privacy.redact(lost_note).rstrip()
             chat.after_action()  # the variables panel shows the restored session
         error = executed.result.error
         step.error = str(error) if error else None
