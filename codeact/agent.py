@@ -56,6 +56,7 @@ from .run import (
     drive,
     recorder,
 )
+from .chat_recovery import Recovery
 from .chat_sandbox import ChatSandbox
 from .chat_tools import FINAL_ANSWER, ChatTools, change_note
 from .tools import Tool, ensure_tools
@@ -269,8 +270,8 @@ class ChatSession(Turns):
         # Durable sessions (codeact.sessions): saving, and the note the next message carries after a resume.
         self.saver = Saver(None, save_options(save))
         self._resume_note = ""
-        #: (snapshot, why): the sandbox went away and is to be restored from that save.
-        self._lost: tuple[Any, str] | None = None
+        #: A lost kernel brought back from the last save (codeact.chat_recovery).
+        self.recovery = Recovery(self.box, self.saver, self.tools.host_functions)
         if self.saver.options is not None or resume is not None:
             self.saver.log = agent.run_log()
             if self.saver.log is None:
@@ -342,7 +343,7 @@ class ChatSession(Turns):
         self.box.reopen_from(self.tools.host_functions, snap)
         saver = self.saver
         saver.runs, saver.last, saver.restored_from = list(record.runs), snap, record.id
-        saver.point = (record.run_id, record.step)
+        saver.point = saver.last_point = (record.run_id, record.step)
         self._files = [FileDescription(path, size) for path, size in snap.manifest.files[:50]]
         self.messages = [Message("system", conv.system or self.system_prompt()), *conv.messages]
         self.turn_starts = [1 + i for i in conv.turn_starts]
@@ -354,21 +355,14 @@ class ChatSession(Turns):
         """The session's sandbox went away since the last turn (its engine restarted, its container was removed)
         and the session was saved: open a new sandbox restored from the newest save, and tell the model with the
         next message what came back and what was lost. Without a save, the sandbox starts afresh and says so.
+        (A kernel lost during a turn comes back within it: :mod:`codeact.chat_recovery`.)
 
         Raises what the restore raises (the engine is still away): the next turn tries again.
         """
-        from .sessions import recovery_note
-
-        if self._lost is None:
-            why = self.box.lost_reason()
-            if why is None or self.saver.last is None:
-                return
-            self._lost = (self.saver.last, why)
-            self.box.drop()
-        snap, why = self._lost
-        report = self.box.reopen_from(self.tools.host_functions, snap)
-        self._lost = None
-        self._resume_note = recovery_note(snap, why, report) + self._resume_note
+        state = self._state
+        note = self.recovery.before_action(state.run_id, 0, state.turn.cancel) if state else \
+            self.recovery.before_action("", 0)
+        self._resume_note = note + self._resume_note
 
     def autosave(self, state: ActionState) -> Iterator[Event]:
         """Save after a step when autosave is on; a failure is a (non-fatal) error event, the turn goes on."""

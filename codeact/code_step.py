@@ -20,6 +20,7 @@ from sandbox.result import ExecutionResult
 from . import transcript
 from .action_state import ActionState
 from .code_artifacts import FileListing, collect_artifacts, file_listing, output_bundles
+from .chat_recovery import Recovery
 from .chat_sandbox import ChatSandbox
 from .chat_tools import ChatTools
 from .compaction import Compactor, compacted_call, compaction_events
@@ -56,6 +57,7 @@ class CodeActChat(Protocol):
     privacy: ChatPrivacy
     tools: ChatTools
     box: ChatSandbox
+    recovery: Recovery
 
     @property
     def sandbox(self) -> Any: ...
@@ -233,8 +235,10 @@ class CodeActTurn:
         self.uploads: list[Path] = []
         #: The working directory's files before the next action (None until the sandbox is up).
         self.before: FileListing | None = None
-        #: Kernel source defining the answer's classes, run before the turn's first code.
+        #: Kernel source defining the answer's classes, run before the turn's first code (and again in a
+        #: sandbox restored during the turn: ``answer_source``).
         self.answer_types = ""
+        self.answer_source = ""
         self._step_started = 0.0
 
     # --- around the steps -----------------------------------------------------------------------
@@ -249,6 +253,7 @@ class CodeActTurn:
             yield from chat.box.ready(chat.tools.host_functions, self.state, self.uploads)
         announced = chat.take_announced_files(turn.files)
         self.answer_types, answer_note = chat.answer_types(self.output)
+        self.answer_source = self.answer_types
         first = not chat.messages
         text = chat.start_turn(turn.task, announced, answer_note)
         # In the run log only (a resume rebuilds the conversation from it); not one of the turn's events.
@@ -312,6 +317,9 @@ class CodeActTurn:
         step.code = code
         yield CodeAction(run_id=turn.run_id, step=step.index, code=code)
         turn.stop_if_cancelled(f"before the code of step {step.index} ran")  # stopped while the model wrote it
+        # The sandbox went away while the model wrote this (or its restore after the last action failed): back
+        # from the last save before the code runs. Raises when it cannot (the turn ends; the next one tries).
+        restored = self._restored(chat.recovery.before_action(turn.run_id, step.index, turn.cancel))
         if self.before is None:  # the sandbox started on a thread: wait for it, put the files in
             yield from chat.box.ready(chat.tools.host_functions, state, self.uploads)
             self.before = file_listing(chat.sandbox)
@@ -319,7 +327,13 @@ class CodeActTurn:
             chat.sandbox.run(self.answer_types)
             self.answer_types = ""
         executed = yield from self.actions.execute(code, state, step, self.before)
-        text = executed.text
+        text = restored + executed.text
+        # The action lost the kernel (its container removed, its engine restarted, killed for memory): a saved
+        # session comes back from its last save now, and the model reads what was lost before its next step.
+        lost_note = self._restored(chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index,
+                                                               turn.cancel))
+        if lost_note:
+            text += "\n\n" + lost_note.rstrip()
         verdict = check.check(chat.privacy.restore_answer(state.answer)) if state.answered else None
         if verdict is not None and not verdict.ok:  # it does not fit output_type: the model hears why
             state.answered = False
@@ -338,6 +352,14 @@ class CodeActTurn:
         yield from chat.autosave(state)
         if verdict is not None and verdict.ok:
             turn.end("success", verdict.value)
+
+    def _restored(self, note: str) -> str:
+        """``note`` from :attr:`CodeActChat.recovery` as the model reads it (redacted); when it is one (a new
+        sandbox), what the next action needs there: the files listed again, the answer's classes defined again."""
+        if note and self.chat.sandbox is not None:
+            self.before = None
+            self.answer_types = self.answer_source
+        return self.chat.privacy.redact(note) if note else ""
 
     def _ask(self, turn: Turn, step: Step) -> Iterator[Event]:
         """One model call on the history as compaction folds it (:mod:`codeact.compaction`)."""

@@ -125,6 +125,8 @@ class Saver:
         self.own_runs: list[str] = []
         #: The newest snapshot of this session (or the one it was restored from): the base of the next save.
         self.last: Any = None
+        #: (run id, step) the conversation was at when ``last`` was saved.
+        self.last_point: tuple[str | None, int] = (None, 0)
         self.restored_from: str | None = None
         #: (run id, step) a resumed session's conversation ends at, until its first turn.
         self.point: tuple[str | None, int] = (None, 0)
@@ -185,7 +187,7 @@ class Saver:
                                 saved=now, parent=parent, since=snap.since, backend=snap.backend,
                                 packages=list(snap.packages), manifest=snap.manifest.to_json())
         self.log.save_snapshot(record, self.own_runs)
-        self.last = snap
+        self.last, self.last_point = snap, (run_id, step)
         self._own.add(snap.id)
         self._prune(keep_id=snap.id)
         return record
@@ -412,16 +414,18 @@ def resume_note(record: Any, conv: Conversation, report: Any) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def recovery_note(snap: Any, why: str, report: Any) -> str:
-    """What the model is told when its sandbox went away between turns and came back from the session's last save.
+def recovery_note(snap: Any, why: str, report: Any, *, where: str = "this session's last save",
+                  gone: str = "anything the code did after that save") -> str:
+    """What the model is told when its kernel was lost and came back from the session's last save.
 
     ``snap`` is that save (a :class:`sandbox.snapshot.Snapshot`), ``why`` the
     sandbox's own account of the loss, ``report`` the restore's
-    :class:`sandbox.snapshot.RestoreReport` (or None).
+    :class:`sandbox.snapshot.RestoreReport` (or None); ``where`` names the save
+    and ``gone`` what ran after it (see :mod:`codeact.chat_recovery`).
     """
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(getattr(snap, "created", None) or time.time()))
-    lines = [f"[Note: the Python session was lost ({_cut(why, 300)}). It continues in a new sandbox restored from "
-             f"this session's last save ({when}). Anything the code did after that save is gone."]
+    lines = [f"[Note: the Python session was lost ({_cut(why, 300)}). It was not started afresh: it continues in a "
+             f"new sandbox restored from {where} ({when}), with the variables and files saved then. Lost: {gone}."]
     if report is not None:
         lines += _restored_lines(report)
     lines.append("[End of note.]")
@@ -475,4 +479,4 @@ def summary(record: Any) -> dict[str, Any]:
 
 
 __all__ = ["Conversation", "SAVE_TIMEOUT", "SaveOptions", "Saver", "conversation", "delete", "open_saved",
-           "resume_note", "save_options", "summary"]
+           "recovery_note", "resume_note", "save_options", "summary"]

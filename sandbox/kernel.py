@@ -1021,14 +1021,22 @@ class KernelSandbox:
                 "the kernel was restarted and the session's variables were lost (files were kept)",
             )
             result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
+            result.kernel_lost = "the code did not stop when interrupted, so the kernel was restarted"
         elif died:
             result.error = self._death_reason(self._time_left(execution, limit))
+            result.kernel_lost = str(result.error)
+            gone = self.environment_lost
             if self._violation:
                 result.notices.append(
                     "The sandbox broke the protocol between it and the host, so its kernel was stopped; "
                     "the next run starts a fresh kernel (variables are lost, files are kept).")
                 self._restart_kernel("the kernel broke the protocol")  # a broken kernel is not left running
                 self._restarted_notice = None
+            elif gone:
+                result.kernel_lost = gone
+                files = "variables and files are lost" if self.backend == "docker" else "variables are lost"
+                result.notices.append(f"The sandbox's {self.process.where} went away during this run; the next "
+                                      f"run starts a new one with a fresh kernel ({files}).")
             else:
                 result.notices.append(
                     "The kernel stopped during this run; the next run starts a fresh kernel "
@@ -1062,6 +1070,7 @@ class KernelSandbox:
                     f"the code ran longer than {self._limit_text(execution, limit)} and was interrupted; it left "
                     "threads running, so the kernel was restarted to stop them (variables were lost, files kept)",
                 )
+                result.kernel_lost = "the interrupted code left threads running, so the kernel was restarted"
                 result.notices.append("The kernel was restarted: variables, imports and definitions are gone.")
             else:
                 result.error = ExecutionError(

@@ -1524,6 +1524,7 @@ class RestrictedSandbox:
                         "so the session was restarted: variables, functions and imports are gone, files are kept"
                     )
                     result.restarted = True
+                    result.kernel_lost = "the code did not stop when interrupted, so the session was restarted"
                     result.notices.append("The session was restarted after a timeout that could not be "
                                           "interrupted; earlier state is lost.")
                 traceback_text = state.error.traceback if state.error is not None else ""

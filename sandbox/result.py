@@ -137,6 +137,10 @@ class ExecutionResult:
     timed_out: bool = False
     #: True when the kernel was restarted before or during this run: earlier state is gone.
     restarted: bool = False
+    #: Why the session's variables, imports and definitions were lost during this run, else None: its kernel
+    #: died (out of memory, killed), its environment went away (container removed, engine restarted), or it was
+    #: restarted because the code did not stop. The next run starts a fresh kernel.
+    kernel_lost: str | None = None
     #: The kernel restarts this run saw (before it, during it, or asked for since the last run), in order.
     restarts: list[KernelRestart] = field(default_factory=list)
     #: Human-readable remarks from the sandbox (restarts, OOM, truncation, ...).

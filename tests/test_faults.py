@@ -174,6 +174,48 @@ def test_engine_restarted_between_turns_the_chat_goes_on_from_its_autosave(secon
 
 
 @pytest.mark.docker
+def test_engine_restarted_during_a_code_action_the_turn_goes_on_from_its_autosave(second, tmp_path: Path) -> None:
+    """The engine dies (SIGKILL) and comes back while a later action runs: the turn goes on, its next step runs
+    in a new sandbox restored from the last autosave (the variable is there), and the model was told so."""
+    import threading
+
+    from codeact import CodeActAgent
+    from codeact.events import CodeOutput, RunFinished
+    from codeact.models import ScriptedModel
+    from codeact.sessions import SaveOptions
+
+    model = ScriptedModel([
+        "```python\nx = 41\nfinal_answer(x)\n```",
+        "```python\nimport time\nprint('sleeping', flush=True)\ntime.sleep(60)\n```",
+        "```python\nprint(x + 1)\n```",
+        "```python\nfinal_answer(x + 1)\n```",
+    ])
+    agent = CodeActAgent(model, sandbox="docker", sandbox_options={"engine": second.engine}, execution_timeout=90,
+                         log=str(tmp_path / "runs.db"), output_dir=tmp_path / "out")
+
+    def restart() -> None:
+        second.kill()
+        second.start()
+
+    restarter = threading.Thread(target=restart)
+    with agent.session(save=SaveOptions(autosave=True, store=tmp_path / "snaps")) as chat:
+        assert chat.send("set x").answer == 41
+        for event in chat.stream("add one"):
+            if isinstance(event, CodeOutput) and not restarter.is_alive() and event.step == 1:
+                restarter.start()
+            if isinstance(event, RunFinished):
+                result = event.result
+        restarter.join()
+        assert result.status == "success" and result.answer == 42, result
+        failed, after = result.steps[0], result.steps[1]
+        assert "restored from the save made after step 1 of an earlier turn" in (failed.observation or "")
+        assert after.observation is not None and after.observation.strip() == "42", after.observation
+        told = str(model.requests[2][-1].content)  # what the model read before its next step
+        assert "the Python session was lost" in told and "Restored: 1 variables (x)" in told, told
+    assert _left_on(second) == []
+
+
+@pytest.mark.docker
 def test_engine_killed_during_a_code_action_ends_it_with_an_error_naming_the_engine(second, tmp_path: Path) -> None:
     """``time.sleep(60)`` runs when the (TLS, remote) engine dies: the action ends well within its limit, its
     error names the engine, the run ends; back up, the engine holds nothing of ours (nothing for ``reap``)."""

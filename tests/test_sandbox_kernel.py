@@ -125,7 +125,7 @@ def test_stdout_and_stderr_are_separate(sb):
     assert r.stdout == "to out\nmore out\n"
     assert r.stderr == "to err\n"
     assert r.duration > 0
-    assert r.truncated is False and r.timed_out is False and r.restarted is False
+    assert r.truncated is False and r.timed_out is False and r.restarted is False and r.kernel_lost is None
 
 
 def test_error_has_type_message_and_clean_traceback(sb):
@@ -370,7 +370,7 @@ def test_infinite_loop_is_interrupted_and_state_kept(sb):
     r = sb.run("while True: pass", timeout=1)
     elapsed = time.monotonic() - started
     assert r.timed_out and r.error is not None and r.error.type == "TimeoutError"
-    assert "were kept" in r.error.message and r.restarted is False
+    assert "were kept" in r.error.message and r.restarted is False and r.kernel_lost is None
     assert elapsed < 1 + sb.interrupt_grace + 2
     assert ok(sb, "print(keep)").stdout == "me\n"
 
@@ -394,7 +394,7 @@ def test_code_that_swallows_interrupts_gets_a_restarted_kernel(sb):
         "    except BaseException:\n        pass",
         timeout=1,
     )
-    assert r.timed_out and r.restarted
+    assert r.timed_out and r.restarted and r.kernel_lost is not None and "restarted" in r.kernel_lost
     assert r.error.type == "TimeoutError" and "restarted" in r.error.message and "lost" in r.error.message
     assert any("restarted" in n for n in r.notices)
     assert time.monotonic() - started < 1 + sb.interrupt_grace + 30
@@ -413,10 +413,11 @@ def test_kernel_death_is_reported_and_next_run_gets_a_fresh_kernel(sb, code, cau
     r = sb.run(code)
     assert r.error is not None and r.error.type == "KernelDied"
     assert "kernel process ended" in r.error.message and cause in r.error.message, r.error
+    assert r.kernel_lost is not None and cause in r.kernel_lost  # the variables are gone: a saved chat restores
     assert any("fresh kernel" in n for n in r.notices)
     after = sb.run("print(weather('Oslo')['city'])\ngone_soon")
     assert after.restarted is True and any("restarted" in n and "gone" in n for n in after.notices)
-    assert after.stdout == "Oslo\n" and after.error.type == "NameError"
+    assert after.stdout == "Oslo\n" and after.error.type == "NameError" and after.kernel_lost is None
 
 
 def test_memory_bomb_is_reported(sb):

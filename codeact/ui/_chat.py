@@ -138,9 +138,13 @@ class _CellTurn:
         self.code = code
         self.actions = CodeActions(chat)
         self.before: FileListing = {}
+        #: The note of a lost sandbox restored from the last save before the cell ran.
+        self.restored = ""
 
     def begin(self, turn: Turn) -> Iterator[Event]:
         chat = self.chat
+        # The sandbox went away since the last cell or turn: back from the last save first.
+        self.restored = chat.privacy.redact(chat.recovery.before_action(turn.run_id, 0, turn.cancel))
         chat.box.ensure(chat.tools.host_functions)
         state = chat.current_run()
         assert state is not None
@@ -154,10 +158,16 @@ class _CellTurn:
         step.code = code
         yield CodeAction(run_id=turn.run_id, step=step.index, code=code)
         executed = yield from self.actions.execute(code, state, step, self.before)
+        text = self.restored + executed.text
+        # The cell lost the kernel: a saved session comes back from its last save (codeact.chat_recovery).
+        lost_note = chat.recovery.after_action(executed.result.kernel_lost, turn.run_id, step.index, turn.cancel)
+        if lost_note:
+            text += "\n\n" + chat.privacy.redact(lost_note).rstrip()
+            chat.after_action()  # the variables panel shows the restored session
         error = executed.result.error
         step.error = str(error) if error else None
-        yield self.actions.observation(executed, state, step, executed.text, StepImages())
-        chat.note(transcript.cell_note(code, executed.text, transcript.cell_note_half(chat.agent.observation_limit)))
+        yield self.actions.observation(executed, state, step, text, StepImages())
+        chat.note(transcript.cell_note(code, text, transcript.cell_note_half(chat.agent.observation_limit)))
         yield from chat.autosave(state)
         if turn.cancel is not None and turn.cancel.is_set():
             turn.end("cancelled", error="stopped by the user")
