@@ -73,8 +73,9 @@ def main() -> None:
             count_tokens(model, messages)
         recount = (time.perf_counter() - start) / 20
         calls = len(messages) // 2
-        rows.append({"model": name, "tokenizer": tokenizer_name(model), "messages": len(messages), "tokens": count_tokens(model, messages),
-                     "calls": calls, "cached_ms_per_call": 1000 * cached / calls,
+        rows.append({"model": name, "tokenizer": tokenizer_name(model), "messages": len(messages),
+                     "tokens": count_tokens(model, messages), "calls": calls,
+                     "cached_ms_per_call": 1000 * cached / calls,
                      "uncached_ms_per_call": 1000 * uncached / calls, "recount_all_cached_ms": 1000 * recount})
 
     from tests.test_context_window import CORPUS  # the same texts the tests check
@@ -103,8 +104,8 @@ def main() -> None:
               f"{r['ratio_o200k']:10.2f}")
     out = ROOT / "benchmarks" / "results" / "count_tokens_bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"steps": args.steps, "python": platform.python_version(), "load_s": loads, "counting": rows,
-                               "estimate_over_exact": ratios}, indent=2))
+    out.write_text(json.dumps({"steps": args.steps, "python": platform.python_version(), "load_s": loads,
+                               "counting": rows, "estimate_over_exact": ratios}, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

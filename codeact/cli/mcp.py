@@ -143,8 +143,9 @@ def mcp() -> None:
 @network_options()
 def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, token: str | None, backend: str | None,
           memory: str | None, cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float,
-          disconnect_grace: float, output_limit: int, model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
-          max_steps: int, packages: tuple[str, ...] = (), db: str | None = None, no_log: bool = False) -> None:
+          disconnect_grace: float, output_limit: int, model: str | None, base_url: str | None,
+          api_key: str | None, tool_specs: tuple[str, ...], max_steps: int, packages: tuple[str, ...] = (),
+          db: str | None = None, no_log: bool = False) -> None:
     """Serve a stateful Python sandbox over MCP.
 
     Tools: execute_python(code), upload_file, download_file, list_files,
