@@ -159,3 +159,24 @@ def test_with_the_filter_on_images_reach_the_model_only_when_allowed(tmp_path, o
                 "PrivacyFilter(send_images=True) sends images), saved as: record.png]") in observation.text
         assert "withheld by the privacy filter" in second.last_user_text
     assert "ada@example.com" not in json.dumps([r.messages for r in openai_server.chat_requests])
+
+
+@pytest.mark.parametrize("options, images", [((), 0), (("--private-images",), 1)])
+def test_the_cli_withholds_images_under_private_unless_private_images(tmp_path, openai_server, options,
+                                                                      images) -> None:
+    from click.testing import CliRunner
+
+    from codeact.cli import cli
+
+    png = _png_showing_text()
+    openai_server.plan_text("```python\nwith open('record.png', 'wb') as f:\n"
+                            f"    f.write(bytes.fromhex('{png.hex()}'))\n```")
+    openai_server.plan_text("```python\nfinal_answer('done')\n```")
+    result = CliRunner().invoke(cli, [
+        "run", "Save the record", "--json", "--model", "test-model", "--base-url", openai_server.base_url,
+        "--api-key", "sk-test", "--backend", "restricted", "--private", "email", *options, "--no-log",
+        "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    second = openai_server.chat_requests[1]
+    assert len(second.last_user_images) == images
+    assert ("withheld by the privacy filter" in second.last_user_text) == (images == 0)
