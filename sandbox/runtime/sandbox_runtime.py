@@ -744,9 +744,10 @@ def track_figure_saves(figure: Any) -> None:
 
     ``savefig("chart.png", dpi=150)`` then ``plt.show()`` would otherwise show a second
     rendering (another size, other bytes) beside the file, and the host would keep both.
-    ``Figure.savefig`` is wrapped once (in the class: nothing is added to what a figure
-    pickles but the note); the note is dropped as soon as anything in the figure changes
-    (its stale callback), and :func:`_saved_png` reads it when the figure is shown.
+    ``Figure.savefig`` and ``Figure.draw`` are wrapped once (in the class: nothing is added
+    to what a figure pickles but the note); the note is dropped as soon as anything in the
+    figure changes other than by drawing (its stale callback), and :func:`_saved_png` reads
+    it when the figure is shown.
     """
     cls = type(figure)
     if getattr(cls.savefig, "_codeact_tracks", False):
@@ -759,9 +760,19 @@ def track_figure_saves(figure: Any) -> None:
             _note_saved_png(self, fname, kwargs.get("format"))
         return result
 
+    draw = cls.draw
+
+    def drawing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Drawing marks parts stale on its way (layout, ticks): that is not a change of the picture.
+        vars(self)["_codeact_drawing"] = vars(self).get("_codeact_drawing", 0) + 1
+        try:
+            return draw(self, *args, **kwargs)
+        finally:
+            vars(self)["_codeact_drawing"] -= 1
+
     savefig._codeact_tracks = True  # type: ignore[attr-defined]
-    savefig.__doc__ = original.__doc__
-    cls.savefig = savefig
+    savefig.__doc__, drawing.__doc__ = original.__doc__, draw.__doc__
+    cls.savefig, cls.draw = savefig, drawing
 
 
 def _note_saved_png(figure: Any, fname: Any, fmt: Any) -> None:
@@ -774,7 +785,8 @@ def _note_saved_png(figure: Any, fname: Any, fmt: Any) -> None:
     callback = figure.stale_callback
     if not getattr(callback, "_codeact_watch", False):  # any change to the figure from now on drops the note
         def on_stale(artist: Any, value: Any) -> None:
-            vars(figure).pop("_codeact_saved_png", None)
+            if not vars(figure).get("_codeact_drawing"):
+                vars(figure).pop("_codeact_saved_png", None)
             if callback is not None:
                 callback(artist, value)
 
