@@ -24,6 +24,9 @@ from typing import Any
 
 #: The header that names a streamable-HTTP session.
 SESSION_HEADER = b"mcp-session-id"
+#: Sessions watched at once (an entry lives while its session has a stream, then ``grace`` seconds):
+#: streams opened under made-up session ids beyond it are not watched.
+MAX_WATCHED = 10_000
 
 
 @dataclass
@@ -64,7 +67,7 @@ class LostClients:
             await self.app(scope, receive, send)
             return
         watched = self._watched.get(session_id)
-        if watched is None and method == "GET":
+        if watched is None and method == "GET" and len(self._watched) < MAX_WATCHED:
             watched = self._watched[session_id] = _Watched(list(scope.get("headers") or ()), scope.get("path", ""))
         if watched is None:  # a session without an event stream so far: nothing to watch
             await self.app(scope, receive, send)
