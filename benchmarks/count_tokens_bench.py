@@ -5,9 +5,11 @@ The compaction of long sessions counts the whole history before every model call
 scripted 100-step CodeAct history (a code action and a printed observation per step: prose,
 tables of numbers, JSON) and counts the history after every step, as the loop does, with
 :func:`codeact.context_window.count_tokens` (a step's count then encodes only its two new
-messages), and again without its per-message cache. It also
-prints, per kind of text, the estimate (the count for models whose tokenizer is unknown) over the
-exact ``cl100k_base`` count. Results go to ``benchmarks/results/count_tokens_bench.json``.
+messages), and again without its per-message cache, for a GPT-4 name (``cl100k_base``), a GPT-4o
+name (``o200k_base``) and a name whose tokenizer is unknown (the estimate). It also prints, per
+kind of text, the exact ``cl100k_base`` and ``o200k_base`` counts and the estimate (what GPT-4o-family
+names got before ``o200k_base`` shipped) over each. Results go to
+``benchmarks/results/count_tokens_bench.json``.
 
     .venv/bin/python benchmarks/count_tokens_bench.py
     .venv/bin/python benchmarks/count_tokens_bench.py --steps 300
@@ -44,16 +46,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     args = parser.parse_args()
 
-    from codeact.catalog import cl100k_encoding
-    from codeact.context_window import _MESSAGE_TOKENS, count_tokens
+    from codeact.catalog import BUNDLED_ENCODINGS, bundled_encoding
+    from codeact.context_window import _MESSAGE_TOKENS, count_tokens, tokenizer_name
     from codeact.models import ScriptedModel
 
-    cl100k_encoding()  # load the vocabulary (~0.3 s) outside the timings
+    loads = {}
+    for encoding in BUNDLED_ENCODINGS:  # load the vocabularies outside the timings
+        start = time.perf_counter()
+        bundled_encoding(encoding)
+        loads[encoding] = time.perf_counter() - start
     messages = history(args.steps)
     rows = []
-    for name in ("gpt-4", "qwen2.5-coder"):
+    for name in ("gpt-4", "gpt-4o", "qwen2.5-coder"):
         model = ScriptedModel([], name=name)
-        counter = _MESSAGE_TOKENS["cl100k_base" if name == "gpt-4" else "estimate"]
+        counter = _MESSAGE_TOKENS[tokenizer_name(model)]
         start = time.perf_counter()
         for n in range(2, len(messages) + 1, 2):  # after every step, the whole history so far
             count_tokens(model, messages[:n])
@@ -67,35 +73,39 @@ def main() -> None:
             count_tokens(model, messages)
         recount = (time.perf_counter() - start) / 20
         calls = len(messages) // 2
-        rows.append({"model": name, "messages": len(messages), "tokens": count_tokens(model, messages),
-                     "calls": calls, "cached_ms_per_call": 1000 * cached / calls,
+        rows.append({"model": name, "tokenizer": tokenizer_name(model), "messages": len(messages),
+                     "tokens": count_tokens(model, messages), "calls": calls,
+                     "cached_ms_per_call": 1000 * cached / calls,
                      "uncached_ms_per_call": 1000 * uncached / calls, "recount_all_cached_ms": 1000 * recount})
 
     from tests.test_context_window import CORPUS  # the same texts the tests check
 
+    from codeact.messages import Message
+
     estimate = ScriptedModel([], name="some-local-model")
     ratios = []
     for kind, text in CORPUS.items():
-        from codeact.messages import Message
+        cl100k = len(bundled_encoding("cl100k_base").encode(text, disallowed_special=()))
+        o200k = len(bundled_encoding("o200k_base").encode(text, disallowed_special=()))
+        guess = count_tokens(estimate, [Message("user", text)]) - 4
+        ratios.append({"text": kind, "cl100k": cl100k, "o200k": o200k, "estimate": guess,
+                       "ratio": guess / cl100k, "ratio_o200k": guess / o200k})
 
-        exact = len(cl100k_encoding().encode(text, disallowed_special=()))
-        ratios.append({"text": kind, "cl100k": exact,
-                       "estimate": count_tokens(estimate, [Message("user", text)]) - 4,
-                       "ratio": (count_tokens(estimate, [Message("user", text)]) - 4) / exact})
-
+    print("Loading a bundled vocabulary: " + ", ".join(f"{k} {v:.2f} s" for k, v in loads.items()) + "\n")
     print(f"Counting the whole history after each of {args.steps} steps ({len(messages)} messages)\n")
-    print(f"{'model':16s} {'tokens':>8s} {'ms/step cached':>15s} {'ms/step uncached':>17s} "
+    print(f"{'model':14s} {'tokenizer':12s} {'tokens':>8s} {'ms/step cached':>15s} {'ms/step uncached':>17s} "
           f"{'ms to recount all, cached':>26s}")
     for r in rows:
-        print(f"{r['model']:16s} {r['tokens']:8d} {r['cached_ms_per_call']:15.3f} {r['uncached_ms_per_call']:17.3f} "
-              f"{r['recount_all_cached_ms']:26.3f}")
-    print(f"\n{'text':10s} {'cl100k':>7s} {'estimate':>9s} {'ratio':>6s}")
+        print(f"{r['model']:14s} {r['tokenizer']:12s} {r['tokens']:8d} {r['cached_ms_per_call']:15.3f} "
+              f"{r['uncached_ms_per_call']:17.3f} {r['recount_all_cached_ms']:26.3f}")
+    print(f"\n{'text':10s} {'cl100k':>7s} {'o200k':>7s} {'estimate':>9s} {'est/cl100k':>11s} {'est/o200k':>10s}")
     for r in ratios:
-        print(f"{r['text']:10s} {r['cl100k']:7d} {r['estimate']:9d} {r['ratio']:6.2f}")
+        print(f"{r['text']:10s} {r['cl100k']:7d} {r['o200k']:7d} {r['estimate']:9d} {r['ratio']:11.2f} "
+              f"{r['ratio_o200k']:10.2f}")
     out = ROOT / "benchmarks" / "results" / "count_tokens_bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"steps": args.steps, "python": platform.python_version(), "counting": rows,
-                               "estimate_over_cl100k": ratios}, indent=2))
+    out.write_text(json.dumps({"steps": args.steps, "python": platform.python_version(), "load_s": loads,
+                               "counting": rows, "estimate_over_exact": ratios}, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

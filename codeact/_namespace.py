@@ -1,5 +1,8 @@
 """The kernel's live namespace: a listing made inside the kernel, checked on the host.
 
+The restricted backend has no kernel: :func:`listing_of` lists its variables in this
+process by the same rules, without calling into classes the session defined.
+
 Shared by the web UI's variables panel (:mod:`codeact.ui._variables`) and the
 compaction of long sessions (:mod:`codeact.compaction`), which writes the
 listing into the "session so far" block it folds old turns into.
@@ -17,6 +20,8 @@ made visible. The page then only ever sets these strings as text.
 from __future__ import annotations
 
 import json
+import reprlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,9 +180,18 @@ def parse_listing(stdout: str) -> VariableListing:
 
 
 def read_namespace(sandbox: Any) -> VariableListing:
-    """List the user namespace of ``sandbox``'s kernel now; never raises (``error`` says why there is none)."""
-    if sandbox is None or getattr(sandbox, "backend", "") == "restricted":
-        return VariableListing(error="the variables can be listed only from a kernel (the docker or local backend)")
+    """List the user namespace of ``sandbox``'s kernel now; never raises (``error`` says why there is none).
+
+    The restricted backend has no kernel: its variables are read in this process
+    (:meth:`sandbox.restricted.RestrictedSandbox.variables`) and listed by the same rules.
+    """
+    if sandbox is None:
+        return VariableListing(error="there is no sandbox to list the variables of")
+    if getattr(sandbox, "backend", "") == "restricted":
+        try:
+            return listing_of(sandbox.variables(), sandbox.owns_type)
+        except Exception as exc:  # the caller says so and goes on
+            return VariableListing(error=f"could not list the variables: {type(exc).__name__}")
     try:
         listing = sandbox.run(LISTING_CODE, timeout=LISTING_TIMEOUT)
     except Exception as exc:  # the caller says so and goes on
@@ -185,3 +199,60 @@ def read_namespace(sandbox: Any) -> VariableListing:
     if listing.error is not None:
         return VariableListing(error=f"could not list the variables: {listing.error.type}")
     return parse_listing(listing.stdout)
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` that never calls into a class the session defined (its ``__repr__`` is sandbox code)."""
+
+    def __init__(self, session_made: Callable[[type], bool]) -> None:
+        super().__init__()
+        self.session_made = session_made
+        self.maxstring = self.maxother = self.maxlong = MAX_REPR
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = self.maxfrozenset = 8
+        self.maxlevel = 2
+
+    def repr1(self, x: Any, level: int) -> str:
+        if self.session_made(type(x)):
+            return f"<{type(x).__name__} object>"
+        return super().repr1(x, level)
+
+
+def listing_of(values: Mapping[str, Any], session_made: Callable[[type], bool]) -> VariableListing:
+    """The listing of variables held in this process (the restricted backend's), by the kernel listing's rules.
+
+    ``session_made(type)`` says which classes the session's code defined: their instances are shown by
+    type only, so no sandbox code runs here.
+    """
+    short = _ShortRepr(session_made)
+    found: list[Variable] = []
+    for name in sorted(values):
+        if len(found) >= MAX_VARIABLES:
+            break
+        value = values[name]
+        kind = type(value)
+        text, size = (f"<{kind.__name__} object>", "") if session_made(kind) else _summary(value, short)
+        found.append(Variable(printable(name, MAX_NAME), printable(kind.__name__, MAX_TYPE),
+                              printable(text, MAX_REPR), printable(size, MAX_TYPE)))
+    return VariableListing(tuple(found), len(values))
+
+
+def _summary(value: Any, short: reprlib.Repr) -> tuple[str, str]:
+    """A value's short repr and its size (``shape 3 x 4``, ``len 12`` or ""), as :data:`LISTING_CODE` gives them."""
+    module = getattr(type(value), "__module__", "") or ""
+    shape = getattr(value, "shape", None) if module.split(".")[0] in ("pandas", "numpy", "polars") else None
+    try:
+        if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+            dims = " x ".join(str(n) for n in shape)
+            columns = getattr(value, "columns", None)
+            dtype = getattr(value, "dtype", None)
+            if columns is not None:
+                names = [str(c) for c in list(columns)[:8]]
+                text = f"{dims} ({', '.join(names)}{', ...' if len(columns) > 8 else ''})"
+            else:
+                text = dims + (f" {dtype}" if dtype is not None else "")
+            return text, f"shape {dims}"
+        text = short.repr(value)
+        sized = isinstance(value, (str, bytes, list, tuple, dict, set, frozenset, range))
+        return text, f"len {len(value)}" if sized else ""
+    except Exception as exc:
+        return f"<repr failed: {type(exc).__name__}>", ""

@@ -38,7 +38,7 @@ from .events import (
     ToolProgress,
     TurnMessage,
 )
-from .images import StepImages, step_images, wants_images
+from .images import StepImages, step_images, wants_images, withheld_images
 from .messages import Message, Usage
 from .observation import NOTHING_PRINTED, ObservationParts, format_observation, truncate_middle
 from .output import AnswerCheck, OutputSpec
@@ -154,6 +154,9 @@ class CodeActions:
         agent = self.chat.agent
         if not candidates or not wants_images(agent.model, images_enabled()):
             return StepImages()
+        why = self.chat.privacy.images_withheld()
+        if why:
+            return withheld_images(candidates, why)
         limits = agent.limits
         return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
 

@@ -11,17 +11,18 @@ The compaction of long sessions (:mod:`codeact.compaction`) asks two things:
   :attr:`codeact.messages.ImagePart.tokens`.
 
 Which tokenizer (:func:`tokenizer_name`): the one the model was given
-(``OpenAIModel(tokenizer=...)``: ``"cl100k_base"``, ``"estimate"`` or a function that counts a
-text's tokens, e.g. a Hugging Face tokenizer's); else ``cl100k_base`` for OpenAI's GPT-3.5 and GPT-4 names
-(bundled with codeact, counted exactly). Every other model gets ``"estimate"``: the larger of the
+(``OpenAIModel(tokenizer=...)``: ``"cl100k_base"``, ``"o200k_base"``, ``"estimate"`` or a function
+that counts a text's tokens, e.g. a Hugging Face tokenizer's); else OpenAI's encoding for OpenAI's
+names, as tiktoken maps them (both bundled with codeact, counted exactly): ``cl100k_base`` for GPT-3.5
+and GPT-4, ``o200k_base`` for GPT-4o, GPT-4.1, GPT-4.5, GPT-5, o1, o3 and o4-mini (and gpt-oss, whose
+``o200k_harmony`` adds only special tokens to it). Every other model gets ``"estimate"``: the larger of the
 ``cl100k_base`` count and a character rule (ASCII characters other than digits / 3, each digit
 one token, each non-ASCII character one token). The character rule covers tokenizers that are
 less thrifty than ``cl100k_base`` on prose and code (about 1.35x its count there) and those that
 split numbers digit by digit (Qwen, Llama 2, Gemma); the ``cl100k_base`` floor covers what the
 character rule alone undercounts: JSON, tables of numbers, hex and base64, CJK text and emoji.
-``o200k_base`` (GPT-4o, o-series, GPT-4.1/5) is not bundled, so those names get the estimate
-too (it is higher than their real count). Without ``tiktoken`` the estimate counts each
-non-ASCII character by its UTF-8 bytes, which no byte-level tokenizer exceeds.
+Without ``tiktoken`` the estimate counts each non-ASCII character by its UTF-8 bytes, which no
+byte-level tokenizer exceeds, and every model gets it.
 
 The module also reads the window out of what endpoints say: :func:`window_from_model_list` (a
 ``GET /models`` answer) and :func:`overflow_numbers` (a context-length error), and tells such
@@ -261,33 +262,44 @@ def _first(patterns: Sequence[re.Pattern[str]], text: str, accept: Callable[[int
 
 # --------------------------------------------------------------------------- counting tokens
 
-#: OpenAI model names ``cl100k_base`` counts exactly (GPT-4o, GPT-4.1/4.5 and later use o200k_base).
-_CL100K_NAMES = re.compile(r"^(?:gpt-3\.5|gpt-35|gpt-4(?![o.\d])|text-embedding-(?:ada-002|3))")
+#: OpenAI's model names by the encoding that counts them exactly (tiktoken's ``MODEL_TO_ENCODING`` and
+#: ``MODEL_PREFIX_TO_ENCODING``; a fine-tuned ``ft:`` name counts as its base model).
+_OPENAI_NAMES = (
+    ("o200k_base", re.compile(r"^(?:ft:)?(?:(?:chat)?gpt-4o|gpt-4\.[15]|gpt-5|o1|o3|o4-mini|gpt-oss)(?:$|[-.:@_])")),
+    ("cl100k_base", re.compile(r"^(?:ft:)?(?:gpt-3\.5|gpt-35|gpt-4(?![o.\d])|text-embedding-(?:ada-002|3))")),
+)
+#: The encodings counted exactly (their vocabularies ship with codeact).
+_EXACT = ("cl100k_base", "o200k_base")
 
 
 def tokenizer_name(model: Any) -> str:
-    """``"cl100k_base"`` when the model's real tokenizer is known and bundled, else ``"estimate"``;
-    ``"custom"`` for a model given its own (``OpenAIModel(tokenizer=...)``)."""
+    """``"cl100k_base"`` or ``"o200k_base"`` when the model's real tokenizer is known and bundled, else
+    ``"estimate"``; ``"custom"`` for a model given its own (``OpenAIModel(tokenizer=...)``)."""
     chosen = getattr(model, "tokenizer", None)
     if callable(chosen):
         return "custom"
-    if chosen in _COUNTERS and (chosen != "cl100k_base" or _cl100k() is not None):
+    if chosen in _COUNTERS and (chosen not in _EXACT or _encoding(chosen) is not None):
         return str(chosen)
     name = str(getattr(model, "name", "") or "").lower().rsplit("/", 1)[-1]
-    if _CL100K_NAMES.match(name) and _cl100k() is not None:
-        return "cl100k_base"
+    for encoding, names in _OPENAI_NAMES:
+        if names.match(name) and _encoding(encoding) is not None:
+            return encoding
     return "estimate"
 
 
-def _cl100k() -> Any:
-    from .catalog import cl100k_encoding
+def _encoding(name: str) -> Any:
+    from .catalog import bundled_encoding
 
-    return cl100k_encoding()
+    return bundled_encoding(name)
+
+
+def _exact_count(name: str, text: str) -> int | None:
+    encoding = _encoding(name)
+    return None if encoding is None else len(encoding.encode(text, disallowed_special=()))
 
 
 def _cl100k_count(text: str) -> int | None:
-    encoding = _cl100k()
-    return None if encoding is None else len(encoding.encode(text, disallowed_special=()))
+    return _exact_count("cl100k_base", text)
 
 
 _DIGITS = "0123456789"
@@ -312,7 +324,8 @@ def _estimate(text: str) -> int:
 
 
 _COUNTERS: dict[str, Callable[[str], int]] = {
-    "cl100k_base": lambda text: _cl100k_count(text) or 0,
+    "cl100k_base": lambda text: _exact_count("cl100k_base", text) or 0,
+    "o200k_base": lambda text: _exact_count("o200k_base", text) or 0,
     "estimate": _estimate,
 }
 

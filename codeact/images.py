@@ -256,6 +256,24 @@ def step_images(candidates: Iterable[tuple[str, bytes]], *, max_side: int = MAX_
     return StepImages(tuple(parts), "\n".join(lines), tuple(names))
 
 
+def withheld_images(candidates: Iterable[tuple[str, bytes]], why: str) -> StepImages:
+    """The images of one step kept from the model: none sent, and a note naming them (each once) and ``why``."""
+    names: list[str] = []
+    seen: set[bytes] = set()
+    for name, data in candidates:
+        if not isinstance(data, (bytes, bytearray)):
+            continue
+        digest = hashlib.sha256(data).digest()
+        if digest not in seen:
+            seen.add(digest)
+            names.append(_shown_name(name))
+    if not names:
+        return StepImages()
+    listed = ", ".join(names[:_NAMES_LISTED])
+    more = f" and {len(names) - _NAMES_LISTED} more" if len(names) > _NAMES_LISTED else ""
+    return StepImages(note=f"[image{'s' if len(names) > 1 else ''} not shown to you ({why}), saved as: {listed}{more}]")
+
+
 def attach_images(messages: Sequence[Message], images: StepImages,
                   header: str = "Images from the results above:") -> list[Message]:
     """``messages`` (what one step adds to the history) with ``images`` attached.

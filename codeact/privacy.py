@@ -12,7 +12,11 @@ Opt in with a :class:`PrivacyFilter`: patterns (``"email"``, ``"phone"``, or
 * a placeholder the model writes into a tool call (``send_email(to="<EMAIL_1>")``)
   is replaced by its value on the host, just before the tool runs;
 * the run log records placeholders only (``log_real_values=True`` keeps the
-  real values there); the events your program receives keep real values.
+  real values there); the events your program receives keep real values;
+* images are not sent to the model (``send_images=True`` sends them): a figure
+  or a screenshot may show what the filter hides, and pixels cannot be given
+  placeholders. Each step's observation names the images withheld and says
+  why; the images are still saved as artifacts and reach your program's events.
 
 The mapping lives on the host, one per chat session (:class:`Redactor`),
 never in the sandbox and never shared between sessions: a placeholder
@@ -51,6 +55,9 @@ BUILTIN_PATTERNS: dict[str, tuple[str, str]] = {
 PatternSpec = Union[str, tuple[str, str], "re.Pattern[str]"]
 _LABEL = re.compile(r"^[A-Z][A-Z0-9_]{0,30}$")
 _PLACEHOLDER = re.compile(r"<([A-Z][A-Z0-9_]{0,30})_(\d{1,9})>")
+#: What the model is told of the images the filter keeps from it.
+IMAGES_WITHHELD = ("withheld by the privacy filter: an image may show what it hides; "
+                   "PrivacyFilter(send_images=True) sends images")
 #: Most distinct values one session maps (beyond it new values are still replaced, by a shared placeholder).
 MAX_VALUES = 100_000
 
@@ -69,6 +76,10 @@ class PrivacyFilter:
         log_real_values: record real values in the run log (default: placeholders).
         restore_answers: give the final answer to your program with placeholders
             replaced by the values (the run log keeps the placeholders).
+        send_images: send the images a step shows or saves (figures, image files, images
+            tools return) to the model. Off by default: an image may carry what the filter
+            hides (a chart's labels, a screenshot of a record) and cannot be redacted; the
+            model is told which images were withheld and why.
 
     Raises:
         ConfigError: an unknown pattern name, a regex that does not compile,
@@ -79,6 +90,7 @@ class PrivacyFilter:
     fields: Mapping[str, Sequence[str] | Mapping[str, str]] = field(default_factory=dict)
     log_real_values: bool = False
     restore_answers: bool = True
+    send_images: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_compiled", _compile_patterns(self.patterns))
@@ -198,6 +210,12 @@ class ChatPrivacy:
     def redact(self, text: str) -> str:
         """``text`` as the model may see it: placeholders for the values the filter hides."""
         return self.redactor.redact(text) if self.redactor is not None else text
+
+    def images_withheld(self) -> str:
+        """Why the step's images are kept from the model ("" when they may be sent)."""
+        if self.redactor is None or self.redactor.config.send_images:
+            return ""
+        return IMAGES_WITHHELD
 
     def redact_user_messages(self, messages: list[Any]) -> list[Any]:
         """``messages`` with the user's own words (tasks, notes) redacted too (observations already are)."""

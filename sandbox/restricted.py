@@ -1573,6 +1573,23 @@ class RestrictedSandbox:
         for name in names:
             self._runtime.remove_stub(name)
 
+    def variables(self) -> dict[str, Any]:
+        """The session's variables now, by name: what the code bound, as a notebook's variable list shows it.
+
+        Names that start with ``_``, the host functions' stubs, modules, classes and functions are
+        left out. The values are the live objects (this backend shares the host process): reading
+        them runs no sandbox code, but their ``repr`` may (see :meth:`owns_type`).
+        """
+        self._ensure_open()
+        runtime = self._runtime
+        skip = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
+        return {name: value for name, value in list(runtime.ns.items())  # the stubs are functions too
+                if isinstance(name, str) and not name.startswith("_") and not isinstance(value, skip)}
+
+    def owns_type(self, kind: type) -> bool:
+        """True for a class the session's code defined (calling its methods runs sandbox code)."""
+        return self._runtime.class_factory.owns(kind)
+
     def _submit_call(self, name: str, args: list[Any], kwargs: dict[str, Any]
                      ) -> concurrent.futures.Future[tuple[FunctionCall, BaseException | None]]:
         # Each call runs on its own daemon thread so that the sandbox thread

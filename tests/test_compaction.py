@@ -245,6 +245,37 @@ def test_the_namespace_map_from_a_local_kernel(tmp_path: Path) -> None:
     assert by_name["k"].type == "K"
 
 
+def test_the_restricted_backend_lists_its_variables_without_running_session_code() -> None:
+    from sandbox.restricted import RestrictedSandbox
+
+    with RestrictedSandbox() as sandbox:
+        result = sandbox.run("import math\nrows = list(range(12))\nname = 'x' * 500\n"
+                             "class K:\n    def __repr__(self):\n        while True:\n            pass\n"
+                             "k = K()\nmixed = [K(), 'a']\ndef f(): pass\n")
+        assert result.error is None
+        listing = read_namespace(sandbox)  # K's __repr__ never ends: the listing must not call it
+    by_name = {v.name: v for v in listing.variables}
+    assert set(by_name) == {"rows", "name", "k", "mixed"} and listing.error is None and listing.total == 4
+    assert by_name["rows"].type == "list" and by_name["rows"].size == "len 12"
+    assert by_name["name"].size == "len 500" and len(by_name["name"].repr) <= 160
+    assert by_name["k"].type == "K" and by_name["k"].repr == "<K object>"
+    assert by_name["mixed"].repr == "[<K object>, 'a']"
+
+
+def test_a_restricted_session_folds_turns_with_its_variables(tmp_path: Path) -> None:
+    replies: list[str] = []
+    for t in range(1, 7):
+        replies += [code(f"x{t} = list(range({t}))\nprint('{'w' * 1500}')"), f"Turn {t} done."]
+    model = windowed(ScriptedModel(replies), 2_500)
+    agent = CodeActAgent(model, sandbox="restricted", log=False)
+    with pytest.warns(Warning), agent.session() as chat:
+        events = [e for t in range(1, 7) for e in chat.stream(f"turn {t}: make x{t}")]
+    assert any(isinstance(e, Compacted) and e.turns_folded for e in events)
+    block = model.requests[-1][0].content
+    assert BLOCK_HEADER in block and "Variables in the kernel now (" in block
+    assert "- x1 (list, len 1): [0]" in block and "- x5 (list, len 5): [0, 1, 2, 3, 4]" in block
+
+
 def test_a_session_folds_turns_with_its_kernel_namespace_and_summary(openai_server: Any, tmp_path: Path) -> None:
     def reply(request: RecordedRequest) -> Any:
         if str(request.messages[0].get("content")).startswith(SUMMARY_PROMPT[:30]):

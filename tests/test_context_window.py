@@ -361,8 +361,40 @@ def test_gpt4_names_count_exactly_with_cl100k(name: str) -> None:
     assert count_tokens(model, messages) == expected
 
 
-@pytest.mark.parametrize("name", ["gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-5", "o3-mini", "qwen2.5-coder",
-                                  "meta-llama/Llama-3.1-8B-Instruct", "test-model", ""])
+#: o200k_base token ids of a few texts, as an independent implementation (the Rust ``bpe-openai``
+#: tokenizer with its own copy of the vocabulary) gives them.
+O200K_IDS = {
+    "hello world": [24912, 2375],
+    "Die Größe des DataFrames ist 1234567.": [8796, 74095, 731, 4833, 45267, 2496, 220, 7633, 19354, 22, 13],
+    "长会话不会撞上上下文窗口。": [11329, 6016, 13920, 88354, 173848, 4286, 176919, 4883, 165707, 788],
+    "    def f(x):\n        return x**2\n": [271, 1056, 285, 4061, 1883, 309, 622, 1215, 410, 17, 198],
+}
+
+
+@pytest.mark.parametrize("name", ["gpt-4o", "gpt-4o-mini", "gpt-4o-2024-08-06", "chatgpt-4o-latest", "gpt-4.1",
+                                  "gpt-4.1-nano", "gpt-4.5-preview", "gpt-5", "gpt-5-mini", "gpt-5.1", "o1",
+                                  "o1-mini", "o3", "o3-mini", "o4-mini", "o4-mini-2025-04-16", "openai/gpt-4o",
+                                  "ft:gpt-4o-mini:acme::abc123", "gpt-oss-20b", "gpt-oss:120b", "GPT-4o"])
+def test_gpt4o_family_names_count_exactly_with_o200k(name: str) -> None:
+    model = ScriptedModel([], name=name)
+    assert tokenizer_name(model) == "o200k_base"
+    messages = [Message("user", text) for text in O200K_IDS]
+    assert count_tokens(model, messages) == sum(MESSAGE_OVERHEAD + len(ids) for ids in O200K_IDS.values())
+
+
+def test_the_bundled_o200k_vocabulary_encodes_as_openai_does() -> None:
+    from codeact.catalog import bundled_encoding
+
+    encoding = bundled_encoding("o200k_base")
+    for text, ids in O200K_IDS.items():
+        assert encoding.encode(text) == ids and encoding.decode(ids) == text
+    assert encoding.n_vocab == 200019  # 199998 ranks, <|endoftext|> 199999, <|endofprompt|> 200018
+    # Counted as text, as the chat format sends it: special-token text in a message is not a special token.
+    assert count_tokens(ScriptedModel([], name="gpt-4o"), [Message("user", "<|endoftext|>")]) > MESSAGE_OVERHEAD + 1
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder", "meta-llama/Llama-3.1-8B-Instruct", "test-model", "",
+                                  "o1x", "o30", "gpt-4oo", "gpt-6", "my-o3-finetune"])
 def test_other_names_get_the_estimate(name: str) -> None:
     assert tokenizer_name(ScriptedModel([], name=name)) == "estimate"
 
@@ -377,8 +409,11 @@ def test_a_given_tokenizer_counts(openai_server: OpenAITestServer) -> None:
     exact = make_model(openai_server, tokenizer="cl100k_base")  # e.g. an Azure deployment of GPT-4 named "prod"
     assert tokenizer_name(exact) == "cl100k_base"
     assert count_tokens(exact, messages) == 2 * MESSAGE_OVERHEAD + cl100k("one two three four") + cl100k("five six")
+    newer = make_model(openai_server, tokenizer="o200k_base")  # e.g. a GPT-4o deployment named "prod"
+    assert tokenizer_name(newer) == "o200k_base"
+    assert count_tokens(newer, [Message("user", "hello world")]) == MESSAGE_OVERHEAD + len(O200K_IDS["hello world"])
     with pytest.raises(ConfigError, match="tokenizer must be"):
-        make_model(openai_server, tokenizer="o200k_base")
+        make_model(openai_server, tokenizer="p50k_base")
 
 
 @pytest.mark.parametrize("kind", sorted(CORPUS))

@@ -6,6 +6,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
+import time
 
 import anyio
 import httpx2
@@ -35,8 +38,13 @@ def _no_leftover_servers():
 def http_server():
     port = free_port()
     with running([CODEACT, "mcp", "serve", "--transport", "http", "--port", str(port), "--max-sessions", "2",
-                  "--token", TOKEN, "--output-limit", "300"], port):
+                  "--token", TOKEN, "--output-limit", "300", "--disconnect-grace", "3"], port) as proc:
+        http_server_pid[:] = [proc.pid]
         yield f"http://127.0.0.1:{port}/mcp"
+
+
+#: The pid of the http_server fixture's process (its containers carry it in a label).
+http_server_pid: list[int] = []
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +150,51 @@ def test_http_sessions_are_isolated_capped_and_freed_on_disconnect(http_server):
             assert text == "fresh"
 
     anyio.run(main)
+
+
+#: A client that opens a session, starts its sandbox, says so and waits to be killed (never ending its session).
+VANISHING_CLIENT = """
+import sys, anyio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+async def main():
+    http = create_mcp_http_client(headers={"Authorization": "Bearer " + sys.argv[2]})
+    async with Client(streamable_http_client(sys.argv[1], http_client=http)) as client:
+        result = await client.call_tool("execute_python", {"code": "print('up')"})
+        print(result.content[0].text, flush=True)
+        await anyio.sleep(3600)
+
+anyio.run(main)
+"""
+
+
+def _sandboxes_of(pid: int) -> list[str]:
+    out = subprocess.run(["docker", "ps", "-q", "--filter", f"label=io.codeact.sandbox.pid={pid}"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.split()
+
+
+def test_http_a_client_that_vanishes_frees_its_sandbox_long_before_the_idle_timeout(http_server):
+    (pid,) = http_server_pid
+    before = set(_sandboxes_of(pid))
+    client = subprocess.Popen([sys.executable, "-c", VANISHING_CLIENT, http_server, TOKEN], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "up", client.stderr
+        (mine,) = set(_sandboxes_of(pid)) - before  # the client's session has its container
+        client.kill()  # gone without a DELETE: only its event stream's end tells the server
+        client.wait(30)
+        killed = time.monotonic()
+        while mine in _sandboxes_of(pid):
+            assert time.monotonic() - killed < 60, "the sandbox of a vanished client is still running"
+            time.sleep(0.5)
+        # --disconnect-grace 3 against --idle-timeout 900: freed after the grace, not the idle timeout
+        assert time.monotonic() - killed >= 2.5
+    finally:
+        client.kill()
+        client.wait(30)
 
 
 def test_sse_transport_keeps_state_and_frees_on_disconnect(sse_server):

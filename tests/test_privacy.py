@@ -7,6 +7,7 @@ the tool's arguments on the host and the run log.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -109,3 +110,73 @@ def test_placeholders_for_the_model_real_values_for_tools_and_none_in_the_log(tm
     assert "<EMAIL_1>" in dump
     for secret in ("ada@example.com", "7946", "12 Hidden Lane"):
         assert secret not in dump
+
+
+def _png_showing_text() -> bytes:
+    """A small PNG, as a screenshot of a customer record would be (pixels the filter cannot read)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (220, 30), "white")
+    ImageDraw.Draw(image).text((4, 8), "ada@example.com", fill="black")
+    out = io.BytesIO()
+    image.save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("send_images", [False, True])
+def test_with_the_filter_on_images_reach_the_model_only_when_allowed(tmp_path, openai_server, send_images) -> None:
+    import warnings
+
+    from codeact.models import OpenAIModel
+
+    png = _png_showing_text()
+    openai_server.plan_text("```python\nwith open('record.png', 'wb') as f:\n"
+                            f"    f.write(bytes.fromhex('{png.hex()}'))\nprint('saved the record')\n```")
+    openai_server.plan_text("```python\nfinal_answer('done')\n```")
+    model = OpenAIModel("test-model", base_url=openai_server.base_url, api_key="k", max_retries=0)
+    agent = CodeActAgent(model, sandbox="restricted", log=False, output_dir=tmp_path / "out",
+                         privacy=PrivacyFilter(send_images=send_images))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the restricted backend's warning that it is no boundary
+        events = list(agent.stream("Save the record of ada@example.com as an image."))
+    assert events[-1].result.ok, events[-1].result.error
+    second = openai_server.chat_requests[1]
+    observation = [e for e in events if isinstance(e, Observation)][0]
+    # The image is an artifact of the run either way, and the program's events have it.
+    assert (tmp_path / "out" / observation.run_id / "record.png").read_bytes() == png
+    assert "record.png" in observation.artifacts
+    if send_images:
+        assert len(second.last_user_images) == 1 and observation.sent_images == ["record.png"]
+        assert "withheld" not in second.last_user_text
+    else:
+        # No image part went over the wire; the model is told which image was withheld and why.
+        assert not any(isinstance(m.get("content"), list) and any(p.get("type") == "image_url" for p in m["content"])
+                       for request in openai_server.chat_requests for m in request.messages)
+        assert observation.sent_images == []
+        assert ("[image not shown to you (withheld by the privacy filter: an image may show what it hides; "
+                "PrivacyFilter(send_images=True) sends images), saved as: record.png]") in observation.text
+        assert "withheld by the privacy filter" in second.last_user_text
+    assert "ada@example.com" not in json.dumps([r.messages for r in openai_server.chat_requests])
+
+
+@pytest.mark.parametrize("options, images", [((), 0), (("--private-images",), 1)])
+def test_the_cli_withholds_images_under_private_unless_private_images(tmp_path, openai_server, options,
+                                                                      images) -> None:
+    from click.testing import CliRunner
+
+    from codeact.cli import cli
+
+    png = _png_showing_text()
+    openai_server.plan_text("```python\nwith open('record.png', 'wb') as f:\n"
+                            f"    f.write(bytes.fromhex('{png.hex()}'))\n```")
+    openai_server.plan_text("```python\nfinal_answer('done')\n```")
+    result = CliRunner().invoke(cli, [
+        "run", "Save the record", "--json", "--model", "test-model", "--base-url", openai_server.base_url,
+        "--api-key", "sk-test", "--backend", "restricted", "--private", "email", *options, "--no-log",
+        "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    second = openai_server.chat_requests[1]
+    assert len(second.last_user_images) == images
+    assert ("withheld by the privacy filter" in second.last_user_text) == (images == 0)

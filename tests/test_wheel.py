@@ -33,6 +33,7 @@ RUNTIME_FILES = [
     "codeact/prompts/react_fc.md",
     "codeact/data/sales.csv",
     "codeact/catalog/data/cl100k_base.tiktoken.gz",
+    "codeact/catalog/data/o200k_base.tiktoken.gz",
     "codeact/ui/static/index.html",
     "codeact/py.typed",
     "sandbox/py.typed",
@@ -49,11 +50,17 @@ def _clean_env(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The wheel and sdist's directory, and what the build printed."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "build", "--wheel", "--sdist", "--outdir", str(out), str(REPO)],
-                   check=True, capture_output=True, text=True, timeout=600)
-    return out
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--sdist", "--outdir", str(out), str(REPO)],
+                           check=True, capture_output=True, text=True, timeout=600)
+    return out, build.stdout + build.stderr
+
+
+@pytest.fixture(scope="module")
+def dist(built: tuple[Path, str]) -> Path:
+    return built[0]
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +91,13 @@ def test_the_wheel_and_the_sdist_carry_what_runs(dist: Path) -> None:
     for needed in ("images/Dockerfile", "images/debian-base.sh", "sandbox/runtime/__init__.py", "pyproject.toml",
                    "codeact/prompts/codeact.md"):
         assert needed in members, f"the sdist lacks {needed}"
+
+
+def test_the_build_warns_of_no_directory_left_out_of_the_packages(built: tuple[Path, str]) -> None:
+    # setuptools warns "Package 'codeact.data' is absent from the `packages` configuration" for a directory
+    # whose files ship as package data but that is not listed (a later setuptools stops shipping it).
+    _, log = built
+    assert "is absent from the `packages` configuration" not in log, log[log.find("absent from") - 400:][:1200]
 
 
 def test_the_installed_wheel_says_its_version(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

@@ -30,9 +30,10 @@ from ._disclosure import DEFAULT_TOOL_BUDGET, DISCLOSURES, Disclosure, check_dis
 from ._helpers import HELPER_NAMES, catalog_functions
 from ._surface import ToolSurface
 from ._search import query_parts
-from ._tokens import TOKENIZER, cl100k_encoding, count_tokens, tokenizer_name
+from ._tokens import BUNDLED_ENCODINGS, TOKENIZER, bundled_encoding, cl100k_encoding, count_tokens, tokenizer_name
 
 __all__ = [
+    "BUNDLED_ENCODINGS",
     "DEFAULT_TOOL_BUDGET",
     "DISCLOSURES",
     "Disclosure",
@@ -42,6 +43,7 @@ __all__ = [
     "ToolCatalog",
     "ToolEntry",
     "ToolSurface",
+    "bundled_encoding",
     "catalog_functions",
     "check_disclosure",
     "cl100k_encoding",

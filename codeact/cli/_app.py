@@ -417,6 +417,9 @@ def tool_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      callback=_tool_option("private_fields"),
                      help="Hide a field of a tool's results from the model, e.g. get_customer=$.name "
                           "(a JSON path; repeatable).")(f)
+    f = click.option("--private-images", is_flag=True, expose_value=False, callback=_tool_option("private_images"),
+                     help="With --private / --private-field: send the model images too (figures, image files); "
+                          "withheld by default, as an image may show what the filter hides.")(f)
     f = click.option("--private", metavar="PATTERN", multiple=True, expose_value=False,
                      callback=_tool_option("private"),
                      help="Show the model placeholders (<EMAIL_1>) instead of values matching PATTERN: email, "
@@ -471,11 +474,12 @@ def tool_settings(ctx: click.Context | None = None, *, backend: str | None = Non
             click.secho(f"Warning: --approve-skills: functions the code offers are saved to {safe(store.path)} "
                         "without asking, and every later session with that store sees them.", fg="yellow", err=True)
     if meta.get("private") or meta.get("private_fields"):
-        out["privacy"] = _privacy_filter(meta.get("private") or (), meta.get("private_fields") or ())
+        out["privacy"] = _privacy_filter(meta.get("private") or (), meta.get("private_fields") or (),
+                                         send_images=bool(meta.get("private_images")))
     return out
 
 
-def _privacy_filter(patterns: Sequence[str], fields: Sequence[str]) -> Any:
+def _privacy_filter(patterns: Sequence[str], fields: Sequence[str], *, send_images: bool = False) -> Any:
     from ..privacy import BUILTIN_PATTERNS, PrivacyFilter
 
     specs: list[Any] = []
@@ -494,7 +498,7 @@ def _privacy_filter(patterns: Sequence[str], fields: Sequence[str]) -> Any:
             raise click.BadParameter(f"{item!r}: give TOOL=PATH, e.g. get_customer=$.email",
                                      param_hint="--private-field")
         by_tool.setdefault(tool.strip(), []).append(path.strip())
-    return PrivacyFilter(patterns=specs, fields=by_tool)
+    return PrivacyFilter(patterns=specs, fields=by_tool, send_images=send_images)
 
 
 def agent_settings(*, backend: str | None = None) -> dict[str, Any]:

@@ -126,6 +126,9 @@ def mcp() -> None:
               help="Sandboxes alive at once (one per client session).")
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
               metavar="S", help="Close a session's sandbox after this many idle seconds.")
+@click.option("--disconnect-grace", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              metavar="S", help="HTTP: end a session (and close its sandbox) this many seconds after its client's "
+                                "event stream closed, unless the client comes back (a client that went away).")
 @click.option("--output-limit", type=click.IntRange(min=200), default=8000, show_default=True,
               help="Characters of output one call returns (head and tail kept).")
 @model_options
@@ -140,8 +143,9 @@ def mcp() -> None:
 @network_options()
 def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, token: str | None, backend: str | None,
           memory: str | None, cpus: float | None, timeout: float, max_sessions: int, idle_timeout: float,
-          output_limit: int, model: str | None, base_url: str | None, api_key: str | None, tool_specs: tuple[str, ...],
-          max_steps: int, packages: tuple[str, ...] = (), db: str | None = None, no_log: bool = False) -> None:
+          disconnect_grace: float, output_limit: int, model: str | None, base_url: str | None,
+          api_key: str | None, tool_specs: tuple[str, ...], max_steps: int, packages: tuple[str, ...] = (),
+          db: str | None = None, no_log: bool = False) -> None:
     """Serve a stateful Python sandbox over MCP.
 
     Tools: execute_python(code), upload_file, download_file, list_files,
@@ -191,7 +195,8 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
     if cfg.model_configured(model) or cfg.scripted_replies_path() is not None:
         model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
     options = ServeOptions(backend=name, sandbox_options=sandbox_options, execution_timeout=timeout,
-                           max_sessions=max_sessions, idle_timeout=idle_timeout, output_limit=output_limit,
+                           max_sessions=max_sessions, idle_timeout=idle_timeout, disconnect_grace=disconnect_grace,
+                           output_limit=output_limit,
                            model=model_obj, tools=load_tools(tool_specs), max_steps=max_steps,
                            output_dir=str(cfg.output_root(None)), token=token or None,
                            log=None if no_log else str(cfg.db_path(db)),

@@ -23,7 +23,8 @@ Tools:
 
 Each client session gets its own sandbox, created on its first call and
 closed when the session ends (the client disconnects, the HTTP session is
-deleted or expires) or has been idle too long. At most ``max_sessions``
+deleted or expires, or its client's event stream closed and it did not come
+back within ``disconnect_grace``, see :mod:`._streams`) or has been idle too long. At most ``max_sessions``
 sandboxes live at once; a call beyond that fails with a clear message.
 
 A session is a connection: a stdio pipe, an SSE stream, a streamable-HTTP
@@ -52,6 +53,7 @@ from ..errors import ConfigError
 from .. import telemetry
 from ..observation import ObservationParts, format_observation, truncate_middle
 from ._runs import RunAccessError, ServedRuns
+from ._streams import LostClients
 
 if TYPE_CHECKING:  # pragma: no cover
     from sandbox import BackendName
@@ -73,6 +75,9 @@ class ServeOptions:
         execution_timeout: seconds one ``execute_python`` call may run.
         max_sessions: sandboxes alive at once (one per client session).
         idle_timeout: seconds a session may stay unused before its sandbox is closed.
+        disconnect_grace: streamable HTTP: seconds after a client's event stream closed (the client
+            went away without ending its session) before the session is ended and its sandbox
+            closed, unless the client opens a stream or sends a request meanwhile (see :mod:`._streams`).
         output_limit: characters of output one call returns (head and tail kept).
         model: a :class:`~codeact.models.Model` for ``run_task`` (None: no ``run_task``).
         tools: tools the ``run_task`` agent may call.
@@ -94,6 +99,7 @@ class ServeOptions:
     execution_timeout: float = 60.0
     max_sessions: int = 8
     idle_timeout: float = 900.0
+    disconnect_grace: float = 30.0
     output_limit: int = 8000
     model: Any = None
     tools: list[Any] = field(default_factory=list)
@@ -111,8 +117,9 @@ class ServeOptions:
         from ..catalog import check_disclosure
 
         check_disclosure(self.tool_disclosure, self.tool_budget)
-        if self.idle_timeout <= 0 or self.execution_timeout <= 0:
-            raise ConfigError("idle_timeout and execution_timeout must be positive numbers of seconds")
+        if self.idle_timeout <= 0 or self.execution_timeout <= 0 or self.disconnect_grace <= 0:
+            raise ConfigError("idle_timeout, disconnect_grace and execution_timeout must be positive numbers of "
+                              "seconds")
 
 
 class _Session:
@@ -609,8 +616,9 @@ def http_app(server: Any, transport: Transport, options: ServeOptions, host: str
     if transport == "sse":
         app = server.sse_app(host=host)
     else:
-        app = server.streamable_http_app(host=host, max_sessions=max(options.max_sessions * 4, 16),
-                                         session_idle_timeout=options.idle_timeout)
+        app = LostClients(server.streamable_http_app(host=host, max_sessions=max(options.max_sessions * 4, 16),
+                                                     session_idle_timeout=options.idle_timeout),
+                          options.disconnect_grace)
     return BearerAuth(app, options.token) if options.token else app
 
 

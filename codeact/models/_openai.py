@@ -59,9 +59,10 @@ class OpenAIModel:
             anything the endpoint says). Otherwise :meth:`discover_context_window` reads it from
             the endpoint's model list on first need, and a context-length error teaches it.
         tokenizer: how :func:`codeact.context_window.count_tokens` counts this model's prompts:
-            ``"cl100k_base"``, ``"estimate"``, or a function that returns a text's tokens (e.g.
-            ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``); default:
-            by the model's name (``cl100k_base`` for GPT-3.5/4, the estimate otherwise).
+            ``"cl100k_base"``, ``"o200k_base"``, ``"estimate"``, or a function that returns a text's
+            tokens (e.g. ``lambda text: len(hf_tokenizer.encode(text, add_special_tokens=False))``);
+            default: by the model's name (``cl100k_base`` for GPT-3.5/4, ``o200k_base`` for GPT-4o,
+            GPT-4.1, GPT-5 and the o-series, the estimate otherwise).
         prices: a :class:`codeact.budget.Prices` (dollars per million input and output
             tokens): each response's usage carries its ``cost``, and ``RunLimits(max_cost=)`` works.
 
@@ -139,9 +140,10 @@ class OpenAIModel:
         #: (``CODEACT_IMAGES=0`` is read by :mod:`codeact.settings`, which the agents and the CLI consult.)
         self.vision = True if vision is None else bool(vision)
         self._window = ContextWindow(context_window)
-        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "estimate"):
-            raise ConfigError(f"tokenizer must be 'cl100k_base', 'estimate' or a function text -> tokens, got "
-                              f"{tokenizer!r}")
+        if tokenizer is not None and not callable(tokenizer) and tokenizer not in ("cl100k_base", "o200k_base",
+                                                                                   "estimate"):
+            raise ConfigError(f"tokenizer must be 'cl100k_base', 'o200k_base', 'estimate' or a function text -> "
+                              f"tokens, got {tokenizer!r}")
         #: How :func:`codeact.context_window.count_tokens` counts this model's prompts.
         self.tokenizer = tokenizer
         self._errors = EndpointErrors(self, key_source, self._overflow)

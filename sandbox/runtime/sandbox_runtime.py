@@ -492,8 +492,9 @@ def _prepare_matplotlib() -> None:
 
     Without it every new sandbox rebuilds the font cache (seconds) on the first plot.
     Its matplotlibrc saves figures cropped as the inline backend shows them
-    (``bbox_inches="tight"``), so a plot both saved and shown is the same
-    file, which the agent keeps once.
+    (``bbox_inches="tight"``), and has every pyplot figure remember the PNG file
+    it was last saved to (:func:`track_figure_saves`), so a plot both saved and
+    shown is shown as that file, which the agent keeps once.
     """
     seed = os.environ.get("SANDBOX_MPL_SEED")
     target = os.environ.get("MPLCONFIGDIR")
@@ -504,7 +505,7 @@ def _prepare_matplotlib() -> None:
         try:
             os.makedirs(target, exist_ok=True)
             with open(os.path.join(target, "matplotlibrc"), "w") as f:
-                f.write("savefig.bbox: tight\n")
+                f.write("savefig.bbox: tight\nfigure.hooks: sandbox_runtime:track_figure_saves\n")
         except OSError:
             pass
 
@@ -660,6 +661,7 @@ def setup(kernel: Any, shell: Any) -> None:
     warnings.filterwarnings("ignore", message=r".*is non-interactive, and thus cannot be shown")
     _install_traceback_filter(shell)
     _install_output_caps(shell)
+    _show_saved_figures()
     _state.streams = [stream for stream in (sys.stdout, sys.stderr) if hasattr(stream, "write")]
     _state.limiters = [_OutputLimiter(stream) for stream in _state.streams]
 
@@ -737,6 +739,102 @@ HEADLESS_BACKENDS = frozenset({"agg", "cairo", "pdf", "pgf", "ps", "svg", "templ
 MAX_HEADLESS_FIGURES = 20
 
 
+def track_figure_saves(figure: Any) -> None:
+    """A matplotlib ``figure.hooks`` hook: figures remember the PNG file they were last saved to.
+
+    ``savefig("chart.png", dpi=150)`` then ``plt.show()`` would otherwise show a second
+    rendering (another size, other bytes) beside the file, and the host would keep both.
+    ``Figure.savefig`` and ``Figure.draw`` are wrapped once (in the class: nothing is added
+    to what a figure pickles but the note); the note is dropped as soon as anything in the
+    figure changes other than by drawing (its stale callback), and :func:`_saved_png` reads
+    it when the figure is shown.
+    """
+    cls = type(figure)
+    if getattr(cls.savefig, "_codeact_tracks", False):
+        return
+    original = cls.savefig
+
+    def savefig(self: Any, fname: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, fname, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            _note_saved_png(self, fname, kwargs.get("format"))
+        return result
+
+    draw = cls.draw
+
+    def drawing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # Drawing marks parts stale on its way (layout, ticks): that is not a change of the picture.
+        vars(self)["_codeact_drawing"] = vars(self).get("_codeact_drawing", 0) + 1
+        try:
+            return draw(self, *args, **kwargs)
+        finally:
+            vars(self)["_codeact_drawing"] -= 1
+
+    savefig._codeact_tracks = True  # type: ignore[attr-defined]
+    savefig.__doc__, drawing.__doc__ = original.__doc__, draw.__doc__
+    cls.savefig, cls.draw = savefig, drawing
+
+
+def _note_saved_png(figure: Any, fname: Any, fmt: Any) -> None:
+    vars(figure).pop("_codeact_saved_png", None)
+    if not isinstance(fname, (str, os.PathLike)):
+        return
+    path = os.path.abspath(os.fspath(fname))
+    if (fmt or os.path.splitext(path)[1].lstrip(".") or "png").lower() != "png" or not os.path.isfile(path):
+        return
+    callback = figure.stale_callback
+    if not getattr(callback, "_codeact_watch", False):  # any change to the figure from now on drops the note
+        def on_stale(artist: Any, value: Any) -> None:
+            if not vars(figure).get("_codeact_drawing"):
+                vars(figure).pop("_codeact_saved_png", None)
+            if callback is not None:
+                callback(artist, value)
+
+        on_stale._codeact_watch = True  # type: ignore[attr-defined]
+        figure.stale_callback = on_stale
+    st = os.stat(path)
+    vars(figure)["_codeact_saved_png"] = (path, st.st_size, st.st_mtime_ns)
+
+
+def _saved_png(figure: Any) -> bytes | None:
+    """The PNG file ``figure`` was saved to, unchanged since (figure and file), or None."""
+    saved = vars(figure).get("_codeact_saved_png")
+    if not saved:
+        return None
+    path, size, mtime = saved
+    try:
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns) != (size, mtime) or size > MAX_RICH_VALUE // 2:
+            return None
+        with open(path, "rb") as f:
+            data = f.read(size + 1)
+    except OSError:
+        return None
+    return data if len(data) == size and data.startswith(b"\x89PNG\r\n\x1a\n") else None
+
+
+def _show_saved_figures() -> None:
+    """Figures the inline backend shows come from the PNG file they were saved to, when there is one."""
+    try:
+        from IPython.core import pylabtools
+    except ImportError:
+        return
+    original = pylabtools.print_figure
+
+    def print_figure(fig: Any, fmt: str = "png", bbox_inches: Any = "tight", base64: bool = False,
+                     **kwargs: Any) -> Any:
+        data = _saved_png(fig) if fmt == "png" and not kwargs else None
+        if data is None:
+            return original(fig, fmt, bbox_inches, base64, **kwargs)
+        if base64:
+            from base64 import b64encode
+
+            return b64encode(data).decode("ascii")
+        return data
+
+    pylabtools.print_figure = print_figure  # before the inline backend binds it (on the first pyplot import)
+
+
 def _show_headless_figures() -> None:
     """Show the figures a cell left open under a headless backend, as the inline backend would.
 
@@ -756,13 +854,16 @@ def _show_headless_figures() -> None:
     numbers = list(plt.get_fignums())
     for number in numbers[:MAX_HEADLESS_FIGURES]:
         figure = plt.figure(number)
-        buffer = io.BytesIO()
-        try:
-            figure.savefig(buffer, format="png", bbox_inches="tight")
-        except Exception as exc:  # a figure that cannot draw is said, the others are still shown
-            sys.stderr.write("figure %d could not be drawn: %s\n" % (number, type(exc).__name__))
-            continue
-        data = {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+        png = _saved_png(figure)
+        if png is None:
+            buffer = io.BytesIO()
+            try:
+                figure.savefig(buffer, format="png", bbox_inches="tight")
+            except Exception as exc:  # a figure that cannot draw is said, the others are still shown
+                sys.stderr.write("figure %d could not be drawn: %s\n" % (number, type(exc).__name__))
+                continue
+            png = buffer.getvalue()
+        data = {"image/png": base64.b64encode(png).decode("ascii"),
                 "text/plain": "<Figure %d>" % number}
         _state.shell.display_pub.publish(data=data, metadata={})
     if len(numbers) > MAX_HEADLESS_FIGURES:
