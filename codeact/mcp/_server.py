@@ -472,17 +472,18 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
                      "(all, on_demand, auto) chooses whether the agent's prompt lists every tool or a catalogue "
                      "it searches. `output_schema` (a JSON Schema object) is what the answer must match: the "
                      "agent is shown it, and `answer` is the validated value (status invalid_output when none "
-                     "matched).")
+                     "matched). The schema may have at most 64 KiB as JSON, 32 levels of nesting and 64 "
+                     "references, all inside the schema (#/$defs/...).")
         async def run_task(task: str, ctx: Context, files: list[str] | None = None,
                            tool_disclosure: Literal["auto", "all", "on_demand"] | None = None,
                            output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
             output = None
-            if output_schema is not None:  # a bad schema fails here, before the sandbox is touched
+            if output_schema is not None:  # a bad or hostile schema fails here, before the sandbox is touched
                 from ..errors import OutputTypeError
-                from ..output import OutputSpec
+                from ..output import schema_output
 
                 try:
-                    output = OutputSpec.from_json_schema(output_schema)
+                    output = schema_output(output_schema)
                 except OutputTypeError as exc:
                     raise ToolError(f"output_schema: {exc}") from None
 
