@@ -85,6 +85,8 @@ class ServeOptions:
         tool_disclosure: what ``run_task``'s prompt says about its tools: ``auto`` (default),
             ``all`` or ``on_demand`` (see :mod:`codeact.catalog`); a call may choose its own.
         tool_budget: tokens of stubs ``auto`` still puts in the prompt.
+        condenser: how ``run_task``'s agent folds old turns: ``fold`` or ``summary`` (see
+            :class:`~codeact.agent.CodeActAgent`).
         snapshot_dir: where ``save_session`` writes snapshots (default: ``$CODEACT_SNAPSHOT_DIR``
             or the data dir's ``snapshots``); ``restore_session`` reads only from there.
     """
@@ -104,6 +106,7 @@ class ServeOptions:
     tool_disclosure: str = "auto"
     tool_budget: int = 2000
     snapshot_dir: str | None = None
+    condenser: str = "fold"
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -533,7 +536,7 @@ async def _run_task(options: ServeOptions, runs: ServedRuns, sb: Any, task: str,
     agent = CodeActAgent(options.model, options.tools, sandbox=sb, max_steps=options.max_steps, log=log or False,
                          output_dir=options.output_dir, execution_timeout=options.execution_timeout,
                          tool_disclosure=tool_disclosure or options.tool_disclosure,  # type: ignore[arg-type]
-                         tool_budget=options.tool_budget)
+                         tool_budget=options.tool_budget, condenser=options.condenser)  # type: ignore[arg-type]
     if files:
         task += "\n\nFiles in the working directory: " + ", ".join(files)
     loop = asyncio.get_running_loop()
