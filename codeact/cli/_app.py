@@ -615,12 +615,12 @@ def load_output_schema(path: str, option: str = "--output-schema") -> Any:
             data = fh.read(MAX_SCHEMA_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_SCHEMA_BYTES:
+        raise ConfigError(f"{where}: the file is larger than {MAX_SCHEMA_BYTES:,} bytes (the largest output "
+                          "schema accepted)")
     try:
         return schema_output(data)
     except ConfigError as exc:
-        if len(data) > MAX_SCHEMA_BYTES:
-            exc = ConfigError(f"the file is larger than {MAX_SCHEMA_BYTES:,} bytes (the largest output schema "
-                              "accepted)")
         raise ConfigError(f"{where}: {exc}") from None
 
 

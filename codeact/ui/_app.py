@@ -26,11 +26,7 @@ from starlette.routing import Route
 
 from sandbox.hostfiles import UnsafePath, check_relative_path
 
-from ..errors import CodeActError, UIError, UploadTooLarge
-
-
-class RequestTooLarge(UploadTooLarge):
-    """A JSON request body past :data:`MAX_JSON_BODY` (HTTP 413)."""
+from ..errors import CodeActError, RequestTooLarge, UIError, UploadTooLarge
 from ..telemetry import TraceparentMiddleware
 from ._history import History
 from ._security import INERT_CSP, TOKEN_HEADER, Guard, GuardMiddleware

@@ -80,8 +80,9 @@ class TurnRunner:
         ``answer_schema``: the turn is typed (how its schema is named): its answer goes to the page as JSON.
         """
         # The turn runs in the request's context (its trace, when tracing is on: the run continues it).
-        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run, events, cancel, answer_schema),
-                                        daemon=True, name=self._name)
+        args = (self._run, events, cancel, answer_schema)
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=args, daemon=True,
+                                        name=self._name)
         self._thread.start()
 
     def hold(self, busy_message: str) -> None:
