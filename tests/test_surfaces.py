@@ -212,6 +212,21 @@ def test_every_surface_lists_the_options_and_their_environment_variables(command
         assert "--output-schema FILE" in text
 
 
+def test_bench_and_mcp_serve_check_the_condenser_and_window() -> None:
+    from codeact.bench import BenchConfig
+    from codeact.errors import BenchError, ConfigError
+    from codeact.mcp import ServeOptions
+
+    BenchConfig(suites=["x"], condenser="summary", context_window=4096).validate()
+    with pytest.raises(BenchError, match="unknown condenser 'nope'"):
+        BenchConfig(suites=["x"], condenser="nope").validate()
+    with pytest.raises(BenchError, match="context_window must be at least 1024"):
+        BenchConfig(suites=["x"], context_window=10).validate()
+    assert ServeOptions(condenser="summary").condenser == "summary"
+    with pytest.raises(ConfigError, match="unknown condenser 'nope'"):
+        ServeOptions(condenser="nope")
+
+
 def test_ui_takes_no_images_context_window_and_condenser(openai_server: Any, env: dict[str, str]) -> None:
     proc = subprocess.Popen([*codeact_command(), "ui", "--no-browser", "--port", "0", "--backend", "restricted",
                              "--no-images", "--context-window", "4096", "-m", "test-model", "--base-url",

@@ -168,6 +168,7 @@ def cli(otel: bool = False) -> None:
     \b
     Environment: CODEACT_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY (the model);
     CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_RUNTIME (e.g. runsc: gVisor);
+    CODEACT_IMAGES=0, CODEACT_CONTEXT_WINDOW, CODEACT_CONDENSER (what the model gets);
     CODEACT_DEBUG=1 (tracebacks).
     """
     if otel:

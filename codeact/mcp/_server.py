@@ -114,6 +114,8 @@ class ServeOptions:
         from ..catalog import check_disclosure
 
         check_disclosure(self.tool_disclosure, self.tool_budget)
+        if self.condenser not in ("fold", "summary"):
+            raise ConfigError(f"unknown condenser {self.condenser!r}: choose fold or summary")
         if self.idle_timeout <= 0 or self.execution_timeout <= 0:
             raise ConfigError("idle_timeout and execution_timeout must be positive numbers of seconds")
 
