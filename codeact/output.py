@@ -296,7 +296,8 @@ class SchemaOutput(OutputSpec):
         self.schema = copy.deepcopy(schema)
         self._schema = copy.deepcopy(schema)
         self._validator = cls(self.schema)
-        self.name = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
+        title = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
+        self.name = _one_line(title, 80)  # it names the schema in every message about the answer
 
     @property
     def label(self) -> str:
