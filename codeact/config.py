@@ -25,6 +25,10 @@ artifact and snapshot directories, the model endpoint) live in
 ``CODEACT_SNAPSHOT_KEEP``  snapshots kept per session (``--keep-snapshots``; default 3, ``all`` keeps every one)
 ``CODEACT_IMAGES``         ``0`` sends the model no images (``--no-images``; default on: the plots and
                            images of a step go to the model with its observation)
+``CODEACT_CONTEXT_WINDOW``  the model's context window in tokens (``--context-window``; default: what the
+                           endpoint says, else unknown); compaction fits the history into it
+``CODEACT_CONDENSER``      how old turns are folded (``--condenser``): ``fold`` (default) or ``summary``
+                           (the model also writes a summary; its calls count in the run's usage)
 ``CODEACT_ALLOW_HOSTS``    hosts the sandboxed code may reach through the host's proxy (``--allow-host``;
                            space- or comma-separated; docker backend; see ``sandbox.network``)
 ``CODEACT_NETWORK_SECRETS``  a JSON file of headers the proxy adds per host (``--network-secrets``)
@@ -58,6 +62,10 @@ DEBUG_ENV = "CODEACT_DEBUG"
 BACKEND_ENV = "CODEACT_BACKEND"
 RUNTIME_ENV = "CODEACT_RUNTIME"
 SNAPSHOT_KEEP_ENV = "CODEACT_SNAPSHOT_KEEP"
+CONTEXT_WINDOW_ENV = "CODEACT_CONTEXT_WINDOW"
+CONDENSER_ENV = "CODEACT_CONDENSER"
+#: How old turns may be folded (:mod:`codeact.compaction`).
+CONDENSERS = ("fold", "summary")
 #: Snapshots of one chat session kept by default (the newest; older ones are deleted after each save).
 DEFAULT_SNAPSHOT_KEEP = 3
 #: The sandbox backends a configuration may name.
@@ -104,6 +112,41 @@ def runtime(option: str | None = None, *, backend: str = "docker") -> str | None
     if backend != "docker":
         raise ConfigError(f"{source}={value}: a container runtime needs the docker backend, not {backend} "
                           f"(drop --backend {backend}, or unset {RUNTIME_ENV})")
+    return value
+
+
+def context_window(option: int | str | None = None) -> int | None:
+    """The model's context window from ``--context-window`` or ``$CODEACT_CONTEXT_WINDOW``; None when neither
+    is set (the endpoint's, when it says).
+
+    Raises:
+        ConfigError: not a whole number of tokens of at least 1,024.
+    """
+    source = "--context-window" if option not in (None, "") else CONTEXT_WINDOW_ENV
+    value = str(option).strip() if option not in (None, "") else env(CONTEXT_WINDOW_ENV)
+    if not value:
+        return None
+    if not value.isdigit() or not 1024 <= int(value) <= 100_000_000:
+        raise ConfigError(f"{source}={value!r}: give the model's context window in tokens, a whole number from "
+                          "1024, e.g. 32768")
+    return int(value)
+
+
+_window = context_window  # build_model's argument of that name hides the function
+
+
+def condenser(option: str | None = None) -> str:
+    """How old turns are folded, from ``--condenser`` or ``$CODEACT_CONDENSER``: ``fold`` (the default) or
+    ``summary``.
+
+    Raises:
+        ConfigError: another value.
+    """
+    source = "--condenser" if (option or "").strip() else CONDENSER_ENV
+    value = (option or "").strip().lower() or env(CONDENSER_ENV).lower() or "fold"
+    if value not in CONDENSERS:
+        raise ConfigError(f"{source}={value!r}: choose fold (a \"session so far\" block) or summary (the same, plus "
+                          "a summary the model writes)")
     return value
 
 
@@ -167,13 +210,16 @@ def build_model(
     timeout: float | None = None,
     scripted: bool = True,
     images: bool | None = None,
+    context_window: int | None = None,
 ) -> Any:
     """The model the CLI talks to.
 
     ``$CODEACT_SCRIPTED_REPLIES`` (when ``scripted`` is true) wins over
     everything: a :class:`ScriptedModel` that replays the file's replies.
     Otherwise an :class:`OpenAIModel` for ``model`` / ``$CODEACT_MODEL``.
-    ``images``: False for ``--no-images``; None leaves it to ``$CODEACT_IMAGES``.
+    ``images``: False for ``--no-images``; None leaves it to ``$CODEACT_IMAGES``. ``context_window``: the
+    model's window in tokens (``--context-window``); None leaves it to ``$CODEACT_CONTEXT_WINDOW``, then to
+    the endpoint.
 
     Raises:
         ConfigError: no model configured, or a bad replies file.
@@ -182,14 +228,18 @@ def build_model(
     if path is not None:
         from .models import ScriptedModel
 
-        return ScriptedModel(load_scripted_replies(path), name="scripted", vision=images_enabled(images))
+        scripted_model = ScriptedModel(load_scripted_replies(path), name="scripted", vision=images_enabled(images))
+        window = _window(context_window)
+        if window is not None:
+            scripted_model.context_window = window  # type: ignore[attr-defined]  # what compaction reads
+        return scripted_model
     name = model_name(model)
     if not name:
         raise ConfigError(NO_MODEL_HINT)
     from .models import OpenAIModel
 
     options: dict[str, Any] = {"base_url": base_url or None, "api_key": api_key or None,
-                               "vision": images_enabled(images)}
+                               "vision": images_enabled(images), "context_window": _window(context_window)}
     if timeout is not None:
         options["timeout"] = timeout
     return OpenAIModel(name, **options)

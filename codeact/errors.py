@@ -184,6 +184,12 @@ class UploadTooLarge(UIError):
     status = 413
 
 
+class RequestTooLarge(UIError):
+    """A request body of the web UI's JSON API is larger than it accepts (a message, a schema, code)."""
+
+    status = 413
+
+
 class RunLogError(CodeActError):
     """The run log database cannot be opened, read or written."""
 

@@ -41,6 +41,19 @@ works and sends the same dict.
 A type pydantic cannot describe, or a schema that is not a valid JSON
 Schema, is an :class:`~codeact.errors.OutputTypeError` when the spec is made,
 before any sandbox starts.
+
+A schema that comes from outside the program (``codeact run/chat
+--output-schema FILE``, the web workspace's schema box, ``mcp serve``'s
+``run_task(output_schema=...)``) goes through :func:`schema_output`, which
+first checks it against bounds (:func:`check_schema_bounds`): at most
+:data:`MAX_SCHEMA_BYTES` bytes as JSON, :data:`MAX_SCHEMA_DEPTH` levels of
+nesting, :data:`MAX_SCHEMA_REFS` references (``$ref``, ``$dynamicRef``,
+``$recursiveRef``), each inside the schema (``#...``), and
+:data:`MAX_SCHEMA_EXPANDED` schema nodes with every reference followed (a
+"ref bomb" whose definitions refer to the next one twice would cost
+validation 2**n steps). The check walks the value without recursion and
+stops at the first bound passed, so a hostile schema is refused in
+milliseconds.
 """
 
 from __future__ import annotations
@@ -61,6 +74,14 @@ from .events import ErrorEvent, RunResult
 MAX_PROBLEMS = 10
 #: Characters of a JSON Schema shown in the prompt; a longer one is an error (it would crowd out the task).
 MAX_SCHEMA_CHARS = 20_000
+#: Bounds of a JSON Schema from outside the program (:func:`check_schema_bounds`): bytes as compact JSON,
+MAX_SCHEMA_BYTES = 64 * 1024
+#: levels of nested objects and arrays,
+MAX_SCHEMA_DEPTH = 32
+#: references (``$ref``, ``$dynamicRef``, ``$recursiveRef``),
+MAX_SCHEMA_REFS = 64
+#: and schema nodes (objects and arrays) counted with every reference followed (a recursive reference once).
+MAX_SCHEMA_EXPANDED = 20_000
 #: Default number of times a value that does not fit goes back to the model before the run gives up.
 DEFAULT_RETRIES = 2
 
@@ -275,7 +296,8 @@ class SchemaOutput(OutputSpec):
         self.schema = copy.deepcopy(schema)
         self._schema = copy.deepcopy(schema)
         self._validator = cls(self.schema)
-        self.name = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
+        title = name or (schema.get("title") if isinstance(schema.get("title"), str) else None) or "JSON Schema"
+        self.name = _one_line(title, 80)  # it names the schema in every message about the answer
 
     @property
     def label(self) -> str:
@@ -300,6 +322,163 @@ class SchemaOutput(OutputSpec):
 
     def kernel_source(self, reserved: Iterable[str] = ()) -> str:
         return ""
+
+
+def check_schema_bounds(schema: Any) -> None:
+    """Refuse a JSON Schema value that is too large, too deep, has too many references, a reference outside
+    itself, or references that multiply (see the module docstring for the bounds). Cheap, never recursive.
+
+    Raises:
+        OutputTypeError: a bound is passed (the message names it and the limit).
+    """
+    size, refs, targets = _walk_bounds(schema)
+    if size > MAX_SCHEMA_BYTES:
+        raise OutputTypeError(f"the output schema is larger than {MAX_SCHEMA_BYTES:,} bytes as JSON")
+    for ref in refs:
+        if not ref.startswith("#"):
+            raise OutputTypeError(f"the output schema refers outside itself ($ref {ref[:80]!r}): only references "
+                                  "inside the schema (#/$defs/...) are allowed")
+    _check_expansion(schema, targets)
+
+
+def schema_output(source: Any, *, name: str | None = None) -> SchemaOutput:
+    """The spec of a JSON Schema from outside the program: ``source`` is its JSON text (str or bytes) or the
+    parsed value. Bounds are checked first (:func:`check_schema_bounds`), then that it is a JSON Schema.
+
+    Raises:
+        OutputTypeError: too large, too deep, too many or outside references, not JSON, not a JSON Schema.
+    """
+    if isinstance(source, (str, bytes, bytearray)):
+        raw = source.encode("utf-8") if isinstance(source, str) else bytes(source)
+        if len(raw) > MAX_SCHEMA_BYTES:
+            raise OutputTypeError(f"the output schema has {len(raw):,} bytes; at most {MAX_SCHEMA_BYTES:,} "
+                                  "are accepted")
+        try:
+            source = json.loads(raw)
+        except RecursionError:
+            raise OutputTypeError(f"the output schema is nested more than {MAX_SCHEMA_DEPTH} levels deep") \
+                from None
+        except ValueError as exc:
+            raise OutputTypeError(f"the output schema is not valid JSON ({exc}); give a JSON Schema") from None
+    check_schema_bounds(source)
+    return SchemaOutput(source, name=name)
+
+
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+_ANCHOR_KEYS = ("$anchor", "$dynamicAnchor")
+
+
+def _scalar_bytes(value: Any) -> int:
+    if isinstance(value, str):
+        return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if value is None or isinstance(value, bool):
+        return 4 if value in (None, True) else 5
+    if isinstance(value, (int, float)):
+        return len(repr(value)) if isinstance(value, int) else len(json.dumps(value))
+    raise OutputTypeError(f"the output schema holds a {type(value).__name__}, which is not JSON data")
+
+
+def _walk_bounds(schema: Any) -> tuple[int, list[str], dict[str, Any]]:
+    """(bytes as compact JSON, the references, the anchors by name); stops at the first bound passed."""
+    size = 0
+    refs: list[str] = []
+    anchors: dict[str, Any] = {}
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            if depth > MAX_SCHEMA_DEPTH:
+                raise OutputTypeError(f"the output schema is nested more than {MAX_SCHEMA_DEPTH} levels deep")
+            size += 2 + max(0, len(node) - 1)
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise OutputTypeError("the output schema has a key that is not a string")
+                size += _scalar_bytes(key) + 1
+                if key in _REF_KEYS and isinstance(value, str):
+                    refs.append(value)
+                    if len(refs) > MAX_SCHEMA_REFS:
+                        raise OutputTypeError(f"the output schema has more than {MAX_SCHEMA_REFS} references "
+                                              "($ref)")
+                elif key in _ANCHOR_KEYS and isinstance(value, str):
+                    anchors.setdefault(value, node)
+                stack.append((value, depth + 1))
+        elif isinstance(node, (list, tuple)):
+            if depth > MAX_SCHEMA_DEPTH:
+                raise OutputTypeError(f"the output schema is nested more than {MAX_SCHEMA_DEPTH} levels deep")
+            size += 2 + max(0, len(node) - 1)
+            stack.extend((item, depth + 1) for item in node)
+        else:
+            size += _scalar_bytes(node)
+        if size > MAX_SCHEMA_BYTES:
+            raise OutputTypeError(f"the output schema is larger than {MAX_SCHEMA_BYTES:,} bytes as JSON")
+    return size, refs, anchors
+
+
+def _resolve_ref(root: Any, ref: str, anchors: dict[str, Any]) -> Any:
+    """The node a local reference names (None when it cannot be found here: validation then reports it)."""
+    from urllib.parse import unquote
+
+    fragment = unquote(ref[1:])
+    if not fragment.startswith("/"):
+        return root if not fragment else anchors.get(fragment)
+    node = root
+    for part in fragment[1:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _check_expansion(root: Any, anchors: dict[str, Any]) -> None:
+    """Count the schema's nodes with every reference followed (memoised; a reference back into the path being
+    counted counts once), and refuse more than :data:`MAX_SCHEMA_EXPANDED`."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    # An explicit stack of (node, children pending?) so that depth costs no recursion.
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if not done:
+            if key in sizes or key in on_path:
+                continue
+            on_path.add(key)
+            stack.append((node, True))
+            for child in _children(root, node, anchors):
+                if id(child) not in sizes and id(child) not in on_path:
+                    stack.append((child, False))
+            continue
+        total = 1
+        for child in _children(root, node, anchors):
+            total += sizes.get(id(child), 1)  # a child still on the path: a recursive reference, once
+            if total > MAX_SCHEMA_EXPANDED:
+                break
+        on_path.discard(key)
+        sizes[key] = total
+        if total > MAX_SCHEMA_EXPANDED:
+            raise OutputTypeError(f"the output schema's references expand to more than {MAX_SCHEMA_EXPANDED:,} "
+                                  "schema nodes (references that refer to others several times multiply); "
+                                  "define the parts once")
+
+
+def _children(root: Any, node: Any, anchors: dict[str, Any]) -> list[Any]:
+    if isinstance(node, Mapping):
+        out = []
+        for key, value in node.items():
+            if key in _REF_KEYS and isinstance(value, str):
+                target = _resolve_ref(root, value, anchors)
+                if isinstance(target, (Mapping, list)):
+                    out.append(target)
+            elif isinstance(value, (Mapping, list)):
+                out.append(value)
+        return out
+    if isinstance(node, list):
+        return [item for item in node if isinstance(item, (Mapping, list))]
+    return []
 
 
 class AnswerCheck:
@@ -538,4 +717,5 @@ class _CodeActAnswer(dict):
 
 
 __all__ = ["AnswerCheck", "AnswerProblem", "OutputSpec", "OutputValidationError", "SchemaOutput", "Verdict",
-           "DEFAULT_RETRIES", "gave_up"]
+           "DEFAULT_RETRIES", "MAX_SCHEMA_BYTES", "MAX_SCHEMA_DEPTH", "MAX_SCHEMA_EXPANDED", "MAX_SCHEMA_REFS",
+           "check_schema_bounds", "gave_up", "schema_output"]

@@ -844,3 +844,30 @@ def test_a_skill_save_shows_its_whole_code_and_diff(browser: Any, openai_server:
         assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
             [...el.attributes].some((a) => a.name.startsWith('on'))).length""") == 0
         assert len(server.workspace.sessions()) == 1
+
+
+def test_the_schema_box_types_the_answer_and_shows_it_as_json(browser: Any, openai_server: OpenAITestServer,
+                                                              tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    hostile = '<img src=x onerror="window.__pwned=1">'
+    schema = {"title": f"Growth {hostile}", "type": "object", "required": ["region", "growth"],
+              "properties": {"region": {"type": "string"}, "growth": {"type": "number"}}}
+    openai_server.plan_text(code_reply(f"final_answer({{'region': {hostile!r}, 'growth': '12'}})"))
+    openai_server.plan_text(code_reply(f"final_answer({{'region': {hostile!r}, 'growth': 12}})"))
+    with ui_server(tmp_path, openai_server, sandbox="restricted") as server, open_page(browser, server.url) as page:
+        page.click("#schema-box summary")
+        page.fill("#output-schema", '{"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "https://example.org/x"}}}')
+        send(page, "Fastest region?")
+        expect(page.locator("#banner")).to_contain_text("refers outside itself")  # refused: no turn started
+        assert not openai_server.chat_requests
+        page.fill("#output-schema", json.dumps(schema))
+        send(page, "Fastest region?")
+        t = wait_turn_done(page, 1)
+        answer = t.locator(".answer")
+        expect(answer.locator(".who")).to_have_text(f"Answer (JSON, valid against JSON Schema `Growth {hostile}`)")
+        expect(answer.locator("pre.json-answer")).to_have_text(json.dumps({"region": hostile, "growth": 12},
+                                                                          indent=2))
+        assert page.evaluate("window.__pwned") is None
+        assert answer.locator("img").count() == 0  # the markup is text
+        assert '"growth": {"type": "number"}' in openai_server.chat_requests[0].messages[1]["content"]

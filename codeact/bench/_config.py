@@ -75,6 +75,10 @@ class BenchConfig:
     #: The CodeAct sandboxes' network allow-list (a :class:`sandbox.NetworkPolicy`; docker backend), or None
     #: for no network. Never written to the results (its secrets stay in this process and the Ray workers).
     network: Any = None
+    #: The models' context window in tokens, when the endpoint does not say it (None: what it says).
+    context_window: int | None = None
+    #: How the agents fold old turns: ``fold`` or ``summary`` (see :class:`~codeact.agent.CodeActAgent`).
+    condenser: str = "fold"
 
     def __post_init__(self) -> None:
         if isinstance(self.ray, str):
@@ -118,6 +122,10 @@ class BenchConfig:
             raise BenchError("a model is listed twice in --model")
         if not 0 < float(self.max_error_share) <= 1:
             raise BenchError("max_error_share must be > 0 and <= 1 (1 never stops a run)")
+        if self.condenser not in ("fold", "summary"):
+            raise BenchError(f"unknown condenser {self.condenser!r}; choose fold or summary")
+        if self.context_window is not None and int(self.context_window) < 1024:
+            raise BenchError("context_window must be at least 1024 tokens (or None: what the endpoint says)")
         if self.network is not None and self.ray is not None:
             raise BenchError("network= (--allow-host) applies to episodes run here; with --ray the workers would "
                              "need the policy's secrets: run without --ray")

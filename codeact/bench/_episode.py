@@ -143,7 +143,8 @@ class EpisodeRunner:
                                                         api_key=self.config.api_key,
                                                         temperature=self.config.temperature, seed=self.config.seed,
                                                         timeout=self.config.model_timeout,
-                                                        max_tokens=self.config.max_reply_tokens)
+                                                        max_tokens=self.config.max_reply_tokens,
+                                                        context_window=self.config.context_window)
             return self._shared_models[name]
 
     def run_episode(self, spec: Spec, cancel: threading.Event) -> Episode:
@@ -304,10 +305,12 @@ class EpisodeRunner:
                                 sandbox_options=options or None, max_steps=limit, log=self.log,
                                 output_dir=self.results.path / "artifacts", stream_model=self.config.stream,
                                 execution_timeout=self.config.execution_timeout,
-                                tool_disclosure=_disclosure(kind, task))
+                                tool_disclosure=_disclosure(kind, task),
+                                condenser=self.config.condenser)  # type: ignore[arg-type]
         from ..react import ReActAgent
 
-        return ReActAgent(model, tools, format=kind, max_steps=limit, log=self.log, stream_model=self.config.stream)
+        return ReActAgent(model, tools, format=kind, max_steps=limit, log=self.log, stream_model=self.config.stream,
+                          condenser=self.config.condenser)  # type: ignore[arg-type]
 
     def _settle(self, episode: Episode, task: Task, result: RunResult | None, workdir: Path,
                 ctx: TaskContext | None = None, turns: _TurnsSeen | None = None) -> None:

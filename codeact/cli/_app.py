@@ -168,6 +168,7 @@ def cli(otel: bool = False) -> None:
     \b
     Environment: CODEACT_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY (the model);
     CODEACT_DB (run log); CODEACT_OUTPUT_DIR (artifacts); CODEACT_RUNTIME (e.g. runsc: gVisor);
+    CODEACT_IMAGES=0, CODEACT_CONTEXT_WINDOW, CODEACT_CONDENSER (what the model gets);
     CODEACT_DEBUG=1 (tracebacks).
     """
     if otel:
@@ -401,6 +402,45 @@ def images_setting(ctx: click.Context | None = None) -> bool | None:
     return False if ctx is not None and ctx.meta.get(IMAGES_META) else None
 
 
+#: Where ``--context-window`` and ``--condenser`` leave their values for :func:`compaction_settings`.
+COMPACTION_META = "codeact.compaction"
+
+
+def compaction_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--context-window N`` and ``--condenser fold|summary``; :func:`compaction_settings` reads them."""
+    def store(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+        def put(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+            if value is not None:
+                ctx.meta.setdefault(COMPACTION_META, {})[key] = value
+        return put
+
+    f = click.option("--condenser", type=click.Choice(cfg.CONDENSERS), default=None, expose_value=False,
+                     callback=store("condenser"),
+                     help="How old turns are folded when the history outgrows the window: fold (a \"session so "
+                          "far\" block) or summary (the same, plus a summary the model writes; its calls count in "
+                          f"the usage) [default: fold; env: {cfg.CONDENSER_ENV}].")(f)
+    f = click.option("--context-window", type=click.IntRange(min=1024), default=None, metavar="TOKENS",
+                     expose_value=False, callback=store("context_window"),
+                     help="The model's context window in tokens, when the endpoint does not say it (compaction "
+                          f"fits the history into it) [env: {cfg.CONTEXT_WINDOW_ENV}].")(f)
+    return f
+
+
+def compaction_settings(ctx: click.Context | None = None) -> tuple[int | None, str]:
+    """(the context window, the condenser) from :func:`compaction_options` or their environment variables.
+
+    Raises:
+        ConfigError: a bad ``$CODEACT_CONTEXT_WINDOW`` or ``$CODEACT_CONDENSER``.
+    """
+    ctx = ctx or click.get_current_context(silent=True)
+    meta = None
+    while ctx is not None and meta is None:
+        meta = ctx.meta.get(COMPACTION_META)
+        ctx = ctx.parent
+    meta = meta or {}
+    return cfg.context_window(meta.get("context_window")), cfg.condenser(meta.get("condenser"))
+
+
 #: Where the tool options (disclosure, skills, privacy) leave their values for :func:`make_agent`.
 TOOLS_META = "codeact.tool_settings"
 
@@ -508,6 +548,7 @@ def agent_settings(*, backend: str | None = None) -> dict[str, Any]:
     to :func:`make_agent` when agents are made later on other threads.
     """
     out = {**package_settings(), **tool_settings(backend=backend)}
+    out["condenser"] = compaction_settings()[1]
     options: dict[str, Any] = {}
     runtime = runtime_setting(backend or "docker")
     if runtime:
@@ -530,6 +571,7 @@ def agent_options(f: Callable[..., Any] | None = None, *, allow_flag: str = "--a
     f = package_options(f)
     f = mcp_options(f)
     f = click.option("--no-log", is_flag=True, help="Do not record the run in the run log.")(f)
+    f = compaction_options(f)
     f = images_option(f)
     f = db_option(f)
     f = click.option("-o", "--output-dir", metavar="DIR", type=click.Path(file_okay=False),
@@ -551,6 +593,40 @@ def agent_options(f: Callable[..., Any] | None = None, *, allow_flag: str = "--a
                      help="A file to copy into the sandbox's working directory (repeatable).")(f)
     return f
 
+
+
+def output_schema_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--output-schema FILE``: a JSON Schema the answers must match (read with :func:`load_output_schema`)."""
+    return click.option(
+        "--output-schema", "output_schema", metavar="FILE", type=click.Path(dir_okay=False),
+        help="A JSON Schema file the answer must match (the model is shown it; an answer that does not match "
+             "goes back to it, twice at most); the answer is shown as validated JSON. At most 64 KiB, 32 levels "
+             "of nesting, 64 $refs (all inside the file).")(f)
+
+
+def load_output_schema(path: str, option: str = "--output-schema") -> Any:
+    """The :class:`~codeact.output.OutputSpec` of the JSON Schema in file ``path`` (bounds checked first, see
+    :func:`codeact.output.schema_output`).
+
+    Raises:
+        ConfigError: the file cannot be read, is too large, is not JSON, or is not a valid JSON Schema; the
+            message names ``option`` and the file.
+    """
+    from ..output import MAX_SCHEMA_BYTES, schema_output
+
+    where = f"{option} {path}" if option else path
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_SCHEMA_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_SCHEMA_BYTES:
+        raise ConfigError(f"{where}: the file is larger than {MAX_SCHEMA_BYTES:,} bytes (the largest output "
+                          "schema accepted)")
+    try:
+        return schema_output(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- helpers

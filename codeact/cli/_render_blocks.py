@@ -41,6 +41,9 @@ class Blocks:
         self.console = console
         self.output_root = output_root
         self._run_id = ""  # the run being shown: named where an observation's hidden lines are
+        #: Set while a typed turn runs (``--output-schema``, ``/type``): how the schema is named; the answer is
+        #: then shown as pretty-printed JSON.
+        self.answer_schema: str | None = None
 
     def step_header(self, step: int, seconds: float | None = None, tokens: int | None = None,
                     cost: float | None = None) -> None:
@@ -93,9 +96,28 @@ class Blocks:
 
     def answer(self, answer: Any, status: str) -> None:
         style = STATUS_STYLE.get(status, "white")
+        if self.answer_schema is not None and status in ("success", "invalid_output"):
+            self.json_answer(answer, status, self.answer_schema)
+            return
         title = "Answer" if status == "success" else f"Answer ({status}: best effort, no final_answer)"
         self.console.print(Panel(answer_renderable(answer), title=title, title_align="left",
                                  border_style=style, box=box.ROUNDED))
+
+    def json_answer(self, answer: Any, status: str, schema: str) -> None:
+        """A typed answer: JSON, pretty-printed; the title says whether it matched ``schema``."""
+        import json
+
+        try:
+            text = json.dumps(answer, indent=2, ensure_ascii=False)
+        except (TypeError, ValueError):
+            text = value_text(answer)
+        valid = status == "success"
+        title = (f"Answer (JSON, valid against {schema})" if valid
+                 else f"Answer ({status}: this last value does NOT match {schema})")
+        self.console.print(Panel(Syntax(safe(text), "json", theme="ansi_dark", background_color="default",
+                                        word_wrap=True),
+                                 title=safe(title), title_align="left", border_style=STATUS_STYLE.get(status, "white"),
+                                 box=box.ROUNDED))
 
     def summary_text(self, status: str, steps: int, input_tokens: int, output_tokens: int,
                      seconds: float | None, run_id: str, artifacts_dir: Path | None = None,

@@ -8,7 +8,17 @@ from typing import Any
 import click
 
 from .. import config as cfg
-from ._app import CONTEXT_SETTINGS, UserError, cli, network_options, network_settings, runtime_option, runtime_setting
+from ._app import (
+    CONTEXT_SETTINGS,
+    UserError,
+    cli,
+    compaction_options,
+    compaction_settings,
+    network_options,
+    network_settings,
+    runtime_option,
+    runtime_setting,
+)
 
 AGENTS = ("codeact", "react-fc", "react-json", "react-text")
 BACKENDS = ("docker", "local", "restricted")
@@ -156,6 +166,7 @@ def bench_list(suites: tuple[str, ...], as_json: bool) -> None:
 @click.option("--no-preflight", is_flag=True,
               help="Skip the check of each model endpoint and of the sandbox before the first episode.")
 @click.option("--no-plots", is_flag=True, help="Do not draw the PNG plots.")
+@compaction_options
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of tables.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
               help="Run the episodes as Ray tasks across a Ray cluster: alone or 'auto' for the cluster `ray start` "
@@ -211,6 +222,7 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
     if not names:
         raise UserError(cfg.NO_MODEL_HINT + "; or --model oracle to replay the reference solutions", exit_code=2)
     real = any(n != ORACLE for n in names)
+    window, condenser = compaction_settings()
     config = BenchConfig(
         suites=_split(suites), agents=_split((agents,)), model=names[0] if len(names) == 1 else names,
         base_url=(base_url or cfg.env(cfg.BASE_URL_ENV) or None) if real else None,
@@ -219,7 +231,8 @@ def bench_run(suites: tuple[str, ...], agents: str, models: tuple[str, ...], bas
         tasks=list(task_patterns), max_turns=max_turns, max_reply_tokens=max_reply_tokens or None,
         episode_timeout=episode_timeout, model_timeout=model_timeout, execution_timeout=execution_timeout,
         price_in=price_in, price_out=price_out, retry_errors=retry_errors, max_error_share=max_error_share,
-        preflight=not no_preflight, network=network_settings(backend=backend),
+        preflight=not no_preflight, network=network_settings(backend=backend), context_window=window,
+        condenser=condenser,
         ray=_ray_options(ray_address, ray_cpus_per_episode, ray_memory_per_episode, ray_engines, ray_pass_api_key,
                          ray_max_retries),
     )

@@ -29,9 +29,12 @@ from ._app import (
     UserError,
     agent_options,
     images_setting,
+    compaction_settings,
     cli,
     drive,
+    load_output_schema,
     load_tools,
+    output_schema_option,
     make_agent,
     make_approver,
     open_log,
@@ -46,6 +49,8 @@ Type a task and press Enter; the model works on it in the same Python session as
   Ctrl-C   while code runs: interrupt it (variables stay); twice: quit
   /reset   start a new session (history and kernel state cleared; the old one is saved)
   /save    save the session now (it also saves itself when the chat ends)
+  /type FILE  the next turn's answer must match the JSON Schema in FILE (shown as validated JSON)
+  /type off   the next turn's answer is free (when --output-schema types every turn)
   /help    this help
   /exit    quit (also Ctrl-D)"""
 
@@ -159,16 +164,18 @@ def _session_options(f: Any) -> Any:
 @cli.command(context_settings=CONTEXT_SETTINGS)
 @agent_options
 @_session_options
+@output_schema_option
 def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None, base_url: str | None,
          api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float, output_dir: str | None,
          db: str | None, no_log: bool, mcp_files: tuple[str, ...] = (), mcp_specs: tuple[str, ...] = (),
          mcp_on_error: str = "stop", resume: str | None = None, autosave: bool = False, no_save: bool = False,
-         snapshot_dir: str | None = None, keep_snapshots: str | None = None) -> None:
+         snapshot_dir: str | None = None, keep_snapshots: str | None = None,
+         output_schema: str | None = None) -> None:
     """A multi-turn session: variables and files survive between turns.
 
     Each turn is a run of its own in the run log. Files given with --file are
-    copied in before the first turn. Commands: /save, /reset, /help, /exit (or
-    Ctrl-D). Ctrl-C while code runs interrupts it and keeps the session
+    copied in before the first turn. Commands: /save, /reset, /type FILE,
+    /help, /exit (or Ctrl-D). Ctrl-C while code runs interrupts it and keeps the session
     (variables stay); Ctrl-C twice in a row quits.
 
     The session (variables, files, packages, and its conversation in the run
@@ -176,14 +183,21 @@ def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
     step as well. --resume continues it, in a new sandbox on any engine; the
     model is told what was restored and what was lost.
 
+    With --output-schema FILE every turn's answer must match that JSON Schema
+    and is shown as validated JSON; /type FILE types the next turn only
+    (/type off leaves it free).
+
     \b
     Example:
       codeact chat -f sales.csv
       > load sales.csv into df and show the columns
       > now plot revenue by region
       codeact chat --resume 3f2a           (a run of that chat, its session or snapshot id)
+      codeact chat --output-schema answer.json
     """
     from ..sessions import SaveOptions
+
+    typed = load_output_schema(output_schema) if output_schema is not None else None  # before any sandbox
 
     keep = cfg.snapshot_keep(keep_snapshots)
     if no_log and (resume or autosave):
@@ -195,13 +209,14 @@ def chat(files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
     renderer, _ = renderers(output_root)
     assert renderer is not None
     tools = load_tools(tool_specs)
-    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting())
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting(),
+                                context_window=compaction_settings()[0])
     backend = resolve_backend(backend, renderer)
     # MCP servers: connected once for the whole chat (all turns), closed when it ends.
     toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, renderer.warning)
     try:
         _chat(renderer, model_obj, tools + list(toolset or ()), backend, files, max_steps, timeout, output_root,
-              db, no_log, yes, saving=saving, save_at_end=not no_save, resume=resume)
+              db, no_log, yes, saving=saving, save_at_end=not no_save, resume=resume, typed=typed)
     finally:
         if toolset is not None:
             toolset.close()
@@ -241,9 +256,32 @@ def _start_session(agent: Any, renderer: Any, saving: Any, resume: str | None) -
     return session
 
 
+#: ``/type`` not used since the last turn: the next turn is typed as ``--output-schema`` says.
+_EVERY_TURN: Any = object()
+
+
+def _type_command(argument: str, renderer: Any, current: Any) -> Any:
+    """``/type FILE`` (the next turn must match the JSON Schema in FILE) or ``/type off``; the next turn's type."""
+    from ..errors import ConfigError
+
+    if not argument:
+        renderer.warning("give a JSON Schema file (/type answer.json) or /type off")
+        return current
+    if argument == "off":
+        renderer.note("The next answer is free (no schema).")
+        return None
+    try:
+        spec = load_output_schema(argument, option="/type")
+    except ConfigError as exc:
+        renderer.warning(str(exc))
+        return current
+    renderer.note(f"The next answer must match {spec.label.removeprefix('the ')} ({argument}).")
+    return spec
+
+
 def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: tuple[str, ...], max_steps: int,
           timeout: float, output_root: Any, db: str | None, no_log: bool, yes: bool, *, saving: Any = None,
-          save_at_end: bool = True, resume: str | None = None) -> None:
+          save_at_end: bool = True, resume: str | None = None, typed: Any = None) -> None:
     log = open_log(db, no_log)
     agent = make_agent(model_obj, tools, backend, max_steps=max_steps, timeout=timeout, output_root=output_root,
                        log=log, approve=make_approver(renderer, yes), stream=renderer.live_enabled)
@@ -256,6 +294,7 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
     if resume is not None:
         pending = []  # the files are in the restored session already
     quitting = False
+    next_type: Any = _EVERY_TURN  # /type: the next turn's answer type (an OutputSpec, or None for a free answer)
     try:
         while True:
             try:
@@ -297,13 +336,19 @@ def _chat(renderer: Any, model_obj: Any, tools: list[Any], backend: str, files: 
                 pending = list(files)
                 renderer.note("New session: history and kernel state cleared.")
                 continue
+            if text == "/type" or text.startswith("/type "):
+                next_type = _type_command(text[5:].strip(), renderer, next_type)
+                continue
             if text.startswith("/"):
                 renderer.warning(f"unknown command {text.split()[0]}; try /help")
                 continue
+            spec = typed if next_type is _EVERY_TURN else next_type
+            next_type = _EVERY_TURN
+            renderer.answer_schema = spec.label.removeprefix("the ") if spec is not None else None
             turn = Turn(session, renderer, presses)
             try:
-                drive(turn.events(session.stream(text, files=pending, cancel=turn.cancel)), renderer, log, text,
-                      on_ctrl_c=turn.on_ctrl_c)
+                drive(turn.events(session.stream(text, files=pending, cancel=turn.cancel, output_type=spec)),
+                      renderer, log, text, on_ctrl_c=turn.on_ctrl_c)
             except RunCancelledByUser as exc:
                 if presses.quitting:
                     quitting = True

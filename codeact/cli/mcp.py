@@ -14,6 +14,8 @@ from ._app import (
     UserError,
     check_runtime,
     cli,
+    compaction_options,
+    compaction_settings,
     disclosure_options,
     load_tools,
     model_options,
@@ -132,6 +134,7 @@ def mcp() -> None:
 @click.option("--output-limit", type=click.IntRange(min=200), default=8000, show_default=True,
               help="Characters of output one call returns (head and tail kept).")
 @model_options
+@compaction_options
 @disclosure_options
 @click.option("-t", "--tools", "tool_specs", multiple=True, metavar="SPEC",
               help="Tools for run_task's agent: module:ALL, path/to/file.py:ALL (repeatable).")
@@ -192,14 +195,15 @@ def serve(transport: Literal["stdio", "http", "sse"], host: str, port: int, toke
     if policy is not None:
         sandbox_options["network"] = policy
     model_obj = None
+    window, condenser = compaction_settings()
     if cfg.model_configured(model) or cfg.scripted_replies_path() is not None:
-        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key)
+        model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, context_window=window)
     options = ServeOptions(backend=name, sandbox_options=sandbox_options, execution_timeout=timeout,
                            max_sessions=max_sessions, idle_timeout=idle_timeout, disconnect_grace=disconnect_grace,
                            output_limit=output_limit,
                            model=model_obj, tools=load_tools(tool_specs), max_steps=max_steps,
                            output_dir=str(cfg.output_root(None)), token=token or None,
-                           log=None if no_log else str(cfg.db_path(db)),
+                           log=None if no_log else str(cfg.db_path(db)), condenser=condenser,
                            **{k: v for k, v in tool_settings().items() if k in ("tool_disclosure", "tool_budget")})
 
     def ready(url: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
@@ -19,6 +18,7 @@ from ._app import (
     agent_options,
     images_option,
     images_setting,
+    compaction_settings,
     load_tools,
     resolve_backend,
     open_log,
@@ -28,6 +28,8 @@ from ._app import (
     result_json,
     cancelled_message,
     make_agent,
+    load_output_schema,
+    output_schema_option,
     renderers,
 )
 from .mcp import open_mcp
@@ -37,9 +39,7 @@ from .mcp import open_mcp
 @click.argument("task", required=False)
 @agent_options
 @click.option("--json", "as_json", is_flag=True, help="Print only the final RunResult as JSON.")
-@click.option("--output-schema", "output_schema", metavar="FILE", type=click.Path(dir_okay=False),
-              help="A JSON Schema file the answer must match (the model is shown it; an answer that does not "
-                   "match goes back to it, twice at most).")
+@output_schema_option
 def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], model: str | None,
         base_url: str | None, api_key: str | None, backend: str, yes: bool, max_steps: int, timeout: float,
         output_dir: str | None, db: str | None, no_log: bool, as_json: bool, output_schema: str | None = None,
@@ -75,7 +75,8 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     output_root = cfg.output_root(output_dir)
     renderer, notes = renderers(output_root, as_json)
     tools = load_tools(tool_specs)
-    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting())
+    model_obj = cfg.build_model(model, base_url=base_url, api_key=api_key, images=images_setting(),
+                                context_window=compaction_settings()[0])
     backend = resolve_backend(backend, notes)
     # MCP servers: connected once for the whole run, closed (their processes stopped) however it ends.
     toolset = open_mcp(mcp_files, mcp_specs, mcp_on_error, notes.warning)
@@ -97,32 +98,6 @@ def run(task: str | None, files: tuple[str, ...], tool_specs: tuple[str, ...], m
     if as_json:
         click.echo(result_json(result))
     raise click.exceptions.Exit(0 if result.ok else 1)
-
-
-def load_output_schema(path: str) -> Any:
-    """The :class:`~codeact.output.OutputSpec` of the JSON Schema in file ``path``.
-
-    Raises:
-        ConfigError: the file cannot be read, is not JSON, or is not a valid JSON Schema.
-    """
-    import json
-    from pathlib import Path
-
-    from ..errors import ConfigError
-    from ..output import OutputSpec
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--output-schema {path}: cannot read it ({exc})") from None
-    try:
-        schema = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(f"--output-schema {path}: not valid JSON ({exc}); give a JSON Schema file") from None
-    try:
-        return OutputSpec.from_json_schema(schema)
-    except ConfigError as exc:
-        raise ConfigError(f"--output-schema {path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- demo

@@ -16,6 +16,8 @@ from ._app import (
     agent_options,
     agent_settings,
     cli,
+    compaction_settings,
+    images_setting,
     load_tools,
     make_agent,
     open_log,
@@ -72,7 +74,8 @@ def ui(host: str, port: int, token: str | None, no_browser: bool, max_sessions: 
     output_root = cfg.output_root(options["output_dir"])
     _, notes = renderers(output_root)
     tools = load_tools(options["tool_specs"])
-    model = cfg.build_model(options["model"], base_url=options["base_url"], api_key=options["api_key"])
+    model = cfg.build_model(options["model"], base_url=options["base_url"], api_key=options["api_key"],
+                            images=images_setting(), context_window=compaction_settings()[0])
     backend = resolve_backend(options["backend"], notes)
     # MCP servers, as `chat` has them: connected once, shared by every session, closed at exit.
     toolset = open_mcp(options.get("mcp_files", ()), options.get("mcp_specs", ()),
@@ -137,6 +140,9 @@ def _serve(host: str, port: int, token: str | None, no_browser: bool, max_sessio
         "mcp_servers": mcp_servers,
         "max_steps": options["max_steps"],
         "timeout": options["timeout"],
+        "images": bool(getattr(model, "vision", True)),
+        "context_window": getattr(model, "context_window", None),
+        "condenser": agent_opts.get("condenser", "fold"),
         "db": str(log.path) if log is not None and getattr(log, "path", None) else None,
         "output_dir": str(output_root),
     }

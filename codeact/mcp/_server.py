@@ -90,6 +90,8 @@ class ServeOptions:
         tool_disclosure: what ``run_task``'s prompt says about its tools: ``auto`` (default),
             ``all`` or ``on_demand`` (see :mod:`codeact.catalog`); a call may choose its own.
         tool_budget: tokens of stubs ``auto`` still puts in the prompt.
+        condenser: how ``run_task``'s agent folds old turns: ``fold`` or ``summary`` (see
+            :class:`~codeact.agent.CodeActAgent`).
         snapshot_dir: where ``save_session`` writes snapshots (default: ``$CODEACT_SNAPSHOT_DIR``
             or the data dir's ``snapshots``); ``restore_session`` reads only from there.
     """
@@ -110,6 +112,7 @@ class ServeOptions:
     tool_disclosure: str = "auto"
     tool_budget: int = 2000
     snapshot_dir: str | None = None
+    condenser: str = "fold"
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -117,6 +120,8 @@ class ServeOptions:
         from ..catalog import check_disclosure
 
         check_disclosure(self.tool_disclosure, self.tool_budget)
+        if self.condenser not in ("fold", "summary"):
+            raise ConfigError(f"unknown condenser {self.condenser!r}: choose fold or summary")
         if self.idle_timeout <= 0 or self.execution_timeout <= 0 or self.disconnect_grace <= 0:
             raise ConfigError("idle_timeout, disconnect_grace and execution_timeout must be positive numbers of "
                               "seconds")
@@ -479,17 +484,18 @@ def build_server(options: ServeOptions) -> tuple[Any, SandboxSessions]:
                      "(all, on_demand, auto) chooses whether the agent's prompt lists every tool or a catalogue "
                      "it searches. `output_schema` (a JSON Schema object) is what the answer must match: the "
                      "agent is shown it, and `answer` is the validated value (status invalid_output when none "
-                     "matched).")
+                     "matched). The schema may have at most 64 KiB as JSON, 32 levels of nesting and 64 "
+                     "references, all inside the schema (#/$defs/...).")
         async def run_task(task: str, ctx: Context, files: list[str] | None = None,
                            tool_disclosure: Literal["auto", "all", "on_demand"] | None = None,
                            output_schema: dict[str, Any] | None = None) -> dict[str, Any]:
             output = None
-            if output_schema is not None:  # a bad schema fails here, before the sandbox is touched
+            if output_schema is not None:  # a bad or hostile schema fails here, before the sandbox is touched
                 from ..errors import OutputTypeError
-                from ..output import OutputSpec
+                from ..output import schema_output
 
                 try:
-                    output = OutputSpec.from_json_schema(output_schema)
+                    output = schema_output(output_schema)
                 except OutputTypeError as exc:
                     raise ToolError(f"output_schema: {exc}") from None
 
@@ -539,7 +545,7 @@ async def _run_task(options: ServeOptions, runs: ServedRuns, sb: Any, task: str,
     agent = CodeActAgent(options.model, options.tools, sandbox=sb, max_steps=options.max_steps, log=log or False,
                          output_dir=options.output_dir, execution_timeout=options.execution_timeout,
                          tool_disclosure=tool_disclosure or options.tool_disclosure,  # type: ignore[arg-type]
-                         tool_budget=options.tool_budget)
+                         tool_budget=options.tool_budget, condenser=options.condenser)  # type: ignore[arg-type]
     if files:
         task += "\n\nFiles in the working directory: " + ", ".join(files)
     loop = asyncio.get_running_loop()

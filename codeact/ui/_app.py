@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from sandbox.hostfiles import UnsafePath, check_relative_path
 
-from ..errors import CodeActError, UIError, UploadTooLarge
+from ..errors import CodeActError, RequestTooLarge, UIError, UploadTooLarge
 from ..telemetry import TraceparentMiddleware
 from ._history import History
 from ._security import INERT_CSP, TOKEN_HEADER, Guard, GuardMiddleware
@@ -41,6 +41,8 @@ ASSETS = {
     "vendor/prism-python.min.js": "text/javascript; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
+#: Bytes of a JSON request body (a message, code, an answer to an approval); a longer one is refused.
+MAX_JSON_BODY = 4 * 1024 * 1024
 #: Seconds between keep-alive comments on an idle event stream (finds dropped connections).
 KEEPALIVE = 15.0
 
@@ -137,9 +139,14 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
         return JSONResponse({"closed": True})
 
     async def _body(request: Request) -> dict[str, Any]:
+        raw = bytearray()
+        async for chunk in request.stream():  # bounded as it arrives: the page's text is the page's
+            raw += chunk
+            if len(raw) > MAX_JSON_BODY:
+                raise RequestTooLarge(f"the request body is larger than {MAX_JSON_BODY:,} bytes")
         try:
-            data = json.loads(await request.body() or b"{}")
-        except ValueError:
+            data = json.loads(bytes(raw) or b"{}")
+        except (ValueError, RecursionError):
             raise UIError("the request body is not JSON") from None
         if not isinstance(data, dict):
             raise UIError("the request body must be a JSON object")
@@ -148,10 +155,16 @@ def create_app(workspace: Workspace, history: History, guard: Guard, settings: d
     async def send_message(request: Request) -> Response:
         try:
             session = workspace.get(request.path_params["sid"])
-            text = (await _body(request)).get("text")
-            if not isinstance(text, str):
-                raise UIError("send {\"text\": \"...\"}")
-            await run_in_threadpool(session.send, text)
+            body = await _body(request)
+            text, schema = body.get("text"), body.get("output_schema")
+            if not isinstance(text, str) or not isinstance(schema, (str, type(None))):
+                raise UIError("send {\"text\": \"...\"} and optionally \"output_schema\": \"<a JSON Schema as text>\"")
+            output = None
+            if schema is not None and schema.strip():  # a bad or hostile schema is refused before the turn starts
+                from ..output import schema_output
+
+                output = schema_output(schema)
+            await run_in_threadpool(session.send, text, output)
         except Exception as exc:
             return _error(exc)
         return JSONResponse({"started": True}, status_code=202)

@@ -105,8 +105,12 @@ class UISession:
 
     # --- turns -----------------------------------------------------------------------------
 
-    def send(self, text: str) -> None:
-        """Start a turn on ``text`` (on a thread of its own); its events follow on the stream."""
+    def send(self, text: str, output: Any = None) -> None:
+        """Start a turn on ``text`` (on a thread of its own); its events follow on the stream.
+
+        ``output``: an :class:`~codeact.output.OutputSpec` the answer must match (the page's schema box); the
+        answer then goes to the page as pretty-printed JSON too.
+        """
         if not text.strip():
             raise UIError("the message is empty")
         with self._lock:
@@ -115,7 +119,8 @@ class UISession:
             files, self._pending_files = self._pending_files, []
             if self.title.startswith("Session ") and not self._turns.run_ids:
                 self.title = " ".join(text.split())[:40] or self.title
-            self._turns.start(lambda chat: chat.stream(text, files=files, cancel=cancel), cancel)
+            self._turns.start(lambda chat: chat.stream(text, files=files, cancel=cancel, output_type=output), cancel,
+                              answer_schema=output.label.removeprefix("the ") if output is not None else None)
 
     def run_code(self, code: str) -> None:
         """Run the analyst's own ``code`` in the session's kernel (a thread of its own), as a code action runs.

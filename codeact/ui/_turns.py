@@ -73,11 +73,16 @@ class TurnRunner:
         self.cancel = cancel
         return cancel
 
-    def start(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
-        """Run ``events(chat)`` on a thread of its own (after :meth:`begin`, holding the lock)."""
+    def start(self, events: Callable[[Any], Any], cancel: threading.Event, *, answer_schema: str | None = None
+              ) -> None:
+        """Run ``events(chat)`` on a thread of its own (after :meth:`begin`, holding the lock).
+
+        ``answer_schema``: the turn is typed (how its schema is named): its answer goes to the page as JSON.
+        """
         # The turn runs in the request's context (its trace, when tracing is on: the run continues it).
-        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._run, events, cancel),
-                                        daemon=True, name=self._name)
+        args = (self._run, events, cancel, answer_schema)
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=args, daemon=True,
+                                        name=self._name)
         self._thread.start()
 
     def hold(self, busy_message: str) -> None:
@@ -117,7 +122,7 @@ class TurnRunner:
             self.cancel.set()
         return self._thread
 
-    def _run(self, events: Callable[[Any], Any], cancel: threading.Event) -> None:
+    def _run(self, events: Callable[[Any], Any], cancel: threading.Event, answer_schema: str | None = None) -> None:
         live_chars: dict[int, int] = {}
         try:
             with self._lock:
@@ -132,7 +137,7 @@ class TurnRunner:
                     self._in_code = False
                 elif isinstance(event, CodeOutput) and not self._admit_output(event, live_chars):
                     continue
-                self._feed.publish(event_wire(event, self._feed.store_blob))
+                self._feed.publish(event_wire(event, self._feed.store_blob, answer_schema=answer_schema))
         except Exception as exc:  # the page must learn why the turn ended
             self._feed.publish({"type": "ErrorEvent", "message": _message(exc), "kind": "ui", "fatal": True,
                                 "step": 0, "run_id": self.run_ids[-1] if self.run_ids else ""})

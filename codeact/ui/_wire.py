@@ -99,9 +99,17 @@ def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[s
     return items
 
 
-def answer_wire(answer: Any) -> dict[str, Any]:
-    """The final answer: its text, and an HTML table when it is a DataFrame (escaped by pandas)."""
+def answer_wire(answer: Any, schema: str | None = None) -> dict[str, Any]:
+    """The final answer: its text, and an HTML table when it is a DataFrame (escaped by pandas). A typed
+    answer (``schema``: how its JSON Schema is named) also as pretty-printed ``json`` (text the page shows as
+    it is) and the ``schema``'s name."""
     out: dict[str, Any] = {"text": "" if answer is None else shown(preview(answer))}
+    if schema is not None:
+        try:
+            out["json"] = json.dumps(answer, indent=2, ensure_ascii=False)[:VALUE_LIMIT * 5]
+            out["schema"] = schema
+        except (TypeError, ValueError):  # not JSON data: the text form is enough
+            pass
     if isinstance(answer, str):
         out["text"] = answer[:VALUE_LIMIT * 5]
     to_html = getattr(answer, "to_html", None)
@@ -111,8 +119,8 @@ def answer_wire(answer: Any) -> dict[str, Any]:
     return out
 
 
-def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
-    """One agent event as the page's JSON."""
+def event_wire(event: Event, store: StoreBlob, *, answer_schema: str | None = None) -> dict[str, Any]:
+    """One agent event as the page's JSON (``answer_schema``: the turn is typed, see :func:`answer_wire`)."""
     out = _base(event)
     if isinstance(event, RunStarted):
         out.update(task=event.task, model=event.model, backend=event.backend, tools=list(event.tools),
@@ -145,7 +153,7 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
                    port=rec.get("port"), reason=shown(rec.get("reason") or "", 500),
                    duration=rec.get("duration"), bytes_received=rec.get("bytes_received"))
     elif isinstance(event, FinalAnswer):
-        out.update(status=event.status, answer=answer_wire(event.answer))
+        out.update(status=event.status, answer=answer_wire(event.answer, answer_schema))
     elif isinstance(event, ErrorEvent):
         out.update(message=event.message, kind=event.kind, fatal=event.fatal)
     elif isinstance(event, Compacted):

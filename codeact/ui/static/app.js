@@ -555,10 +555,17 @@
     onFinalAnswer(ev) {
       const t = this.turn(ev.run_id);
       const box = el('div', 'answer');
-      box.appendChild(el('div', 'who', ev.status === 'success' ? 'Answer' : 'Best answer (step limit reached)'));
       const answer = ev.answer || {};
+      let who = ev.status === 'success' ? 'Answer' : 'Best answer (step limit reached)';
+      if (typeof answer.json === 'string') {
+        who = ev.status === 'success' ? `Answer (JSON, valid against ${answer.schema})`
+          : `Last answer (${ev.status}: does NOT match ${answer.schema})`;
+      }
+      box.appendChild(el('div', 'who', who));
       const fragment = answer.html ? sanitizedFragment(answer.html) : null;
-      if (fragment) {
+      if (typeof answer.json === 'string') {
+        box.appendChild(el('pre', 'json-answer', answer.json)); // text, never markup
+      } else if (fragment) {
         const table = el('div', 'html-output');
         table.appendChild(fragment);
         box.appendChild(table);
@@ -812,7 +819,8 @@
       if (!state.current) await sessionReady;
       const sid = state.current;
       $('send').disabled = true; // choosing the session enabled it again
-      await api(`/api/sessions/${sid}/messages`, { method: 'POST', json: { text } });
+      const schema = $('output-schema').value.trim(); // while the box holds a schema, every answer is typed
+      await api(`/api/sessions/${sid}/messages`, { method: 'POST', json: schema ? { text, output_schema: schema } : { text } });
       // Busy comes from the stream (RunStarted, then Idle): a short turn may be over already.
       if (box.value === text) box.value = '';
       loadSessions().catch(() => {});
@@ -853,6 +861,7 @@
     $('send').hidden = code;
     $('cell').hidden = !code;
     $('run-cell').hidden = !code;
+    $('schema-box').hidden = code; // the analyst's code has no answer to type
     for (const [id, on] of [['mode-message', !code], ['mode-code', code]]) {
       $(id).classList.toggle('active', on);
       $(id).setAttribute('aria-selected', String(on));
@@ -1206,6 +1215,9 @@
     $('history-back').addEventListener('click', () => showHistoryView(false));
     $('history-copy').addEventListener('click', copyRunCode);
     $('history-resume').addEventListener('click', resumeRun);
+    $('output-schema').addEventListener('input', () => {
+      $('schema-box').classList.toggle('active', $('output-schema').value.trim() !== '');
+    });
     $('message').addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
