@@ -34,6 +34,7 @@ from ..events import (
     ToolCall,
 )
 from ..compaction import compacted_text
+from ..images import ImageError, image_size
 from ..parsing import parse_reply
 from ..values import preview, show
 
@@ -87,7 +88,7 @@ def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[s
             if isinstance(data, str):  # SVG is text
                 data = data.encode("utf-8", "replace")
             if isinstance(data, bytes):
-                items.append({"kind": "image", "mime": image, "src": store(image, data), "alt": text or ""})
+                items.append(image_item(image, data, text or "", store))
                 continue
         html = bundle.get("text/html")
         if isinstance(html, str):
@@ -97,6 +98,18 @@ def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[s
         elif text is not None:
             items.append({"kind": "text", "text": text})
     return items
+
+
+def image_item(mime: str, data: bytes, alt: str, store: StoreBlob) -> dict[str, Any]:
+    """An image for the page, or why it is not shown: a raster image's header is read first (without decoding),
+    so one that is not an image, is broken or declares more than ``codeact.images.MAX_PIXELS`` pixels (a
+    decompression bomb for the browser) never reaches it. SVG is drawn at the page's size by an ``<img>``."""
+    if mime != "image/svg+xml":
+        try:
+            image_size(data)
+        except ImageError as exc:
+            return {"kind": "unshown", "mime": mime, "reason": f"{mime} not shown: {exc}", "alt": alt}
+    return {"kind": "image", "mime": mime, "src": store(mime, data), "alt": alt}
 
 
 def answer_wire(answer: Any) -> dict[str, Any]:
@@ -137,8 +150,7 @@ def event_wire(event: Event, store: StoreBlob) -> dict[str, Any]:
                    truncated=event.truncated, artifacts=list(event.artifacts),
                    outputs=output_items(list(getattr(event, "outputs", []) or []), store))
         if not out["outputs"] and event.images:  # an agent that does not fill `outputs`
-            out["outputs"] = [{"kind": "image", "mime": "image/png", "src": store("image/png", png), "alt": ""}
-                              for png in event.images]
+            out["outputs"] = [image_item("image/png", png, "", store) for png in event.images]
     elif isinstance(event, NetworkRequest):
         rec = event.record
         out.update(host=event.host, method=event.method, allowed=event.allowed, status=event.status,

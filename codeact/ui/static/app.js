@@ -535,10 +535,15 @@
         img.alt = item.alt || 'plot';
         img.decoding = 'async';
         img.addEventListener('load', () => { if (follow.on && !this.readOnly) this.scrollDown(); });
+        // Bytes the browser cannot decode (a broken image from the sandbox): say so instead of a broken icon.
+        img.addEventListener('error', () => {
+          fig.replaceChildren(el('div', 'note image-unshown', `${item.mime} not shown: the browser could not load or decode it`));
+        });
         img.src = item.src;
         fig.appendChild(img);
         return fig;
       }
+      if (item.kind === 'unshown') return el('div', 'note image-unshown', item.reason);
       if (item.kind === 'html') {
         const box = el('div', 'html-output');
         const fragment = sanitizedFragment(item.html);
