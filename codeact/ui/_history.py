@@ -9,10 +9,12 @@ the log's ``images`` table.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..compaction import compacted_from
 from ..errors import UIError
 from ..events import CodeAction, ErrorEvent, Event, ModelOutput, Observation, RunStarted, ToolCall
 from ..messages import Usage
@@ -132,6 +134,9 @@ class History:
                     "duration": result.get("duration"), "steps": result.get("steps"),
                     "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),
                     "artifacts": [str(a).rsplit("/", 1)[-1] for a in result.get("artifacts") or []]}
+        if kind == "Compacted":  # the "earlier turns condensed" line
+            compacted = compacted_from(payload, run_id=run_id, step=step)
+            return event_wire(replace(compacted, time=when), self.store_blob) if compacted is not None else None
         cls = _REBUILT.get(kind)
         if cls is None:
             return None
