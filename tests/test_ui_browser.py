@@ -356,21 +356,77 @@ def test_sessions_are_isolated_and_capped(browser: Any, openai_server: OpenAITes
 
 def test_the_page_is_refused_without_the_token(browser: Any, openai_server: OpenAITestServer,
                                                tmp_path: Path) -> None:
+    """Every page, asset and API request without the token (or with a wrong one, or with only the cookie where
+    a change is asked) is refused and gives away nothing; a page opened without it renders and runs nothing."""
+    from codeact.ui._security import TOKEN_HEADER
+
+    tiny_png = base64.b64encode(bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010100000000376ef9240000000a49444154789c6360000000"
+        "0200015d0cf6bb0000000049454e44ae426082")).decode()
+    openai_server.plan_text(code_reply(
+        "open('out.txt', 'w').write('private numbers')\n"
+        f"display({{'image/png': {tiny_png!r}, 'text/plain': 'plot'}}, raw=True)\nprint('private output')"))
+    openai_server.plan_text("Done: private answer.")
     with ui_server(tmp_path, openai_server) as server:
+        with open_page(browser, server.url) as page:
+            send(page, "a private task")
+            t = wait_turn_done(page, 1)
+            assert images_loaded(t) == [1]
+        session = server.workspace.sessions()[0]
+        sid, rid = session.id, session.run_ids[0]
+        gets = ["/", "/static/app.js", "/static/vendor/purify.min.js", "/static/favicon.svg", "/api/settings",
+                "/api/sessions", f"/api/sessions/{sid}/variables", f"/api/sessions/{sid}/events?after=0",
+                f"/api/sessions/{sid}/files", f"/api/sessions/{sid}/files/out.txt", f"/api/sessions/{sid}/blobs/1",
+                "/api/runs", f"/api/runs/{rid}", f"/api/runs/{rid}/notebook", f"/api/runs/{rid}/script",
+                f"/api/runs/{rid}/files", f"/api/runs/{rid}/artifacts/out.txt", "/api/history/blobs/1"]
+        changes = [("POST", "/api/sessions"), ("POST", f"/api/sessions/{sid}/messages"),
+                   ("POST", f"/api/sessions/{sid}/stop"), ("POST", f"/api/sessions/{sid}/run"),
+                   ("POST", f"/api/sessions/{sid}/restart"), ("POST", f"/api/sessions/{sid}/approvals/a1"),
+                   ("POST", f"/api/runs/{rid}/resume"), ("PUT", f"/api/sessions/{sid}/files/x.csv"),
+                   ("DELETE", f"/api/sessions/{sid}")]
+        body = json.dumps({"text": "run this", "code": "print(1)", "allow": True})
         context = browser.new_context()
         try:
+            request = context.request
+            every = [("GET", path) for path in gets] + changes
+            some = [("GET", "/"), ("GET", f"/api/runs/{rid}"), ("POST", f"/api/sessions/{sid}/messages")]
+            for wrong, asked in (({}, every), ({TOKEN_HEADER: "not-it"}, some), ({TOKEN_HEADER: ""}, some),
+                                 ({"Authorization": "Bearer not-it"}, some)):
+                for method, path in asked:
+                    response = request.fetch(server.base_url + path, method=method, headers=wrong,
+                                             data=body if method != "GET" else None)
+                    text = response.text()
+                    assert response.status == 403, (method, path, wrong, response.status)
+                    assert text.startswith("Forbidden: this request needs the token"), (method, path, text[:200])
+                    assert "private" not in text and rid not in text and sid not in text
+                    assert response.headers["content-type"].startswith("text/plain")
+            # The cookie alone (a page of another site could make the browser send it) changes nothing.
             page = context.new_page()
-            response = page.goto(server.base_url + "/")
-            assert response.status == 403
-            assert "needs the token" in page.inner_text("body")
-            assert page.goto(server.base_url + "/?token=not-it").status == 403
-            # With the token, the page's own requests carry it; a forged request from the page without it fails.
             page.goto(server.url)
             page.wait_for_selector("body[data-ready=true]")
-            status = page.evaluate("""async () => (await fetch('/api/sessions', {method: 'POST'})).status""")
-            assert status == 403
+            for method, path in changes:
+                response = request.fetch(server.base_url + path, method=method, data=body)
+                assert response.status == 403, (method, path)
+            page.close()
+
+            # Opened without the token, nothing renders and nothing runs.
+            bare = browser.new_context()
+            try:
+                page = bare.new_page()
+                for path in ("/", f"/api/sessions/{sid}/blobs/1", f"/api/runs/{rid}", "/?token=not-it"):
+                    response = page.goto(server.base_url + path)
+                    assert response.status == 403
+                    assert "needs the token" in page.inner_text("body")
+                    assert page.evaluate("document.scripts.length + document.images.length") == 0
+                    assert page.evaluate("document.body.dataset.ready") is None
+            finally:
+                bare.close()
         finally:
             context.close()
+        # Nothing was asked of the model, nothing ran, the session is still there with its one turn.
+        assert len(openai_server.chat_requests) == 2
+        assert [s.id for s in server.workspace.sessions()] == [sid] and session.run_ids == [rid]
+        assert not session.busy
 
 
 def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
