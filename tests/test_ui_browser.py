@@ -1019,8 +1019,15 @@ def test_hostile_output_in_images_child_runs_and_compaction_on_docker(
         page.fill("#message", "still here")
         expect(page.locator("#message")).to_have_value("still here")
 
-        # History shows both the same way.
+        # History lists the child run under its parent and shows both the same way.
         page.click("#show-history")
+        rows = page.locator("#history-list tr.run")
+        expect(rows).to_have_count(3)
+        assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [
+            server.workspace.sessions()[0].run_ids[1], parent_id, child_record.id]
+        expect(rows.nth(2)).to_have_class(re.compile(r"\bchild\b"))
+        expect(rows.nth(2).locator(".task")).to_have_text(
+            f"↳ {child_record.agent} for run {parent_id}: {xss('task')}\u202e")
         page.locator("#history-list tr.run", has_text="Show me everything").click()
         view = page.locator("#history-events")
         expect(view.locator("details.child-run summary")).to_contain_text(child_record.id)

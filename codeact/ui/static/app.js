@@ -1091,10 +1091,12 @@
     for (const h of ['Started', 'Task', 'Status', 'Steps', 'Model']) head.appendChild(el('th', null, h));
     if (data.runs.length) table.appendChild(head);
     for (const run of data.runs) {
-      const row = el('tr', `run ${run.status}`);
+      const row = el('tr', `run ${run.status}${run.parent_run_id ? ' child' : ''}`);
       row.dataset.run = run.id;
+      // An agent called as a tool: its run is listed under the run that called it.
+      const task = run.parent_run_id ? `↳ ${run.agent} for run ${run.parent_run_id}: ${run.task}` : run.task;
       row.append(el('td', null, fmtTime(run.started)),
-        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : run.task),
+        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : task),
         el('td', 'status', run.resumable ? `${run.status} · saved` : run.status),
         el('td', null, run.steps), el('td', null, run.model || ''));
       row.addEventListener('click', () => { dialog.close(); openRun(run.id); });
