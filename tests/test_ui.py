@@ -30,7 +30,7 @@ from codeact.tools import tool
 from codeact.ui import UIOptions, UIServer
 from codeact.ui._app import upload_name
 from codeact.ui._security import Guard, allowed_hosts_for
-from codeact.ui._wire import _traceback_of, dumps, output_items
+from codeact.ui._wire import _traceback_of, dumps, output_items, shown
 from sandbox.result import Output
 
 
@@ -245,6 +245,15 @@ def test_rich_outputs_become_images_html_or_text() -> None:
                           {"text/plain": "42"}], store)
     assert [i["kind"] for i in items] == ["image", "image", "html", "text"]
     assert items[0]["src"] == "/blob/1" and stored[1] == ("image/svg+xml", b"<svg/>")
+
+
+def test_values_show_their_control_and_bidi_characters() -> None:
+    """A tool call's arguments (an approval's too) and result: what the page shows is what the call gets, so
+    a bidi override cannot make ``to='evil.example\u202emoc.knab'`` read as another address."""
+    assert shown("pay evil.example\u202emoc.knab") == "pay evil.example\\u202emoc.knab"
+    assert shown("a\x1b[2J\rb\x00\u2066c\u200f") == "a\\x1b[2J\\rb\\x00\\u2066c\\u200f"
+    assert shown("two\nlines\tand a tab, é 中 🙂") == "two\nlines\tand a tab, é 中 🙂"
+    assert shown({"to": "\u202e"}) == "{'to': '\\u202e'}"
 
 
 def test_images_the_page_cannot_show_are_named_not_stored() -> None:

@@ -999,8 +999,10 @@ def test_hostile_output_in_images_child_runs_and_compaction_on_docker(
         child_run = step.locator("details.child-run")
         expect(child_run.locator("summary")).to_contain_text("(researcher): success")
         child_run.locator("summary").click()
-        expect(child_run.locator(".tool-args")).to_contain_text(xss("task"))
-        expect(child_run.locator(".tool-result")).to_contain_text(xss("child"))
+        # Its task and answer as text, the bidi override written out (what the page shows is what was passed).
+        expect(child_run.locator(".tool-args")).to_have_text(f"(task={xss('task')}\\u202e)")
+        expect(child_run.locator(".tool-result")).to_have_text(f"→ {xss('child')} \\u202edlihc")
+        assert "\u202e" not in child_run.inner_text()
         expect(page.locator(".conversation:not([hidden]) article.turn")).to_have_count(2)
         runs = server.history.log.list_runs()
         parent_id = server.workspace.sessions()[0].run_ids[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -57,9 +58,20 @@ def dumps(payload: dict[str, Any]) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: Characters that change how the text around them looks (controls but newline and tab; bidi marks, embeddings,
+#: overrides and isolates): in a value shown for the user to judge, such as a tool call's arguments waiting for
+#: approval, they are shown as escapes (``\u202e``), so what the page shows is what the call gets.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and bidi formatting character but newline and tab written as its escape."""
+    return _INVISIBLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def shown(value: Any, limit: int = VALUE_LIMIT) -> str:
-    """A value preview (:mod:`codeact.values`) as readable text, bounded."""
-    return show(value, limit)
+    """A value preview (:mod:`codeact.values`) as readable text, bounded, its invisible characters escaped."""
+    return visible(show(value, limit))
 
 
 def _base(event: Event) -> dict[str, Any]:
