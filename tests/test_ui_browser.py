@@ -954,13 +954,19 @@ def test_hostile_output_in_images_child_runs_and_compaction_on_docker(
     images that cannot be shown say so, and the page stays responsive."""
     from playwright.sync_api import expect
 
+    @tool(requires_approval=True)
+    def lookup(query: str) -> str:
+        """Look it up."""
+        return f"found {query}"
+
     model = OpenAIModel("test-model", base_url=openai_server.base_url, api_key="test-key")
-    child = CodeActAgent(model, sandbox="docker", log=tmp_path / "runs.db", output_dir=tmp_path / "artifacts",
-                         execution_timeout=60)
+    child = CodeActAgent(model, [lookup], sandbox="docker", log=tmp_path / "runs.db",
+                         output_dir=tmp_path / "artifacts", execution_timeout=60)
     researcher = child.as_tool(name="researcher", description="Looks things up.")
     openai_server.plan_text(code_reply(HOSTILE_STEP))
     child_answer = xss("child") + " \u202edlihc"
-    openai_server.plan_text(code_reply(f"final_answer({child_answer!r})"))  # the child's reply
+    openai_server.plan_text(code_reply(  # the child's reply: a call that needs the user's approval, then its answer
+        f"print(lookup({xss('query') + chr(0x202e) + 'moc.knab'!r}))\nfinal_answer({child_answer!r})"))
     openai_server.plan_text("Shown.")
     openai_server.plan_text("Second.")
     dialogs: list[str] = []
@@ -968,7 +974,16 @@ def test_hostile_output_in_images_child_runs_and_compaction_on_docker(
                    agent_options={"history_budget": 1500}) as server, open_page(browser, server.url) as page:
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         send(page, "Show me everything")
+        # The child's call waits for the user in the parent's step (not in a turn of its own), its argument as
+        # it is passed: markup as text, the override written out.
+        card = page.locator(".approval.pending")
+        expect(card).to_contain_text("asked by the agent codeact > researcher")
+        expect(card.locator(".tool-args")).to_have_text(f"(query={xss('query')}\\u202emoc.knab)")
+        assert card.evaluate("(c) => c.closest('article.turn') === document.querySelector('article.turn')")
+        expect(page.locator(".conversation:not([hidden]) article.turn")).to_have_count(1)
+        card.locator("button.approve").click()
         t = wait_turn_done(page, 1)
+        expect(t.locator(".approval.approved")).to_contain_text("approved")
         send(page, "And again")
         t2 = wait_turn_done(page, 2)
         page.wait_for_timeout(500)  # give any handler a chance to fire

@@ -442,8 +442,15 @@
       box.appendChild(card);
     }
 
+    // An approval's card goes in its run's step; an agent called as a tool (a child run, with no turn of its own
+    // on the page) asks in the step of the running turn that called it, not in a turn of its own.
+    approvalStep(ev) {
+      const steps = !this.turns.has(ev.run_id) && this.lastTurn ? [...this.lastTurn.steps.values()] : [];
+      return steps.length ? steps[steps.length - 1] : this.step(ev);
+    }
+
     onApprovalRequested(ev) {
-      const s = this.step(ev);
+      const s = this.approvalStep(ev);
       const box = this.part(s, 'tools', 'div', 'tools');
       const card = this.toolCard(ev);
       card.classList.add('approval', 'pending');
@@ -475,7 +482,7 @@
     onApprovalResolved(ev) {
       let card = this.approvals.get(ev.id);
       if (!card) {
-        const s = this.step(ev);
+        const s = this.approvalStep(ev);
         card = this.toolCard(ev);
         card.classList.add('approval');
         this.part(s, 'tools', 'div', 'tools').appendChild(card);
