@@ -38,6 +38,7 @@ __all__ = [
     "ImageError",
     "StepImages",
     "attach_images",
+    "image_size",
     "image_suffix",
     "image_tokens",
     "is_image_mime",
@@ -148,6 +149,28 @@ def prepare_image(data: bytes, name: str = "", *, max_side: int = MAX_SIDE) -> I
     if len(encoded) > MAX_ENCODED_BYTES:
         raise ImageError(f"{len(encoded):,} bytes after re-encoding, over the limit of {MAX_ENCODED_BYTES:,}")
     return ImagePart(encoded, mime, size[0], size[1], name)
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the header of a PNG, JPEG, GIF or WebP image, without decoding a pixel.
+
+    Raises:
+        ImageError: not such an image, its header is broken, or it has more than :data:`MAX_PIXELS`.
+    """
+    import warnings
+
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(bytes(data)), formats=_FORMATS) as im:
+                width, height = im.size
+    except Exception as exc:  # every Pillow failure is the image's fault
+        raise ImageError(_decode_failure(exc)) from None
+    if width < 1 or height < 1 or width * height > MAX_PIXELS:
+        raise ImageError(f"{width}x{height} pixels, over the limit of {MAX_PIXELS:,} pixels")
+    return width, height
 
 
 def _decode_failure(exc: BaseException) -> str:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +30,7 @@ from codeact.tools import tool
 from codeact.ui import UIOptions, UIServer
 from codeact.ui._app import upload_name
 from codeact.ui._security import Guard, allowed_hosts_for
-from codeact.ui._wire import _traceback_of, dumps, output_items
+from codeact.ui._wire import _traceback_of, dumps, output_items, shown
 from sandbox.result import Output
 
 
@@ -235,12 +237,52 @@ def test_rich_outputs_become_images_html_or_text() -> None:
         stored.append((mime, data))
         return f"/blob/{len(stored)}"
 
-    items = output_items([{"image/png": b"\x89PNG", "text/plain": "<Figure>"},
+    png = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010100000000376ef9240000000a49444154789c63"
+                        "600000000200015d0cf6bb0000000049454e44ae426082")
+    items = output_items([{"image/png": png, "text/plain": "<Figure>"},
                           {"image/svg+xml": "<svg/>"},
                           {"text/html": "<table></table>", "text/plain": "df"},
                           {"text/plain": "42"}], store)
     assert [i["kind"] for i in items] == ["image", "image", "html", "text"]
     assert items[0]["src"] == "/blob/1" and stored[1] == ("image/svg+xml", b"<svg/>")
+
+
+def test_values_show_their_control_and_bidi_characters() -> None:
+    """A tool call's arguments (an approval's too) and result: what the page shows is what the call gets, so
+    a bidi override cannot make ``to='evil.example\u202emoc.knab'`` read as another address."""
+    assert shown("pay evil.example\u202emoc.knab") == "pay evil.example\\u202emoc.knab"
+    assert shown("a\x1b[2J\rb\x00\u2066c\u200f") == "a\\x1b[2J\\rb\\x00\\u2066c\\u200f"
+    assert shown("two\nlines\tand a tab, é 中 🙂") == "two\nlines\tand a tab, é 中 🙂"
+    assert shown({"to": "\u202e"}) == "{'to': '\\u202e'}"
+
+
+def test_images_the_page_cannot_show_are_named_not_stored() -> None:
+    """Read from their header on the host: bytes that are no image, or a header declaring a bomb, never reach the
+    browser (which would try to decode 20000x20000 pixels); the page gets the reason as text."""
+    stored: list[tuple[str, bytes]] = []
+
+    def store(mime: str, data: bytes) -> str:
+        stored.append((mime, data))
+        return f"/blob/{len(stored)}"
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    def png(width: int, height: int) -> bytes:
+        head = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+        rows = zlib.compress(b"\0" * 9)
+        return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+    items = output_items([{"image/png": b"\x89PNG\r\n\x1a\n<script>", "text/plain": "<b>alt</b>"},
+                          {"image/png": png(20000, 20000)}, {"image/png": png(7000, 6000)},
+                          {"image/jpeg": b"\xff\xd8\xff garbage"}, {"image/png": png(8, 8)}], store)
+    assert [i["kind"] for i in items] == ["unshown"] * 4 + ["image"]
+    assert items[0]["reason"] == "image/png not shown: not a PNG, JPEG, GIF or WebP image"
+    assert items[0]["alt"] == "<b>alt</b>"
+    assert "too many pixels" in items[1]["reason"]
+    assert items[2]["reason"] == "image/png not shown: 7000x6000 pixels, over the limit of 36,000,000 pixels"
+    assert items[3]["reason"].startswith("image/jpeg not shown: ")
+    assert stored == [("image/png", png(8, 8))]
 
 
 def test_observation_outputs_are_bounded() -> None:

@@ -74,15 +74,17 @@ def browser() -> Iterator[Any]:
 
 @contextmanager
 def ui_server(tmp_path: Path, llm: OpenAITestServer, *, sandbox: str = "local", tools: tuple[Any, ...] = (),
-              options: UIOptions | None = None, api_key: str = "test-key", skills: Any = None) -> Iterator[UIServer]:
-    """A UI server whose sessions talk to ``llm`` through the real OpenAI client."""
+              options: UIOptions | None = None, api_key: str = "test-key", skills: Any = None,
+              agent_options: dict[str, Any] | None = None) -> Iterator[UIServer]:
+    """A UI server whose sessions talk to ``llm`` through the real OpenAI client (``agent_options``: more
+    CodeActAgent arguments)."""
     log = RunLog(tmp_path / "runs.db")
     out = tmp_path / "artifacts"
     model = OpenAIModel("test-model", base_url=llm.base_url, api_key=api_key)
 
     def factory(approve: Any) -> CodeActAgent:
         return CodeActAgent(model, list(tools), sandbox=sandbox, approve=approve, log=log, output_dir=out,
-                            stream_model=True, execution_timeout=60, skills=skills)
+                            stream_model=True, execution_timeout=60, skills=skills, **(agent_options or {}))
 
     settings = {"model": model.name, "base_url": model.base_url, "backend": sandbox,
                 "tools": [{"name": t.name, "requires_approval": t.requires_approval} for t in tools],
@@ -354,21 +356,77 @@ def test_sessions_are_isolated_and_capped(browser: Any, openai_server: OpenAITes
 
 def test_the_page_is_refused_without_the_token(browser: Any, openai_server: OpenAITestServer,
                                                tmp_path: Path) -> None:
+    """Every page, asset and API request without the token (or with a wrong one, or with only the cookie where
+    a change is asked) is refused and gives away nothing; a page opened without it renders and runs nothing."""
+    from codeact.ui._security import TOKEN_HEADER
+
+    tiny_png = base64.b64encode(bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010100000000376ef9240000000a49444154789c6360000000"
+        "0200015d0cf6bb0000000049454e44ae426082")).decode()
+    openai_server.plan_text(code_reply(
+        "open('out.txt', 'w').write('private numbers')\n"
+        f"display({{'image/png': {tiny_png!r}, 'text/plain': 'plot'}}, raw=True)\nprint('private output')"))
+    openai_server.plan_text("Done: private answer.")
     with ui_server(tmp_path, openai_server) as server:
+        with open_page(browser, server.url) as page:
+            send(page, "a private task")
+            t = wait_turn_done(page, 1)
+            assert images_loaded(t) == [1]
+        session = server.workspace.sessions()[0]
+        sid, rid = session.id, session.run_ids[0]
+        gets = ["/", "/static/app.js", "/static/vendor/purify.min.js", "/static/favicon.svg", "/api/settings",
+                "/api/sessions", f"/api/sessions/{sid}/variables", f"/api/sessions/{sid}/events?after=0",
+                f"/api/sessions/{sid}/files", f"/api/sessions/{sid}/files/out.txt", f"/api/sessions/{sid}/blobs/1",
+                "/api/runs", f"/api/runs/{rid}", f"/api/runs/{rid}/notebook", f"/api/runs/{rid}/script",
+                f"/api/runs/{rid}/files", f"/api/runs/{rid}/artifacts/out.txt", "/api/history/blobs/1"]
+        changes = [("POST", "/api/sessions"), ("POST", f"/api/sessions/{sid}/messages"),
+                   ("POST", f"/api/sessions/{sid}/stop"), ("POST", f"/api/sessions/{sid}/run"),
+                   ("POST", f"/api/sessions/{sid}/restart"), ("POST", f"/api/sessions/{sid}/approvals/a1"),
+                   ("POST", f"/api/runs/{rid}/resume"), ("PUT", f"/api/sessions/{sid}/files/x.csv"),
+                   ("DELETE", f"/api/sessions/{sid}")]
+        body = json.dumps({"text": "run this", "code": "print(1)", "allow": True})
         context = browser.new_context()
         try:
+            request = context.request
+            every = [("GET", path) for path in gets] + changes
+            some = [("GET", "/"), ("GET", f"/api/runs/{rid}"), ("POST", f"/api/sessions/{sid}/messages")]
+            for wrong, asked in (({}, every), ({TOKEN_HEADER: "not-it"}, some), ({TOKEN_HEADER: ""}, some),
+                                 ({"Authorization": "Bearer not-it"}, some)):
+                for method, path in asked:
+                    response = request.fetch(server.base_url + path, method=method, headers=wrong,
+                                             data=body if method != "GET" else None)
+                    text = response.text()
+                    assert response.status == 403, (method, path, wrong, response.status)
+                    assert text.startswith("Forbidden: this request needs the token"), (method, path, text[:200])
+                    assert "private" not in text and rid not in text and sid not in text
+                    assert response.headers["content-type"].startswith("text/plain")
+            # The cookie alone (a page of another site could make the browser send it) changes nothing.
             page = context.new_page()
-            response = page.goto(server.base_url + "/")
-            assert response.status == 403
-            assert "needs the token" in page.inner_text("body")
-            assert page.goto(server.base_url + "/?token=not-it").status == 403
-            # With the token, the page's own requests carry it; a forged request from the page without it fails.
             page.goto(server.url)
             page.wait_for_selector("body[data-ready=true]")
-            status = page.evaluate("""async () => (await fetch('/api/sessions', {method: 'POST'})).status""")
-            assert status == 403
+            for method, path in changes:
+                response = request.fetch(server.base_url + path, method=method, data=body)
+                assert response.status == 403, (method, path)
+            page.close()
+
+            # Opened without the token, nothing renders and nothing runs.
+            bare = browser.new_context()
+            try:
+                page = bare.new_page()
+                for path in ("/", f"/api/sessions/{sid}/blobs/1", f"/api/runs/{rid}", "/?token=not-it"):
+                    response = page.goto(server.base_url + path)
+                    assert response.status == 403
+                    assert "needs the token" in page.inner_text("body")
+                    assert page.evaluate("document.scripts.length + document.images.length") == 0
+                    assert page.evaluate("document.body.dataset.ready") is None
+            finally:
+                bare.close()
         finally:
             context.close()
+        # Nothing was asked of the model, nothing ran, the session is still there with its one turn.
+        assert len(openai_server.chat_requests) == 2
+        assert [s.id for s in server.workspace.sessions()] == [sid] and session.run_ids == [rid]
+        assert not session.busy
 
 
 def test_hostile_output_does_not_execute(browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
@@ -871,3 +929,154 @@ def test_the_schema_box_types_the_answer_and_shows_it_as_json(browser: Any, open
         assert page.evaluate("window.__pwned") is None
         assert answer.locator("img").count() == 0  # the markup is text
         assert '"growth": {"type": "number"}' in openai_server.chat_requests[0].messages[1]["content"]
+
+
+# --------------------------------------------------------------------------- hostile output in the newer parts
+
+#: A payload that sets ``window.__pwned`` to ``tag`` if it ever runs.
+def xss(tag: str) -> str:
+    return f'<img src=x onerror="window.__pwned=\'{tag}\'">'
+
+
+#: The parent's code: images the page cannot show (garbage after a PNG signature, a 20000x20000 header, an SVG
+#: with script), one it can, markup and control characters in output, file and variable names, and a child
+#: agent called with markup in its task.
+HOSTILE_STEP = f"""
+import base64, struct, zlib
+from IPython.display import HTML, display
+
+def chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+
+def png(width, height, rows):
+    head = struct.pack('>IIBBBBB', width, height, 1, 0, 0, 0, 0)
+    return b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', head) + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b'')
+
+def show(mime, data, alt):
+    display({{mime: data if isinstance(data, str) else base64.b64encode(data).decode(), 'text/plain': alt}}, raw=True)
+
+show('image/png', png(8, 8, b'\\x00\\xaa' * 8), {xss('alt')!r})
+show('image/png', b'\\x89PNG\\r\\n\\x1a\\n' + b'<script>window.__pwned="png"</script>' * 40, 'garbage')
+show('image/png', png(20000, 20000, b'\\x00' * 2501), 'huge')
+show('image/png', png(8, 8, b'')[:33] + chunk(b'IEND', b''), 'no pixel data')
+show('image/svg+xml', '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+     'width="20000" height="20000" onload="window.__pwned=1"><script>window.__pwned=2</script>'
+     '<foreignObject width="99" height="99"><body xmlns="http://www.w3.org/1999/xhtml">'
+     '<img src="x" onerror="window.__pwned=4"/></body>'
+     '</foreignObject><a xlink:href="javascript:window.__pwned=3"><rect width="99" height="99"/></a></svg>', 'svg')
+display(HTML('<script>window.__pwned="html"</script><b>bold</b>'))
+for name in ({xss('file')!r} + '.csv', 'report\\u202egnp.exe', 'bell\\x07\\x1b[31mred\\r.txt'):
+    open(name, 'w').write('x')
+globals()['\\u202eevil'] = '\\x1b[2J\\u202e' + {xss('repr')!r}
+print('<script>window.__pwned="stdout"</script>\\x1b[31mred\\x1b[0m|\\u202eesrever|\\x00|' + 'o' * 3000)
+print('child said:', researcher({xss('task')!r} + '\\u202e'))
+"""
+
+
+@pytest.mark.docker
+def test_hostile_output_in_images_child_runs_and_compaction_on_docker(
+        browser: Any, openai_server: OpenAITestServer, tmp_path: Path) -> None:
+    """The newer parts of the page (images also shown to the model, an agent called as a tool, the condensed
+    line) with hostile sandbox output: nothing runs, text shows as text, names show their control characters,
+    images that cannot be shown say so, and the page stays responsive."""
+    from playwright.sync_api import expect
+
+    @tool(requires_approval=True)
+    def lookup(query: str) -> str:
+        """Look it up."""
+        return f"found {query}"
+
+    model = OpenAIModel("test-model", base_url=openai_server.base_url, api_key="test-key")
+    child = CodeActAgent(model, [lookup], sandbox="docker", log=tmp_path / "runs.db",
+                         output_dir=tmp_path / "artifacts", execution_timeout=60)
+    researcher = child.as_tool(name="researcher", description="Looks things up.")
+    openai_server.plan_text(code_reply(HOSTILE_STEP))
+    child_answer = xss("child") + " \u202edlihc"
+    openai_server.plan_text(code_reply(  # the child's reply: a call that needs the user's approval, then its answer
+        f"print(lookup({xss('query') + chr(0x202e) + 'moc.knab'!r}))\nfinal_answer({child_answer!r})"))
+    openai_server.plan_text("Shown.")
+    openai_server.plan_text("Second.")
+    dialogs: list[str] = []
+    with ui_server(tmp_path, openai_server, sandbox="docker", tools=(researcher,),
+                   agent_options={"history_budget": 1500}) as server, open_page(browser, server.url) as page:
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        send(page, "Show me everything")
+        # The child's call waits for the user in the parent's step (not in a turn of its own), its argument as
+        # it is passed: markup as text, the override written out.
+        card = page.locator(".approval.pending")
+        expect(card).to_contain_text("asked by the agent codeact > researcher")
+        expect(card.locator(".tool-args")).to_have_text(f"(query={xss('query')}\\u202emoc.knab)")
+        assert card.evaluate("(c) => c.closest('article.turn') === document.querySelector('article.turn')")
+        expect(page.locator(".conversation:not([hidden]) article.turn")).to_have_count(1)
+        card.locator("button.approve").click()
+        t = wait_turn_done(page, 1)
+        expect(t.locator(".approval.approved")).to_contain_text("approved")
+        send(page, "And again")
+        t2 = wait_turn_done(page, 2)
+        page.wait_for_timeout(500)  # give any handler a chance to fire
+        assert page.evaluate("window.__pwned") is None and dialogs == []
+        assert page.evaluate("document.scripts.length") == 4  # the page's own
+        assert page.evaluate("""() => [...document.querySelectorAll('*')].filter((el) =>
+            [...el.attributes].some((a) => a.name.startsWith('on') || /^\\s*javascript:/i.test(a.value))
+        ).length""") == 0
+
+        # Images: the plot is shown (and went to the model); the others say why they are not shown.
+        step = t.locator("section.step").first
+        notes = step.locator(".image-unshown")
+        expect(notes).to_have_count(3)
+        expect(notes.nth(0)).to_contain_text("image/png not shown: not a PNG, JPEG, GIF or WebP image")
+        expect(notes.nth(1)).to_contain_text("image/png not shown: too many pixels (Image size (400000000 pixels)")
+        expect(notes.nth(2)).to_contain_text("image/png not shown: the browser could not load or decode it")
+        assert images_loaded(step) == [8, 20000]  # the plot, and the SVG (drawn at the page's size)
+        expect(step.locator("img.plot").first).to_have_attribute("alt", xss("alt"))
+        sent = openai_server.chat_requests[2].messages[-1]["content"]
+        assert [p["type"] for p in sent].count("image_url") == 1
+        assert "too many pixels" in sent[0]["text"]
+        # Output, HTML and the child's answer: markup as text, ANSI gone.
+        live = step.locator(".live-output")
+        expect(live).to_contain_text('<script>window.__pwned="stdout"</script>red|')
+        assert "\x1b" not in live.inner_text()
+        expect(step.locator(".html-output b")).to_have_text("bold")
+        # The agent called as a tool: its run folded under the parent's step, not a turn of its own.
+        child_run = step.locator("details.child-run")
+        expect(child_run.locator("summary")).to_contain_text("(researcher): success")
+        child_run.locator("summary").click()
+        # Its task and answer as text, the bidi override written out (what the page shows is what was passed).
+        expect(child_run.locator(".tool-args")).to_have_text(f"(task={xss('task')}\\u202e)")
+        expect(child_run.locator(".tool-result")).to_have_text(f"→ {xss('child')} \\u202edlihc")
+        assert "\u202e" not in child_run.inner_text()
+        expect(page.locator(".conversation:not([hidden]) article.turn")).to_have_count(2)
+        runs = server.history.log.list_runs()
+        parent_id = server.workspace.sessions()[0].run_ids[0]
+        (child_record,) = [r for r in runs if r.parent_run_id == parent_id]
+        expect(child_run.locator("summary")).to_contain_text(child_record.id)
+        # Names: markup shown as text; names with control or bidi characters never listed (refused at the
+        # boundary), a variable's shown escaped.
+        files = page.locator("#session-files")
+        expect(files).to_contain_text(xss("file") + ".csv")
+        assert "\u202e" not in files.inner_text() and "gnp.exe" not in files.inner_text()
+        expect(variable(page, "\\u202eevil")).to_have_count(1)
+        assert "\u202e" not in page.locator("#variables-table").inner_text()
+        # The condensed line.
+        expect(t2.locator(".compacted")).to_contain_text("earlier turns condensed")
+        # Still responsive.
+        page.fill("#message", "still here")
+        expect(page.locator("#message")).to_have_value("still here")
+
+        # History lists the child run under its parent and shows both the same way.
+        page.click("#show-history")
+        rows = page.locator("#history-list tr.run")
+        expect(rows).to_have_count(3)
+        assert [rows.nth(i).get_attribute("data-run") for i in range(3)] == [
+            server.workspace.sessions()[0].run_ids[1], parent_id, child_record.id]
+        expect(rows.nth(2)).to_have_class(re.compile(r"\bchild\b"))
+        expect(rows.nth(2).locator(".task")).to_have_text(
+            f"↳ {child_record.agent} for run {parent_id}: {xss('task')}\u202e")
+        page.locator("#history-list tr.run", has_text="Show me everything").click()
+        view = page.locator("#history-events")
+        expect(view.locator("details.child-run summary")).to_contain_text(child_record.id)
+        expect(view.locator(".image-unshown")).to_have_count(3)
+        page.click("#show-history")
+        page.locator("#history-list tr.run", has_text="And again").click()
+        expect(view.locator(".compacted")).to_contain_text("earlier turns condensed")
+        assert page.evaluate("window.__pwned") is None and dialogs == []

@@ -9,10 +9,12 @@ the log's ``images`` table.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import threading
 from collections import OrderedDict
 from typing import Any
 
+from ..compaction import compacted_from
 from ..errors import UIError
 from ..events import CodeAction, ErrorEvent, Event, ModelOutput, Observation, RunStarted, ToolCall
 from ..messages import Usage
@@ -63,11 +65,11 @@ class History:
             return []
         saved = self._saved_runs()
         return [{"id": r.id, "task": r.task[:300], "model": r.model, "backend": r.backend, "status": r.status,
-                 "agent": r.agent,
+                 "agent": r.agent, "parent_run_id": r.parent_run_id,
                  "started": r.started, "duration": r.duration, "steps": r.step_count,
                  "input_tokens": r.usage.input_tokens, "output_tokens": r.usage.output_tokens,
                  "resumable": r.id in saved}
-                for r in self.log.list_runs(limit=limit)]
+                for r in _children_under_parents(self.log.list_runs(limit=limit))]
 
     def _saved_runs(self, limit: int = 1000) -> set[str]:
         """Runs that belong to a saved session (History offers "Resume" for them)."""
@@ -132,6 +134,9 @@ class History:
                     "duration": result.get("duration"), "steps": result.get("steps"),
                     "input_tokens": usage.get("input_tokens", 0), "output_tokens": usage.get("output_tokens", 0),
                     "artifacts": [str(a).rsplit("/", 1)[-1] for a in result.get("artifacts") or []]}
+        if kind == "Compacted":  # the "earlier turns condensed" line
+            compacted = compacted_from(payload, run_id=run_id, step=step)
+            return event_wire(replace(compacted, time=when), self.store_blob) if compacted is not None else None
         cls = _REBUILT.get(kind)
         if cls is None:
             return None
@@ -174,6 +179,28 @@ class History:
             if step.code:
                 lines += [f"# --- step {step.step} ---", step.code.rstrip(), ""]
         return f"codeact-{record.id}.py", "\n".join(lines)
+
+
+def _children_under_parents(runs: list[Any]) -> list[Any]:
+    """``runs`` (newest first) with each child run (an agent called as a tool) right under its parent, when the
+    parent is in the list: the tree as it ran, not the order the runs started in."""
+    listed = {r.id for r in runs}
+    children: dict[str, list[Any]] = {}
+    for r in runs:
+        if r.parent_run_id in listed:
+            children.setdefault(r.parent_run_id, []).append(r)
+    ordered: list[Any] = []
+
+    def add(run: Any, depth: int) -> None:
+        ordered.append(run)
+        if depth < 32:  # a log cannot hold a cycle, but a bound costs nothing
+            for child in reversed(children.get(run.id, [])):  # oldest first, as they were called
+                add(child, depth + 1)
+
+    for r in runs:
+        if r.parent_run_id not in listed:
+            add(r, 0)
+    return ordered
 
 
 def _restore_bundle(bundle: dict[str, Any], pngs: Any) -> dict[str, Any]:

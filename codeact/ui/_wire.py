@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..events import (
     ToolCall,
 )
 from ..compaction import compacted_text
+from ..images import ImageError, image_size
 from ..parsing import parse_reply
 from ..values import preview, show
 
@@ -56,9 +58,20 @@ def dumps(payload: dict[str, Any]) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+#: Characters that change how the text around them looks (controls but newline and tab; bidi marks, embeddings,
+#: overrides and isolates): in a value shown for the user to judge, such as a tool call's arguments waiting for
+#: approval, they are shown as escapes (``\u202e``), so what the page shows is what the call gets.
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control and bidi formatting character but newline and tab written as its escape."""
+    return _INVISIBLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def shown(value: Any, limit: int = VALUE_LIMIT) -> str:
-    """A value preview (:mod:`codeact.values`) as readable text, bounded."""
-    return show(value, limit)
+    """A value preview (:mod:`codeact.values`) as readable text, bounded, its invisible characters escaped."""
+    return visible(show(value, limit))
 
 
 def _base(event: Event) -> dict[str, Any]:
@@ -87,7 +100,7 @@ def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[s
             if isinstance(data, str):  # SVG is text
                 data = data.encode("utf-8", "replace")
             if isinstance(data, bytes):
-                items.append({"kind": "image", "mime": image, "src": store(image, data), "alt": text or ""})
+                items.append(image_item(image, data, text or "", store))
                 continue
         html = bundle.get("text/html")
         if isinstance(html, str):
@@ -97,6 +110,18 @@ def output_items(bundles: list[dict[str, Any]], store: StoreBlob) -> list[dict[s
         elif text is not None:
             items.append({"kind": "text", "text": text})
     return items
+
+
+def image_item(mime: str, data: bytes, alt: str, store: StoreBlob) -> dict[str, Any]:
+    """An image for the page, or why it is not shown: a raster image's header is read first (without decoding),
+    so one that is not an image, is broken or declares more than ``codeact.images.MAX_PIXELS`` pixels (a
+    decompression bomb for the browser) never reaches it. SVG is drawn at the page's size by an ``<img>``."""
+    if mime != "image/svg+xml":
+        try:
+            image_size(data)
+        except ImageError as exc:
+            return {"kind": "unshown", "mime": mime, "reason": f"{mime} not shown: {exc}", "alt": alt}
+    return {"kind": "image", "mime": mime, "src": store(mime, data), "alt": alt}
 
 
 def answer_wire(answer: Any, schema: str | None = None) -> dict[str, Any]:
@@ -145,8 +170,7 @@ def event_wire(event: Event, store: StoreBlob, *, answer_schema: str | None = No
                    truncated=event.truncated, artifacts=list(event.artifacts),
                    outputs=output_items(list(getattr(event, "outputs", []) or []), store))
         if not out["outputs"] and event.images:  # an agent that does not fill `outputs`
-            out["outputs"] = [{"kind": "image", "mime": "image/png", "src": store("image/png", png), "alt": ""}
-                              for png in event.images]
+            out["outputs"] = [image_item("image/png", png, "", store) for png in event.images]
     elif isinstance(event, NetworkRequest):
         rec = event.record
         out.update(host=event.host, method=event.method, allowed=event.allowed, status=event.status,

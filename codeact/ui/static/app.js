@@ -442,8 +442,15 @@
       box.appendChild(card);
     }
 
+    // An approval's card goes in its run's step; an agent called as a tool (a child run, with no turn of its own
+    // on the page) asks in the step of the running turn that called it, not in a turn of its own.
+    approvalStep(ev) {
+      const steps = !this.turns.has(ev.run_id) && this.lastTurn ? [...this.lastTurn.steps.values()] : [];
+      return steps.length ? steps[steps.length - 1] : this.step(ev);
+    }
+
     onApprovalRequested(ev) {
-      const s = this.step(ev);
+      const s = this.approvalStep(ev);
       const box = this.part(s, 'tools', 'div', 'tools');
       const card = this.toolCard(ev);
       card.classList.add('approval', 'pending');
@@ -475,7 +482,7 @@
     onApprovalResolved(ev) {
       let card = this.approvals.get(ev.id);
       if (!card) {
-        const s = this.step(ev);
+        const s = this.approvalStep(ev);
         card = this.toolCard(ev);
         card.classList.add('approval');
         this.part(s, 'tools', 'div', 'tools').appendChild(card);
@@ -535,10 +542,15 @@
         img.alt = item.alt || 'plot';
         img.decoding = 'async';
         img.addEventListener('load', () => { if (follow.on && !this.readOnly) this.scrollDown(); });
+        // Bytes the browser cannot decode (a broken image from the sandbox): say so instead of a broken icon.
+        img.addEventListener('error', () => {
+          fig.replaceChildren(el('div', 'note image-unshown', `${item.mime} not shown: the browser could not load or decode it`));
+        });
         img.src = item.src;
         fig.appendChild(img);
         return fig;
       }
+      if (item.kind === 'unshown') return el('div', 'note image-unshown', item.reason);
       if (item.kind === 'html') {
         const box = el('div', 'html-output');
         const fragment = sanitizedFragment(item.html);
@@ -1095,10 +1107,12 @@
     for (const h of ['Started', 'Task', 'Status', 'Steps', 'Model']) head.appendChild(el('th', null, h));
     if (data.runs.length) table.appendChild(head);
     for (const run of data.runs) {
-      const row = el('tr', `run ${run.status}`);
+      const row = el('tr', `run ${run.status}${run.parent_run_id ? ' child' : ''}`);
       row.dataset.run = run.id;
+      // An agent called as a tool: its run is listed under the run that called it.
+      const task = run.parent_run_id ? `↳ ${run.agent} for run ${run.parent_run_id}: ${run.task}` : run.task;
       row.append(el('td', null, fmtTime(run.started)),
-        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : run.task),
+        el('td', 'task', run.agent === 'user' ? `Your code: ${run.task}` : task),
         el('td', 'status', run.resumable ? `${run.status} · saved` : run.status),
         el('td', null, run.steps), el('td', null, run.model || ''));
       row.addEventListener('click', () => { dialog.close(); openRun(run.id); });
