@@ -233,7 +233,9 @@ def test_kernel_killed_from_outside_keeps_the_files(limited):
     ok(limited, "state = 1\nopen('kept.txt', 'w').write('kept')")
     pid = int(ok(limited, "import os; print(os.getpid())").stdout)
     killed = limited.container.exec_run(["python3", "-c", f"import os; os.kill({pid}, 9)"], user="1000")
-    assert killed.exit_code == 0, killed.output
+    # 137: the killer itself was swept up: when the kernel dies the supervisor kills every other process in the
+    # container, and a loaded machine (gVisor most of all) may get there before the killer has exited.
+    assert killed.exit_code in (0, 137), killed.output
     r = limited.run("print(open('kept.txt').read())\nstate")
     assert r.restarted and any("restarted" in n for n in r.notices)
     assert r.stdout == "kept\n"
