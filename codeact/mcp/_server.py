@@ -42,6 +42,7 @@ import contextlib
 import hmac
 import logging
 import mimetypes
+import threading
 import time
 import warnings
 import weakref
@@ -206,7 +207,7 @@ class SandboxSessions:
             finally:
                 self._starting.remove(session)
             if session.closed:  # the client went away while its sandbox started
-                await asyncio.to_thread(session.sandbox.close)
+                await close_sandbox(session.sandbox)
                 session.sandbox = None
                 raise RuntimeError("the session ended")
         session.last_used = time.monotonic()
@@ -232,8 +233,7 @@ class SandboxSessions:
         self._sessions.pop(session.key, None)
         sb, session.sandbox = session.sandbox, None
         if sb is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(sb.close)
+            await close_sandbox(sb)
 
     def _store(self) -> Any:
         from sandbox.snapshot import SnapshotStore
@@ -271,7 +271,7 @@ class SandboxSessions:
             self._starting.remove(session)
         await self.reset(session)
         if session.closed:
-            await asyncio.to_thread(new.close)
+            await close_sandbox(new)
             raise RuntimeError("the session ended")
         session.sandbox, session.snapshot, session.last_used = new, snap, time.monotonic()
         return new.restored
@@ -280,8 +280,7 @@ class SandboxSessions:
         session.snapshot = None
         sb, session.sandbox = session.sandbox, None
         if sb is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(sb.close)
+            await close_sandbox(sb)
 
     async def reap_idle(self) -> None:
         """Close the sandboxes of sessions idle longer than ``idle_timeout`` (not while they run code)."""
@@ -301,6 +300,12 @@ class SandboxSessions:
                 await asyncio.sleep(min(max(self.options.idle_timeout / 4, 0.5), 30.0))
                 await self.reap_idle()
 
+        # One blocking sandbox call per session may run at once: the loop's worker threads must not be fewer
+        # than the sessions, or one session's long run queues every other session's calls behind it.
+        from concurrent.futures import ThreadPoolExecutor
+
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=self.options.max_sessions + 8, thread_name_prefix="codeact-mcp"))
         task = asyncio.ensure_future(reaper())
         try:
             yield
@@ -309,6 +314,33 @@ class SandboxSessions:
             with contextlib.suppress(BaseException):
                 await task
             await self.close_all()
+
+
+async def close_sandbox(sb: Any) -> None:
+    """Close ``sb`` on a thread of its own, started now, that finishes even if the awaiting task is cancelled.
+
+    Not ``asyncio.to_thread``: a client that disappears has its cleanup cut off by the MCP SDK after 5 s,
+    and a close still queued for the loop's shared worker threads (busy with the runs of other sessions,
+    or of this one) would then never run, leaving the sandbox's container behind for good.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def work() -> None:
+        try:
+            sb.close()
+        except Exception:  # gone already, or its engine is: nothing more to do from here
+            pass
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=work, name="codeact-sandbox-close", daemon=True).start()
+    await asyncio.shield(done)
 
 
 def _close_later(loop: asyncio.AbstractEventLoop, sessions: SandboxSessions, session: _Session) -> None:
