@@ -421,16 +421,9 @@ def _resolve_ref(root: Any, ref: str, anchors: dict[str, Any]) -> Any:
     fragment = unquote(ref[1:])
     if not fragment.startswith("/"):
         return root if not fragment else anchors.get(fragment)
-    node = root
-    for part in fragment[1:].split("/"):
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
+    from .tools import json_pointer
+
+    return json_pointer(root, fragment)
 
 
 def _check_expansion(root: Any, anchors: dict[str, Any]) -> None:

@@ -81,7 +81,7 @@ from ._schema import clean_schema, inline_defs
 from ._tool import Tool, ensure_tools, tool
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._json_schema import python_name, to_json
+    from ._json_schema import json_pointer, python_name, to_json
 
 __all__ = [
     "RunContext",
@@ -98,6 +98,7 @@ __all__ = [
     "format_annotation",
     "inline_defs",
     "is_structured",
+    "json_pointer",
     "python_name",
     "strip_annotated",
     "structured_fields",
@@ -105,7 +106,7 @@ __all__ = [
 ]
 
 #: Names read from ``_json_schema`` on first use (only schema-described tools need it).
-_JSON_SCHEMA_NAMES = frozenset({"python_name", "to_json"})
+_JSON_SCHEMA_NAMES = frozenset({"json_pointer", "python_name", "to_json"})
 
 
 def __getattr__(name: str) -> Any:

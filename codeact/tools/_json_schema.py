@@ -272,8 +272,15 @@ def resolve_ref(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
         return root
     if not ref.startswith("#/"):
         return None  # remote references are never fetched
-    node: Any = root
-    for part in ref[2:].split("/"):
+    node = json_pointer(root, ref[1:])
+    return node if isinstance(node, Mapping) else None
+
+
+def json_pointer(root: Any, pointer: str) -> Any:
+    """The node a JSON Pointer (``/$defs/X``, RFC 6901: ``~1`` is ``/``, ``~0`` is ``~``) names in ``root``,
+    or None when it names nothing."""
+    node = root
+    for part in pointer[1:].split("/"):
         part = part.replace("~1", "/").replace("~0", "~")
         if isinstance(node, Mapping) and part in node:
             node = node[part]
@@ -281,7 +288,7 @@ def resolve_ref(root: Mapping[str, Any], ref: str) -> Mapping[str, Any] | None:
             node = node[int(part)]
         else:
             return None
-    return node if isinstance(node, Mapping) else None
+    return node
 
 
 def render_type(schema: Any, root: Mapping[str, Any] | None = None, hint: str = "value",
