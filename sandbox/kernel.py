@@ -90,7 +90,11 @@ LISTING_RETRY_TIMEOUT = 5.0
 #: (the supervisor says so moments after the kernel's stream closes; never past the run's own deadline).
 DEATH_HINT_WAIT = 2.0
 _SUPERVISOR_KINDS = {wire.KIND_HELLO, wire.KIND_PREPARED, wire.KIND_JUPYTER, wire.KIND_DIED}
-_KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON, wire.KIND_STARTED}
+_KERNEL_KINDS = {wire.KIND_CALL, wire.KIND_ABANDON, wire.KIND_STARTED, wire.KIND_ENDED}
+#: Seconds a run whose reply came waits at most for its kernel's word that the code ended (sandbox_wire ``E``),
+#: which comes on the call stream: what the code wrote there before it ended is then judged in this run, not the
+#: next. The word usually arrives first; only a kernel whose hooks were undone, or a host under load, waits.
+END_MARK_WAIT = 2.0
 #: Seconds the host keeps reading a kernel's stream after the supervisor said the kernel ended: what it
 #: wrote before it ended (a run's start, see ``run``) is still on its way through the engine.
 DEATH_DRAIN = 1.0
@@ -254,6 +258,8 @@ class _Execution:
         self.idle = False
         self.reply: dict[str, Any] | None = None
         self.done = threading.Event()
+        #: Set when the kernel said on its call stream that the code ended, or the kernel stopped being usable.
+        self.ended = threading.Event()
         #: Whether the kernel began this request (any message about it, or its code's announced start):
         #: such code is never run again, even when the kernel died before anything else came of it.
         self.began = False
@@ -413,6 +419,7 @@ class KernelSandbox:
             execution = self._exec
             if execution is not None:
                 execution.done.set()
+                execution.ended.set()
 
     def _connect(self, stream: Stream, kinds: set[bytes], generation: int, which: str) -> Connection:
         ref = weakref.ref(self)  # the I/O thread must not keep a forgotten session alive
@@ -623,6 +630,10 @@ class KernelSandbox:
                 execution = self._exec
                 if execution is not None:
                     execution.began = True
+            elif kind == wire.KIND_ENDED:
+                execution = self._exec
+                if execution is not None and bytes(body[:64]) == execution.msg_id.encode("ascii", "replace")[:63]:
+                    execution.ended.set()
         except (wire.WireError, _jupyter.MessageError, ValueError, TypeError, KeyError, RecursionError) as exc:
             self._violation = f"the kernel sent a malformed message ({type(exc).__name__}: {str(exc)[:200]})"
             self._set_state("broken")
@@ -1007,6 +1018,8 @@ class KernelSandbox:
                 if next_call is not None:
                     wait = min(wait, max(next_call - now, 0.0))
             execution.done.wait(max(wait, 0.001))
+        if execution.user and self._state == "ready":
+            execution.ended.wait(END_MARK_WAIT)
 
     def _finish(self, execution: _Execution, limit: float | None, list_files: bool) -> ExecutionResult:
         result = execution.result

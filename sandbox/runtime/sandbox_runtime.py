@@ -183,6 +183,11 @@ class _CallLink:
         with contextlib.suppress(OSError):
             self.send(wire.KIND_STARTED)
 
+    def announce_end(self, msg_id: bytes) -> None:
+        """Tell the host that the code of run ``msg_id`` has ended (see sandbox_wire ``E``)."""
+        with contextlib.suppress(OSError):
+            self.send(wire.KIND_ENDED, msg_id)
+
     def new_call(self) -> tuple[int, _Waiter]:
         call_id = next(self.ids) & 0xFFFFFFFF
         waiter = _Waiter()
@@ -728,6 +733,20 @@ def _after_cell(result: object = None) -> None:
             publish(data={OUTPUT_CUT_MIME: cut}, metadata={})
         except Exception:
             pass
+    _announce_end()
+
+
+def _announce_end() -> None:
+    """Tell the host that the code of this run has ended, on the call stream (sandbox_wire ``E``):
+    what the code wrote there is then read before the host takes the run as over."""
+    if _state.link is None:
+        return
+    try:
+        parent = _state.kernel.get_parent("shell") or {}
+        msg_id = str(parent.get("header", {}).get("msg_id", ""))
+    except Exception:
+        return
+    _state.link.announce_end(msg_id.encode("ascii", "replace")[:63])
 
 
 # --- figures under a non-interactive backend ------------------------------------------

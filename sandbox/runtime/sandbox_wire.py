@@ -31,6 +31,10 @@ The kernel's stream (host-function calls; :mod:`sandbox_runtime`):
 ``R`` host: a call's reply: call id (u32), status byte (0 value, 1 error), codec payload.
 ``S`` kernel: the code of a run is about to start (empty): written before the first line of the
       code runs, so the host knows not to run that code again on another kernel.
+``E`` kernel: the code of a run has ended (its Jupyter message id, ASCII, at most 63 bytes):
+      written after the code's last line and before the kernel's reply, so the host reads
+      everything the code wrote on this stream before it takes the run as over (the reply
+      comes on the supervisor's stream, which is not ordered with this one).
 ``P`` host: the host functions and settings a kernel installs before it answers anything
       (JSON), where the supervisor started the kernel: the first frame on its stream, once.
 
@@ -56,6 +60,7 @@ KIND_RESTART = b"K"
 KIND_PREPARED = b"P"
 KIND_DIED = b"D"
 KIND_STARTED = b"S"
+KIND_ENDED = b"E"
 
 CHANNELS = {b"s": "shell", b"i": "iopub", b"n": "stdin", b"c": "control"}
 CHANNEL_BYTES = {name: code for code, name in CHANNELS.items()}
