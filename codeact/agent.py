@@ -352,9 +352,10 @@ class ChatSession(Turns):
             self._resume_note = resume_note(record, conv, self.box.restored)
 
     def recover_lost_sandbox(self, trace: Any = None) -> None:
-        """The session's sandbox went away since the last turn (its engine restarted, its container was removed)
-        and the session was saved: open a new sandbox restored from the newest save, and tell the model with the
-        next message what came back and what was lost. Without a save, the sandbox starts afresh and says so.
+        """The session's sandbox or its kernel went away since the last turn (its engine restarted, its container
+        was removed, its kernel was killed while idle) and the session was saved: open a new sandbox restored
+        from the newest save, and tell the model with the next message what came back and what was lost.
+        Without a save, the sandbox starts afresh and says so.
         (A kernel lost during a turn comes back within it: :mod:`codeact.chat_recovery`.)
 
         Raises what the restore raises (the engine is still away): the next turn tries again.

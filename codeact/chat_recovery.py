@@ -11,7 +11,10 @@ what was lost:
   model's next step runs in the restored session (:meth:`Recovery.after_action`);
   a sandbox that went away while the model was writing is restored before the
   next action runs, and said in its observation (:meth:`Recovery.before_action`);
-- between turns, with the next message (:meth:`Recovery.before_action` too).
+- between turns, with the next message (:meth:`Recovery.before_action` too); this
+  includes a kernel that died while no code ran (killed from outside, or out of
+  memory in a thread the code left running) in a container that lives on: the
+  save holds the variables a fresh kernel would not have.
 
 Without a save (or with a sandbox the user passed in, which the session does
 not own) nothing is restored: the next run starts a fresh kernel, as the

@@ -174,12 +174,13 @@ class ChatSandbox:
     # --- lost and restored --------------------------------------------------------------------
 
     def lost_reason(self) -> str | None:
-        """Why the sandbox this session opened went away (its engine restarted, its container was removed), or
-        None while it is there (or being started)."""
+        """Why the sandbox this session opened, or its kernel, was lost since the last action (its engine
+        restarted, its container was removed, its kernel was killed while idle), or None while it is there
+        (or being started)."""
         sb = self.sandbox
         if sb is None or self._opening is not None or not self.owned:
             return None
-        why = getattr(sb, "environment_lost", None)
+        why = getattr(sb, "environment_lost", None) or getattr(sb, "kernel_lost", None)
         return str(why) if why else None
 
     def drop(self) -> None:

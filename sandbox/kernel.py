@@ -465,6 +465,20 @@ class KernelSandbox:
         detail = self._exit.detail if self._exit is not None and self._exit.detail else ""
         return detail or self._violation or f"the sandbox's {self.process.where} stopped"
 
+    @property
+    def kernel_lost(self) -> str | None:
+        """Why the kernel stopped while no code ran (killed from outside, or out of memory in a thread the
+        code left running), else None. Its environment is still there, files and all: the next run starts a
+        fresh kernel in it, without the variables. (A whole environment that went away: :attr:`environment_lost`.)
+
+        May wait up to half a second, once per kernel, to learn whether the OOM killer ended it.
+        """
+        if self._closed or self._sup is None or self._exec is not None or self._state not in ("ended", "broken"):
+            return None
+        if self.environment_lost:
+            return None
+        return str(self._death_reason())
+
     def _wait_state(self, predicate: Callable[[], bool], deadline: float) -> bool:
         with self._state_changed:
             while not predicate():

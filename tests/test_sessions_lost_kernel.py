@@ -11,6 +11,7 @@ the observations, what the model was sent, and the containers left behind.
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,45 @@ def test_a_kernel_killed_for_memory_comes_back_from_the_save_of_the_step_before(
         # The container the kernel died in (still running) was removed: the session went on in a new one.
         assert names[0] != names[1] == names[-1] and containers(names[0]) == [], names
     assert containers(names[1]) == []
+
+
+def killing_the_idle_kernel(chat: Any, pid: int) -> str:
+    """Kill the kernel ``pid`` from outside while no code runs (its container lives on); returns the sandbox's
+    account of the loss once it has seen it."""
+    sb = chat.sandbox
+    killed = sb.container.exec_run(["python3", "-c", f"import os; os.kill({pid}, 9)"], user="1000")
+    assert killed.exit_code in (0, 137), killed.output  # 137: swept up with the kernel by the supervisor
+    deadline = time.monotonic() + 20
+    while sb.kernel_lost is None:
+        assert time.monotonic() < deadline, "the sandbox never saw its kernel die"
+        time.sleep(0.1)
+    return sb.kernel_lost
+
+
+def test_a_kernel_killed_between_turns_comes_back_from_the_autosave_with_the_next_message(
+        openai_server: Any, tmp_path: Path) -> None:
+    """The kernel dies while the chat waits for its next message (its container lives on, files and all): the
+    next turn does not start on a fresh kernel without the variables, it starts from the save."""
+    openai_server.plan_text(code("x = 41\nimport os\nprint(os.getpid())"))
+    openai_server.plan_text(code("final_answer(x)"))
+    openai_server.plan_text(code("print(x + 1)"))
+    openai_server.plan_text(code("final_answer(x + 1)"))
+    with agent(openai_server, tmp_path).session(save=SaveOptions(autosave=True, store=tmp_path / "snaps")) as chat:
+        first = chat.send("set x")
+        assert first.answer == 41, first
+        lost_name = chat.sandbox.name
+        why = killing_the_idle_kernel(chat, int(first.steps[0].observation.strip()))
+        assert "SIGKILL" in why, why
+        result = chat.send("add one")
+        assert result.status == "success" and result.answer == 42, result
+        assert result.steps[0].error is None and result.steps[0].observation.strip() == "42", result.steps[0]
+        sent = openai_server.chat_requests[2].messages  # the request for the second turn's first step
+        note = str(sent[-1].get("content"))
+        assert "restored from the save made after step 2 of an earlier turn" in note, note
+        assert "SIGKILL" in note, note
+        assert chat.sandbox.name != lost_name and containers(lost_name) == []
+        restored_name = chat.sandbox.name
+    assert containers(restored_name) == []
 
 
 def test_without_a_save_the_lost_kernel_starts_fresh_and_says_so(openai_server: Any, tmp_path: Path) -> None:
