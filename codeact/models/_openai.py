@@ -296,23 +296,13 @@ class OpenAIModel:
             r = model.complete([Message("system", "Be brief."), Message("user", "2+2?")])
             r.text, r.usage.input_tokens, r.usage.output_tokens
         """
-        messages = list(messages)
         client = self._sync_client()
-        body = self._request(messages, tools, stream=False)
-        attempts = Attempts(self._errors)
-        fallback = ImageFallback(self._remember_no_images)
+        completion = _Completion(self, list(messages), tools)
         while True:
             try:
-                raw = client.chat.completions.create(**body)
-                response = self._response(raw, messages, attempts)
-                fallback.answered()
-                return response
+                return completion.answered(client.chat.completions.create(**completion.body))
             except Exception as exc:
-                if fallback.drops(exc, body):
-                    body = self._request(messages, tools, stream=False, images=False)  # again, text only
-                    continue
-                fallback.failed()
-                time.sleep(attempts.delay_after(exc))
+                time.sleep(completion.delay_after(exc))
 
     async def acomplete(self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None) -> ModelResponse:
         """Async :meth:`complete` (``AsyncOpenAI``; same retry policy, waits with ``asyncio.sleep``).
@@ -323,23 +313,13 @@ class OpenAIModel:
         """
         import asyncio
 
-        messages = list(messages)
         client = self._async_client()
-        body = self._request(messages, tools, stream=False)
-        attempts = Attempts(self._errors)
-        fallback = ImageFallback(self._remember_no_images)
+        completion = _Completion(self, list(messages), tools)
         while True:
             try:
-                raw = await client.chat.completions.create(**body)
-                response = self._response(raw, messages, attempts)
-                fallback.answered()
-                return response
+                return completion.answered(await client.chat.completions.create(**completion.body))
             except Exception as exc:
-                if fallback.drops(exc, body):
-                    body = self._request(messages, tools, stream=False, images=False)  # again, text only
-                    continue
-                fallback.failed()
-                await asyncio.sleep(attempts.delay_after(exc))
+                await asyncio.sleep(completion.delay_after(exc))
 
     def stream(
         self, messages: Sequence[Message], *, tools: Sequence[dict] | None = None
@@ -421,4 +401,31 @@ class OpenAIModel:
             except Exception as exc:
                 time.sleep(attempts.delay_after(exc))
 
+
+class _Completion:
+    """One non-streamed completion's request and retry state: the policy :meth:`OpenAIModel.complete` and
+    :meth:`OpenAIModel.acomplete` share; only how they wait between attempts differs."""
+
+    def __init__(self, model: OpenAIModel, messages: list[Message], tools: Sequence[dict] | None) -> None:
+        self.model = model
+        self.messages = messages
+        self.tools = tools
+        self.body = model._request(messages, tools, stream=False)
+        self.attempts = Attempts(model._errors)
+        self.fallback = ImageFallback(model._remember_no_images)
+
+    def answered(self, raw: Any) -> ModelResponse:
+        """The response parsed (raises for a malformed one, which counts as a failed attempt)."""
+        response = self.model._response(raw, self.messages, self.attempts)
+        self.fallback.answered()
+        return response
+
+    def delay_after(self, exc: BaseException) -> float:
+        """Seconds to wait before the next attempt (0: ask again at once, text only, when the server refused
+        the images); raises when retrying cannot help or no attempt is left."""
+        if self.fallback.drops(exc, self.body):
+            self.body = self.model._request(self.messages, self.tools, stream=False, images=False)
+            return 0.0
+        self.fallback.failed()
+        return self.attempts.delay_after(exc)
 
