@@ -421,5 +421,14 @@ PROMPT_NOTE = (
     "in a tool call's arguments is replaced by its real value before the tool runs."
 )
 
+#: The same note for a ReAct agent, whose model calls the tools itself and holds no variables.
+REACT_PROMPT_NOTE = (
+    "Privacy: some values (e-mail addresses, phone numbers, fields the user marked) are shown to you as "
+    "placeholders such as <EMAIL_1>. Write a placeholder as it is wherever you need its value: in a tool "
+    "call's arguments it is replaced by its real value before the tool runs, and in your final answer "
+    "before the user reads it. Never guess the real values."
+)
 
-__all__ = ["BUILTIN_PATTERNS", "PROMPT_NOTE", "PrivacyFilter", "Redactor", "ChatPrivacy", "redact_event"]
+
+__all__ = ["BUILTIN_PATTERNS", "PROMPT_NOTE", "REACT_PROMPT_NOTE", "PrivacyFilter", "Redactor", "ChatPrivacy",
+           "redact_event"]

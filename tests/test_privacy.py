@@ -18,6 +18,7 @@ from codeact.errors import ConfigError
 from codeact.events import Observation
 from codeact.models import ScriptedModel
 from codeact.privacy import PrivacyFilter
+from codeact.react import ReActAgent
 from codeact.runlog import RunLog
 from codeact.tools import tool
 
@@ -114,6 +115,57 @@ def test_placeholders_for_the_model_real_values_for_tools_and_none_in_the_log(tm
     for secret in ("ada@example.com", "7946 0958", "12 Hidden Lane"):
         assert secret not in dump
     assert "4420794609" not in digits
+
+
+def test_a_react_agent_gets_the_same_filter(tmp_path) -> None:
+    """ReAct's model calls the tools itself: it reads placeholders, writes them into its calls, and the tools,
+    the answer and no one else get the values back; the run log keeps placeholders only."""
+    sent: list[dict] = []
+
+    @tool
+    def get_customer(customer_id: str) -> dict:
+        """A customer's record."""
+        return CUSTOMER
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Send an e-mail."""
+        sent.append({"to": to, "body": body})
+        if "Lane" not in body:
+            raise ValueError(f"no street in {body!r} for {to}")  # an error that carries the values back
+        return f"sent to {to}"
+
+    def action(name: str, **arguments: object) -> str:
+        return "Thought: next.\nAction: " + json.dumps({"name": name, "arguments": arguments})
+
+    model = ScriptedModel([
+        action("get_customer", customer_id="c1"),
+        action("send_email", to="<EMAIL_1>", body="Hello"),
+        action("send_email", to="<EMAIL_1>", body="Your street: <STREET_1>"),
+        action("final_answer", answer="Mailed <EMAIL_1> at <PHONE_1>"),
+    ])
+    db = tmp_path / "runs.db"
+    agent = ReActAgent(model, [get_customer, send_email], format="json", log=str(db),
+                       privacy=PrivacyFilter(fields={"get_customer": {"$.address.street": "STREET"}}))
+    events = list(agent.stream("Check customer c1 (ada@example.com) and mail them their street."))
+    result = events[-1].result
+    assert result.ok, result.error
+    seen = "\n".join(str(m.content) for request in model.requests for m in request)
+    for secret in ("ada@example.com", "7946 0958", "12 Hidden Lane"):
+        assert secret not in seen
+    assert "Privacy:" in model.requests[0][0].content and "<EMAIL_1>" in model.requests[0][1].content
+    first, failed = [e for e in events if isinstance(e, Observation)][:2]
+    assert "<PHONE_1>" in first.text and "<STREET_1>" in first.text and "'London'" in first.text
+    assert "ValueError" in failed.text and "<EMAIL_1>" in failed.text and "ada@" not in failed.text
+    assert sent == [{"to": "ada@example.com", "body": "Hello"},
+                    {"to": "ada@example.com", "body": "Your street: 12 Hidden Lane"}]
+    assert result.answer == "Mailed ada@example.com at +44 20 7946 0958"
+    with sqlite3.connect(db) as conn:
+        dump = "\n".join(conn.iterdump())
+    assert "<EMAIL_1>" in dump and "<STREET_1>" in dump
+    for secret in ("ada@example.com", "7946 0958", "12 Hidden Lane"):
+        assert secret not in dump
+    assert "4420794609" not in re.sub(r"\D", "", dump)
 
 
 def _png_showing_text() -> bytes:

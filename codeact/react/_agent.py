@@ -19,10 +19,11 @@ from ..compaction import check_options as check_compaction
 from ..settings import images_enabled
 from ..errors import CodeActError, ConfigError, ToolArgumentError
 from ..events import ErrorEvent, Event, Observation, RunStarted, Step, ToolCall, TurnMessage
-from ..images import StepImages, attach_images, step_images, wants_images
+from ..images import StepImages, attach_images, step_images, wants_images, withheld_images
 from ..messages import Message, ModelResponse, Usage
 from ..observation import truncate_middle
 from ..output import DEFAULT_RETRIES, AnswerCheck, OutputSpec
+from ..privacy import REACT_PROMPT_NOTE, ChatPrivacy
 from ..prompting import FileDescription, fill_template
 from ..prompts import Prompt, load_prompt
 from ..run import (
@@ -46,6 +47,7 @@ from ._formats import FINAL_ANSWER, ActionCall, ActionFormat, CallOutcome, final
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..models import Model
+    from ..privacy import PrivacyFilter
     from ..runlog import RunLog
 
 #: The backend name ReAct runs record: tools run in this process, there is no sandbox.
@@ -92,6 +94,9 @@ class ReActAgent(AgentRuns):
         output_retries: with ``output_type=`` (:mod:`codeact.output`), how many times an
             answer that does not fit goes back to the model before the run ends with
             status ``invalid_output`` (a run's own ``output_retries=`` wins).
+        privacy: a :class:`codeact.privacy.PrivacyFilter`, as for :class:`~codeact.CodeActAgent`: the values it
+            names reach the model (and the run log) as placeholders; the model writes placeholders in its tool
+            calls, and the tools get the values.
 
     Example::
 
@@ -125,6 +130,7 @@ class ReActAgent(AgentRuns):
         output_dir: str | os.PathLike[str] | None = None,
         limits: RunLimits | None = None,
         output_retries: int = DEFAULT_RETRIES,
+        privacy: PrivacyFilter | None = None,
     ) -> None:
         try:
             self.format: ActionFormat = make_format(format)
@@ -148,6 +154,7 @@ class ReActAgent(AgentRuns):
         self.prompt = load_prompt(self.kind) if system_prompt is None else Prompt.custom(system_prompt)
         self.output_root = Path(output_dir) if output_dir else None
         self.limits = limits or RunLimits()
+        self.privacy = privacy
         self._log_spec = log
         self._log: RunLog | None = None
 
@@ -183,6 +190,7 @@ class ReActSession(Turns):
         self.compactor = Compactor(agent.model, history_budget=agent.history_budget, condenser=agent.condenser,
                                    files=lambda: self._files)
         self.approvals = Approvals(agent.approve)
+        self.privacy = ChatPrivacy(agent.privacy)
         self.tools = {t.name: t for t in agent.tools}  # the agent's, plus those add_tools offered later
         self._closed = False
 
@@ -227,12 +235,13 @@ class ReActSession(Turns):
         output = OutputSpec.of(output_type)  # raises OutputTypeError before anything starts
         check = AnswerCheck(output, agent.output_retries if output_retries is None else output_retries,
                             final="final_answer(answer=...)")
-        turn = Turn(task, emit=recorder(agent.run_log()), limits=agent.limits, max_steps=agent.max_steps,
+        emit = recorder(agent.run_log(), self.privacy.log_transform())
+        turn = Turn(task, emit=emit, limits=agent.limits, max_steps=agent.max_steps,
                     cancel=cancel, check=check, files=[Path(f) for f in files],
                     output_root=agent.output_root_path())
         turn.link = begin_run(agent, turn.run_id, agent.kind)
         turn.trace = telemetry.start_run(agent=agent.kind, run_id=turn.run_id, model=agent.model, backend=HOST,
-                                         task=task)
+                                         task=task, redact=self.privacy.content_filter())
         started = RunStarted(run_id=turn.run_id, task=task, model=getattr(agent.model, "name", "?"), backend=HOST,
                              tools=list(self.tools), files=[p.name for p in turn.files], agent=agent.kind,
                              prompt=agent.prompt.name, prompt_version=agent.prompt.version,
@@ -260,8 +269,9 @@ class ReActSession(Turns):
         if self._files:
             files = ("\nFiles given with this task (your tools can read them):\n"
                      + "\n".join(f.render() for f in self._files) + "\n")
-        return fill_template(agent.prompt.text, tools=agent.format.render_tools(list(self.tools.values())),
-                             files=files, workdir=".")
+        prompt = fill_template(agent.prompt.text, tools=agent.format.render_tools(list(self.tools.values())),
+                               files=files, workdir=".")
+        return prompt + "\n\n" + REACT_PROMPT_NOTE if self.privacy.on else prompt
 
     def context_messages(self) -> list[Message]:
         """The history as the model sees it now (what compaction folded so far applied)."""
@@ -295,12 +305,13 @@ class ReActTurn:
 
     def best_answer(self, turn: Turn) -> Any:
         """At max_steps: the last result a tool returned, else the model's last words."""
+        restore = self.chat.privacy.restore_answer
         for step in reversed(turn.result.steps):
             if step.observation and not step.error and step.observation.strip():
-                return step.observation.strip()
+                return restore(step.observation.strip())
         for step in reversed(turn.result.steps):
             if step.model_output.strip():
-                return truncate_middle(step.model_output.strip(), 2000)
+                return restore(truncate_middle(step.model_output.strip(), 2000))
         return None
 
     def after(self, turn: Turn) -> Iterator[Event]:
@@ -322,7 +333,8 @@ class ReActTurn:
             return turn.link.price(usage, agent.model)
 
         def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
-            return model_turn(agent.model, messages, step, run_id=turn.run_id, stream=agent.stream_model,
+            return model_turn(agent.model, chat.privacy.redact_user_messages(messages), step, run_id=turn.run_id,
+                              stream=agent.stream_model,
                               cancel=turn.cancel, trace=turn.trace, price=price,
                               tools=fmt.tools_param(list(chat.tools.values()), schema))
 
@@ -337,11 +349,11 @@ class ReActTurn:
             chat.messages.extend(fmt.feedback_messages(response, decision.problem))
             return
         if decision.final:
-            said = check.check_text(decision.answer)
+            said = check.check_text(chat.privacy.restore_answer(decision.answer))
             if not said.ok:  # it does not fit output_type: the model hears why
-                step.error = said.feedback
-                yield ErrorEvent(run_id=turn.run_id, step=step.index, message=said.feedback, kind="output")
-                chat.messages.extend(fmt.feedback_messages(response, said.feedback))
+                step.error = feedback = chat.privacy.redact(said.feedback)
+                yield ErrorEvent(run_id=turn.run_id, step=step.index, message=feedback, kind="output")
+                chat.messages.extend(fmt.feedback_messages(response, feedback))
                 return
             chat.messages.append(transcript.reply_message(response.text))
             turn.end("success", said.value)
@@ -355,6 +367,7 @@ class ReActTurn:
                 continue
             outcome = yield from self._call(call, step, turn)
             outcomes.append(outcome)
+        outcomes = [CallOutcome(o.call, chat.privacy.redact(o.text), failed=o.failed) for o in outcomes]
         errors = [o.text for o in outcomes if o.failed]
         text = outcomes[0].text if len(outcomes) == 1 else "\n".join(f"[{o.call.name}] {o.text}" for o in outcomes)
         if decision.note:
@@ -390,7 +403,7 @@ class ReActTurn:
             if not ok:
                 return (yield from invalid(f"{FINAL_ANSWER} takes one argument, answer: "
                                            f"{FINAL_ANSWER}(answer=...)"))
-            verdict = check.check(answer)
+            verdict = check.check(chat.privacy.restore_answer(answer))
             if not verdict.ok:  # it does not fit output_type: the call's result says why
                 return CallOutcome(call, verdict.feedback, failed=True)
             turn.end("success", verdict.value)
@@ -414,6 +427,7 @@ class ReActTurn:
                     raise
             else:
                 arguments = dict(call.arguments or {})
+            arguments = chat.privacy.restore_arguments(arguments)  # placeholders the model wrote: the values
             hooks = turn.artifacts.tool_hooks(tool.name, turn.run_id, lambda: turn.step, reported.append)
             with run_hooks(hooks):
                 value = invoke_tool(tool, arguments, run_id=turn.run_id, step=step.index, deps=agent.deps,
@@ -425,6 +439,7 @@ class ReActTurn:
         except Exception as exc:  # the tool failed (or was not approved): the model reads why
             yield from _flush(reported, step)
             return CallOutcome(call, f"Error: {type(exc).__name__}: {exc}", failed=True)
+        chat.privacy.learn(tool.name, value)  # before its event is logged: the values it hides get placeholders
         yield from _flush(reported, step)
         text = observation_text(value, agent.observation_limit)
         if tool.return_direct:
@@ -440,6 +455,9 @@ class ReActTurn:
         agent = self.chat.agent
         if not candidates or not wants_images(agent.model, images_enabled()):
             return StepImages()
+        why = self.chat.privacy.images_withheld()
+        if why:
+            return withheld_images(candidates, why)
         limits = agent.limits
         return step_images(candidates, max_side=limits.max_image_side, max_images=limits.max_images_per_step)
 
