@@ -103,10 +103,11 @@ UNSAFE_BACKENDS = {
 def docker_available(image: str | None = None) -> str | None:
     """``None`` when the Docker backend can run here, else the reason it cannot and what to do."""
     try:
-        from .container import docker_client
+        from .container import check_limits_held, docker_client
         from .image import default_image_tag, image_exists
 
         client = docker_client(timeout=10)
+        check_limits_held(client)
         tag = image or default_image_tag()
         if not image_exists(tag, client):
             return f"the sandbox image {tag} is not built (run `codeact image build`)"

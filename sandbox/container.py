@@ -49,7 +49,7 @@ from . import _podman
 from ._labels import LABEL, owner_labels, process_start_time
 from ._netns import ContainerNetns, container_netns
 from ._transport import DirectStream, SocketStream, Stream
-from .engines import Engine, connect, describe, engine_of, is_local, is_podman
+from .engines import Engine, connect, describe, engine_of, is_local, is_podman, limits_ignored
 from .image import default_image_tag, ensure_image
 from .base import DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT
 from .errors import BackendUnavailable, FileTransferError, ImageNotFound, KernelStartError
@@ -119,6 +119,18 @@ def shares_host_kernel(runtime: str | None) -> bool:
     return runtime is None or runtime in HOST_KERNEL_RUNTIMES
 
 
+def check_limits_held(client: Any) -> None:
+    """Raise :class:`BackendUnavailable` when the engine of ``client`` would ignore a container's memory and
+    process limits (see :func:`sandbox.engines.limits_ignored`): hostile code would run unbounded there."""
+    ignored = limits_ignored(client)
+    if ignored:
+        raise BackendUnavailable(
+            f"the engine {describe(client)} would not hold the sandbox's memory and process limits: {ignored}. "
+            "Use a rootful engine (Docker, or Podman's service run as root), or a cgroup v2 host that delegates "
+            "the memory and pids controllers to your user; to run without those limits knowingly, pass "
+            "memory=None and pids=None to DockerSandbox")
+
+
 def engine_runtimes(client: Any) -> list[str]:
     """The container runtimes the engine of ``client`` has (``runc``, and ``runsc`` where gVisor is registered)."""
     return sorted((client.info().get("Runtimes") or {}).keys())
@@ -152,8 +164,8 @@ class DockerKernel:
     #: The supervisor says how a kernel ended (it started it): the engine only knows the link program's end.
     exit_from_supervisor = True
 
-    def __init__(self, client: Any, image: str, *, name: str, memory: str, cpus: float, pids: int, nofile: int,
-                 workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
+    def __init__(self, client: Any, image: str, *, name: str, memory: str | None, cpus: float, pids: int | None,
+                 nofile: int, workspace_size: str, tmp_size: str, network: bool, runtime: str | None,
                  env: dict[str, str], direct_link: bool = True, proxy: NetworkProxy | None = None) -> None:
         self.client = client
         self.image = image
@@ -563,9 +575,9 @@ class DockerSandbox(KernelSandbox):
         function_timeout: float | None = 60.0,
         max_run_time: float | None = None,
         limits: Limits | None = None,
-        memory: str = "1g",
+        memory: str | None = "1g",
         cpus: float = 1.0,
-        pids: int = 256,
+        pids: int | None = 256,
         nofile: int = 1024,
         workspace_size: str = "1g",
         tmp_size: str = "256m",
@@ -581,6 +593,8 @@ class DockerSandbox(KernelSandbox):
     ) -> None:
 
         docker = client or docker_client(engine=engine)
+        if memory is not None or pids is not None:
+            check_limits_held(docker)  # before anything is put on that engine (the image is not copied there)
         self.image = image or default_image_tag()
         _check_image(docker, self.image)
         self.engine = engine_of(docker)

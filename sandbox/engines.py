@@ -250,6 +250,50 @@ def _names_podman(version: Any) -> bool:
                for c in components or [])
 
 
+#: A client not asked yet (see :func:`limits_ignored`).
+_UNASKED = object()
+
+
+def limits_ignored(client: Any) -> str | None:
+    """Why the engine of ``client`` would ignore a container's memory and process limits, or None when it holds
+    them (or does not say). A rootless engine on a cgroup v1 host ignores every resource limit: rootless Docker
+    says so by its cgroup driver ("none"); rootless Podman's Docker-compatible answer does not say it at all
+    (it reports the host's cgroups), so Podman's own API is asked. Asked once for each client.
+    """
+    known = getattr(client, "_codeact_limits_ignored", _UNASKED)
+    if known is not _UNASKED:
+        return str(known) if known is not None else None
+    try:
+        why = _podman_limits_ignored(client) if is_podman(client) else _docker_limits_ignored(client.info())
+    except Exception:  # an engine that does not answer now is reported when its container is created
+        return None
+    with contextlib.suppress(AttributeError):
+        client._codeact_limits_ignored = why
+    return why
+
+
+def _docker_limits_ignored(info: Any) -> str | None:
+    if not isinstance(info, dict):
+        return None
+    if info.get("CgroupDriver") == "none":
+        return "it runs without cgroups (rootless Docker on a cgroup v1 host ignores every resource limit)"
+    missing = [name for key, name in (("MemoryLimit", "memory"), ("PidsLimit", "pids")) if info.get(key) is False]
+    return f"its host has no {' or '.join(missing)} cgroup controller" if missing else None
+
+
+def _podman_limits_ignored(client: Any) -> str | None:
+    answer = client.api.get(f"{client.api.base_url}/v4.0.0/libpod/info", timeout=30)
+    answer.raise_for_status()
+    host = answer.json().get("host") or {}
+    if not (host.get("security") or {}).get("rootless"):
+        return None
+    if str(host.get("cgroupVersion", "")).lstrip("v") == "1":
+        return "rootless Podman on a cgroup v1 host ignores every resource limit"
+    missing = [c for c in ("memory", "pids") if c not in (host.get("cgroupControllers") or [])]
+    return f"rootless Podman has no {' or '.join(missing)} cgroup controller delegated to its user" if missing \
+        else None
+
+
 def describe(client: Any) -> str:
     engine = engine_of(client)
     return engine.describe() if engine is not None else str(getattr(client.api, "base_url", "an engine"))

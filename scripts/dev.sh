@@ -127,15 +127,17 @@ ensure_engine_test_tools() {
 
 ensure_podman() {
   # The Podman tests (tests/test_podman.py) start a rootful `podman system service` of their own on a socket of
-  # their own. Debian's podman, and runc: crun (podman's default) refuses hosts that mix cgroup v1 and v2.
-  # Only the test suite needs it; the demo never installs it.
-  if command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1; then return 0; fi
+  # their own, and a rootless one (uidmap: the user's subordinate ids). Debian's podman, and runc: crun
+  # (podman's default) refuses hosts that mix cgroup v1 and v2. Only the test suite needs it; the demo never
+  # installs it.
+  if command -v podman >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 && command -v newuidmap >/dev/null 2>&1
+  then return 0; fi
   if ! is_root; then
-    log "No podman/runc and this is not root: install podman and runc yourself (the Podman tests will skip)."
+    log "No podman/runc/uidmap and this is not root: install them yourself (the Podman tests will skip)."
     return 0
   fi
-  log "Installing podman and runc for the Podman engine tests (no service is started)"
-  if ! apt_install --no-install-recommends podman runc; then
+  log "Installing podman, runc and uidmap for the Podman engine tests (no service is started)"
+  if ! apt_install --no-install-recommends podman runc uidmap; then
     log "Could not install podman"
     if [ "${CI:-}" = "true" ]; then exit 1; fi
   fi

@@ -150,3 +150,95 @@ def podman(docker_ready: None) -> Iterator[PodmanService]:
             assert volumes == [], f"sandbox volumes left on the Podman engine: {volumes}"
     finally:
         service.remove()
+
+
+class RootlessPodmanService:
+    """``podman system service`` run by an unprivileged user of its own (:data:`USER`, made if missing, with
+    subordinate ids): the rootless Podman a user without root runs. Its storage, run root and socket are in a
+    temporary directory of that user's; :meth:`remove` ends its processes and deletes the directory."""
+
+    USER = "codeact-rootless"
+    #: The first of the user's 65,536 subordinate uids and gids (where /etc/subuid has none for it yet).
+    SUBORDINATE = 400000
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="rl-", dir="/tmp"))  # a short path the user can reach
+        self.socket = self.root / "podman.sock"
+        self.url = f"unix://{self.socket}"
+        self.engine = Engine("rootless-podman", self.url)
+        self.log = self.root / "service.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _user(self) -> tuple[int, int, str]:
+        import pwd
+
+        try:
+            entry = pwd.getpwnam(self.USER)
+        except KeyError:
+            subprocess.run(["useradd", "--create-home", "--shell", "/usr/sbin/nologin", self.USER], check=True,
+                           capture_output=True)
+            entry = pwd.getpwnam(self.USER)
+        for table in ("/etc/subuid", "/etc/subgid"):
+            path = Path(table)
+            lines = path.read_text().splitlines() if path.exists() else []
+            if not any(line.split(":")[0] == self.USER for line in lines):
+                with open(path, "a") as f:
+                    f.write(f"{self.USER}:{self.SUBORDINATE}:65536\n")
+        return entry.pw_uid, entry.pw_gid, entry.pw_dir
+
+    def start(self, timeout: float = 60) -> None:
+        uid, gid, home = self._user()
+        runtime_dir = self.root / "xdg"
+        runtime_dir.mkdir()
+        for path in (self.root, runtime_dir):
+            os.chown(path, uid, gid)
+            path.chmod(0o700)
+        env = {"HOME": home, "USER": self.USER, "XDG_RUNTIME_DIR": str(runtime_dir),
+               "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        command = ["podman", "--root", str(self.root / "s"), "--runroot", str(self.root / "r"),
+                   "--tmpdir", str(self.root / "t"), "--events-backend", "file",
+                   "system", "service", "--time=0", self.url]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
+                                         cwd=self.root, user=uid, group=gid, extra_groups=[],
+                                         start_new_session=True)
+        wait_for_engine(self.engine, self.proc, self.log, timeout, "the rootless Podman service", self.remove)
+
+    def client(self, timeout: float = 30):  # a docker-py client
+        from sandbox.engines import connect
+
+        return connect(self.engine, timeout=timeout)
+
+    def remove(self) -> None:
+        """End the service and every process of its user (Podman leaves a pause process), delete its files."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+            self.proc = None
+        subprocess.run(["pkill", "-KILL", "-u", self.USER], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def can_start_rootless_podman() -> str | None:
+    """None when a rootless Podman service can be started here (as root, for a user of its own), else why not."""
+    reason = can_start_podman()
+    if reason is not None:
+        return reason
+    if shutil.which("newuidmap") is None:
+        return "newuidmap is missing (the uidmap package; scripts/dev.sh setup-test installs it)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def rootless_podman(docker_ready: None) -> Iterator[RootlessPodmanService]:
+    """A started rootless Podman service, without images. Skips where it cannot run; fails in CI."""
+    reason = can_start_rootless_podman()
+    if reason is not None:
+        unavailable("the rootless Podman test", reason)
+    service = RootlessPodmanService()
+    try:
+        service.start()
+        yield service
+    finally:
+        service.remove()

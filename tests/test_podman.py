@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from sandbox.engines import connect, is_podman
-from tests.podman_engine import LABEL, PodmanService
+from tests.podman_engine import LABEL, PodmanService, RootlessPodmanService
+from tests.podman_engine import rootless_podman  # noqa: F401 - the module fixture of the rootless test
 from tests.test_cli import PNG_MAGIC, codeact_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
@@ -380,3 +381,38 @@ def test_owner_killed_leaves_nothing_on_podman_after_a_reap(podman: PodmanServic
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+def cgroup_version() -> int:
+    return 2 if Path("/sys/fs/cgroup/cgroup.controllers").exists() else 1
+
+
+def test_a_rootless_engine_that_would_ignore_the_limits_is_refused(rootless_podman: RootlessPodmanService,  # noqa: F811
+                                                                   tmp_path: Path) -> None:
+    """Rootless Podman on a cgroup v1 host ignores every memory, CPU and process limit, and its Docker-compatible
+    answers do not say so (it reports the host's cgroups): a sandbox there would run hostile code unbounded.
+    The sandbox, the demo and doctor refuse it by name before anything is put on that engine."""
+    from sandbox import DockerSandbox
+    from sandbox.errors import BackendUnavailable
+
+    if cgroup_version() != 1:
+        pytest.skip("a cgroup v2 host: rootless Podman holds the limits there when the controllers are delegated")
+    client = rootless_podman.client()
+    assert client.info().get("MemoryLimit") is True  # what the Docker API claims
+    with pytest.raises(BackendUnavailable) as refused:
+        DockerSandbox(engine=rootless_podman.url)
+    message = str(refused.value)
+    assert "rootless Podman on a cgroup v1 host ignores every resource limit" in message, message
+    assert rootless_podman.url in message and "memory=None and pids=None" in message, message
+    env = {k: v for k, v in os.environ.items() if k not in ("CODEACT_ENGINES", "DOCKER_CONTEXT")}
+    env.update({"DOCKER_HOST": rootless_podman.url, "CODEACT_DB": str(tmp_path / "runs.db"),
+                "CODEACT_OUTPUT_DIR": str(tmp_path / "out"), "NO_COLOR": "1"})
+    demo = subprocess.run([*codeact_command(), "demo"], env=env, capture_output=True, text=True, timeout=120)
+    assert demo.returncode != 0 and "ignores every resource limit" in demo.stdout + demo.stderr, demo
+    assert "Traceback" not in demo.stdout + demo.stderr
+    doctor = subprocess.run([*codeact_command(), "doctor"], env=env, capture_output=True, text=True, timeout=120)
+    assert "FAIL  resource limits: the engine would ignore them: rootless Podman" in doctor.stdout, doctor.stdout
+    # Nothing was put there: no container, no volume, no image copied across.
+    assert client.api.containers(all=True) == [] and client.images.list() == []
+    assert (client.api.volumes().get("Volumes") or []) == []
+

@@ -224,6 +224,7 @@ def doctor(model: str | None, base_url: str | None, api_key: str | None, db: str
         client = docker_client(timeout=5)
         version = client.version().get("Version", "?")
         checks.report("docker", "OK", "Docker engine", f"answers (server {version})")
+        _check_limits(checks, client)
     except BackendUnavailable as exc:
         checks.report("docker", "FAIL", "Docker engine", str(exc).split("; ")[0], cfg.docker_fix_hint())
     except Exception as exc:
@@ -325,6 +326,19 @@ def _check_mcp(checks: _Checks, files: tuple[str, ...], specs: tuple[str, ...]) 
         else:
             checks.report(key, "FAIL", f"MCP server {server.name}", safe(status.error or "not connected"),
                           f"check {server.where}: the command, its arguments and environment (run it by hand to see)")
+
+
+def _check_limits(checks: _Checks, client: Any) -> None:
+    """The engine holds a container's memory and process limits (a rootless one on cgroup v1 ignores them)."""
+    from sandbox.engines import limits_ignored
+
+    ignored = limits_ignored(client)
+    if ignored:
+        checks.report("limits", "FAIL", "resource limits", f"the engine would ignore them: {ignored}",
+                      "use a rootful engine, or a cgroup v2 host that delegates the memory and pids controllers "
+                      "to your user (sandboxes refuse to start on this one)")
+    else:
+        checks.report("limits", "OK", "resource limits", "the engine holds memory and process limits")
 
 
 def _check_isolation_extras(checks: _Checks, client: Any) -> None:
