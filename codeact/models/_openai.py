@@ -428,4 +428,3 @@ class _Completion:
             return 0.0
         self.fallback.failed()
         return self.attempts.delay_after(exc)
-

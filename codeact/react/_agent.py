@@ -334,8 +334,7 @@ class ReActTurn:
 
         def ask(messages: list[Message]) -> Generator[Event, None, ModelResponse]:
             return model_turn(agent.model, chat.privacy.redact_user_messages(messages), step, run_id=turn.run_id,
-                              stream=agent.stream_model,
-                              cancel=turn.cancel, trace=turn.trace, price=price,
+                              stream=agent.stream_model, cancel=turn.cancel, trace=turn.trace, price=price,
                               tools=fmt.tools_param(list(chat.tools.values()), schema))
 
         response: ModelResponse = yield from compaction_events(compacted_call(
