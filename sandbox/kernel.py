@@ -730,15 +730,20 @@ class KernelSandbox:
                 self._wait_state(lambda: self._died_said or not self._environment_alive(),
                                  time.monotonic() + DEATH_HINT_WAIT)
             code = self._died_code
+        engine_gone = False
         if not from_supervisor or not self._died_said:
             try:
                 engine_code = self.process.kernel_exit_code()
                 if not from_supervisor:
                     code = engine_code
             except BackendUnavailable as exc:  # the whole environment went away (its engine, its machine)
-                detail = str(exc)
+                detail, engine_gone = str(exc), True
             except Exception:
                 pass
+        if not engine_gone and not self._environment_alive():
+            # The whole sandbox went with the kernel (gVisor's OOM kill takes it all): that is the news, not
+            # what the runtime last wrote on the kernel's stream ("waiting on pid 5 ...: EOF").
+            detail = f"the sandbox's {self.process.where} stopped"
         self._exit = KernelExit(code, False, detail)
         self._set_state("ended")
 
