@@ -193,15 +193,15 @@ def first_turn(backend: str, model_seconds: float, runs: int, overlap: bool) -> 
     and none for its second: the turn's time beyond the model. The sandbox starts while the model writes
     (``overlap``), or before it is asked, as it did before (for comparison)."""
     from codeact import CodeActAgent, ScriptedModel
-    from codeact.agent import ChatSession
+    from codeact.chat_sandbox import ChatSandbox
 
     def slow(messages: Any) -> str:
         time.sleep(model_seconds)
         return "Let me check.\n```python\nprint(1)\n```"
 
-    original = ChatSession._starts_in_background
+    original = ChatSandbox._starts_in_background
     if not overlap:
-        ChatSession._starts_in_background = lambda self: False  # type: ignore[method-assign]
+        ChatSandbox._starts_in_background = lambda self, restore: False  # type: ignore[method-assign]
     try:
         times = []
         for _ in range(runs):
@@ -212,7 +212,7 @@ def first_turn(backend: str, model_seconds: float, runs: int, overlap: bool) -> 
             assert result.status == "success", result
         return times
     finally:
-        ChatSession._starts_in_background = original  # type: ignore[method-assign]
+        ChatSandbox._starts_in_background = original  # type: ignore[method-assign]
 
 
 def subprocess_times(cmd: list[str], repeat: int, parse: Callable[[str], float] | None = None) -> list[float]:
