@@ -66,14 +66,15 @@ def test_bad_configuration_says_what_to_give() -> None:
         PrivacyFilter(fields={"get_customer": ["email"]})
 
 
+@tool
+def get_customer(customer_id: str) -> dict:
+    """A customer's record."""
+    return CUSTOMER
+
+
 @pytest.mark.docker
 def test_placeholders_for_the_model_real_values_for_tools_and_none_in_the_log(tmp_path) -> None:
     sent: list[dict] = []
-
-    @tool
-    def get_customer(customer_id: str) -> dict:
-        """A customer's record."""
-        return CUSTOMER
 
     @tool
     def send_email(to: str, body: str) -> str:
@@ -121,11 +122,6 @@ def test_a_react_agent_gets_the_same_filter(tmp_path) -> None:
     """ReAct's model calls the tools itself: it reads placeholders, writes them into its calls, and the tools,
     the answer and no one else get the values back; the run log keeps placeholders only."""
     sent: list[dict] = []
-
-    @tool
-    def get_customer(customer_id: str) -> dict:
-        """A customer's record."""
-        return CUSTOMER
 
     @tool
     def send_email(to: str, body: str) -> str:
